@@ -1,0 +1,1 @@
+"""NVML exporter: DCGM-compatible GPU metrics with pod attribution, run as a DaemonSet."""

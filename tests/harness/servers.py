@@ -1,0 +1,153 @@
+"""Start and stop real TSDB servers on free loopback ports.
+
+Both classes are context managers; readiness is awaited on start, and the process is always
+reaped on exit so a failed test never leaves a server behind.
+"""
+
+from __future__ import annotations
+
+import abc
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from types import TracebackType
+
+import requests
+
+from analyzer.simulate import Series, prometheus_text_chunks, write_openmetrics
+from harness.binaries import require_binary
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class _Server(abc.ABC):
+    ready_path = "/"
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log = workdir / "server.log"
+
+    @abc.abstractmethod
+    def _command(self) -> list[str]:
+        """The server's command line."""
+
+    def __enter__(self) -> _Server:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        with self._log.open("wb") as log:
+            self._proc = subprocess.Popen(self._command(), stdout=log, stderr=subprocess.STDOUT)
+        self._wait_ready()
+        return self
+
+    def _wait_ready(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self._proc is not None
+            if self._proc.poll() is not None:
+                raise RuntimeError(f"{self._command()[0]} exited early:\n{self.log_tail()}")
+            try:
+                if requests.get(self.url + self.ready_path, timeout=2).status_code == 200:
+                    return
+            except requests.ConnectionError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"{self._command()[0]} not ready after {timeout}s:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self._log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._proc is not None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+
+
+def backfill_blocks(series: Iterable[Series], workdir: Path) -> Path:
+    """Write OpenMetrics and let promtool turn it into TSDB blocks; returns the blocks directory."""
+    promtool = require_binary("promtool")
+    workdir.mkdir(parents=True, exist_ok=True)
+    source, blocks = workdir / "fleet.om", workdir / "blocks"
+    with source.open("w", encoding="utf-8") as fh:
+        write_openmetrics(series, fh)
+    result = subprocess.run(
+        [promtool, "tsdb", "create-blocks-from", "openmetrics", str(source), str(blocks)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    source.unlink()
+    if result.returncode != 0:
+        raise RuntimeError(f"promtool backfill failed:\n{result.stdout}\n{result.stderr}")
+    return blocks
+
+
+class PrometheusServer(_Server):
+    """Debian's Prometheus over a private copy of backfilled blocks (the original stays pristine)."""
+
+    ready_path = "/-/ready"
+
+    def __init__(self, workdir: Path, blocks: Path | None = None, config: str = "global: {}\n") -> None:
+        super().__init__(workdir)
+        self.binary = require_binary("prometheus")
+        self.data = workdir / "data"
+        if blocks is not None:
+            shutil.copytree(blocks, self.data)
+        self.config_path = workdir / "prometheus.yml"
+        self.config_path.write_text(config, encoding="utf-8")
+
+    def _command(self) -> list[str]:
+        return [
+            self.binary,
+            f"--config.file={self.config_path}",
+            f"--storage.tsdb.path={self.data}",
+            "--storage.tsdb.retention.time=100y",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            "--web.enable-lifecycle",
+            "--log.level=warn",
+        ]
+
+
+class VictoriaMetricsServer(_Server):
+    """Debian's VictoriaMetrics single-node, fed through its Prometheus text import endpoint."""
+
+    ready_path = "/health"
+
+    def __init__(self, workdir: Path) -> None:
+        super().__init__(workdir)
+        self.binary = require_binary("victoria-metrics")
+
+    def _command(self) -> list[str]:
+        return [
+            self.binary,
+            f"-storageDataPath={self.workdir / 'data'}",
+            f"-httpListenAddr=127.0.0.1:{self.port}",
+            "-retentionPeriod=100y",
+            "-search.latencyOffset=0s",
+            "-loggerLevel=ERROR",
+        ]
+
+    def import_series(self, series: Iterable[Series]) -> None:
+        with requests.Session() as http:
+            for chunk in prometheus_text_chunks(series):
+                r = http.post(f"{self.url}/api/v1/import/prometheus", data=chunk, timeout=120)
+                r.raise_for_status()
+            # Make the imported samples searchable now rather than after the next periodic flush.
+            http.get(f"{self.url}/internal/force_flush", timeout=60).raise_for_status()
