@@ -32,7 +32,9 @@ def _finding(**overrides: object) -> Finding:
 
 
 def test_json_round_trip_keeps_every_field() -> None:
-    report = FindingsReport(window=WINDOW, generated_at=END, source="http://prom:9090", findings=(_finding(),))
+    report = FindingsReport(
+        window=WINDOW, generated_at=END, source="http://prom:9090", findings=(_finding(),)
+    )
     again = FindingsReport.from_json(report.to_json())
     assert again == report
     assert again.findings[0].gpu_count == 2
@@ -80,7 +82,9 @@ def test_unknown_is_never_actionable() -> None:
     [
         pytest.param(lambda d: d.update(kind="sleepy"), "kind", id="unknown-kind"),
         pytest.param(lambda d: d.update(confidence=1.5), "confidence", id="confidence-above-one"),
-        pytest.param(lambda d: d["window"].update(start="2026-01-04T18:00:00"), "window.start", id="naive-timestamp"),
+        pytest.param(
+            lambda d: d["window"].update(start="2026-01-04T18:00:00"), "window.start", id="naive-timestamp"
+        ),
         pytest.param(lambda d: d.update(gpu_count=3), "gpu_count", id="gpu-count-disagrees"),
         pytest.param(lambda d: d.update(colour="red"), "colour", id="unknown-field"),
     ],

@@ -376,3 +376,21 @@ def test_overbooked_node_is_refused() -> None:
 def test_unknown_builtin_lists_the_available_ones() -> None:
     with pytest.raises(ScenarioError, match="standard"):
         load_scenario("no-such-scenario")
+
+
+def test_synthetic_fleets_are_deterministic_and_cover_every_verdict() -> None:
+    from analyzer.simulate import synthetic_scenario
+
+    a, b = synthetic_scenario(400, seed=3), synthetic_scenario(400, seed=3)
+    assert a == b
+    assert sum(n.gpus for n in a.nodes) == 400
+    fleet = simulate(a)
+    kinds = {e.kind for e in expected_findings(fleet).values()}
+    assert kinds >= {
+        FindingKind.IDLE_ENDPOINT,
+        FindingKind.LOW_UTILIZATION,
+        FindingKind.DATALOADER_STARVATION,
+        FindingKind.UNKNOWN,
+        None,
+    }
+    assert synthetic_scenario(400, seed=4) != a

@@ -10,6 +10,7 @@ Used by ``gpu-reaper demo``, the test-suite and the benchmarks::
 
 from analyzer.simulate.exposition import prometheus_text_chunks, write_openmetrics
 from analyzer.simulate.fleet import UTIL_BUCKETS, Fleet, Pod, Series, Slot, gpu_uuid, simulate
+from analyzer.simulate.generate import synthetic_scenario
 from analyzer.simulate.scenario import (
     Behaviour,
     NodeSpec,
@@ -42,5 +43,6 @@ __all__ = [
     "prometheus_text_chunks",
     "score",
     "simulate",
+    "synthetic_scenario",
     "write_openmetrics",
 ]
