@@ -1,0 +1,149 @@
+"""Which pod holds which GPU, and how much of a shared GPU each pod uses. Pure functions of plain data.
+
+Device ids as device plugins report them to the kubelet:
+
+* ``GPU-<uuid>`` / ``MIG-<uuid>``: NVIDIA device plugin, ``deviceIDStrategy: uuid`` (the default);
+* ``<uuid>::<n>``: the n-th replica of a time-sliced or MPS-shared GPU (NVIDIA device plugin);
+* ``<index>`` / ``nvidia<index>``: index strategy, and GKE's plugin;
+* ``nvidia<index>/vgpu<n>``, ``nvidia<index>/gi<id>[/vgpu<n>]``: GKE's shared GPUs and MIG partitions.
+
+The replica number becomes the ``vgpu`` label, as in dcgm-exporter.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import NamedTuple
+
+from exporter.nvml import ProcessMemory, ProcessUtilization
+from exporter.podresources import ContainerDevices
+
+_GKE = re.compile(r"^(?:nvidia)?(\d+)(?:/gi(\d+))?(?:/vgpu(\d+))?$")
+
+
+class Holder(NamedTuple):
+    """A container that holds a device (a whole GPU, a MIG instance, or one replica of a shared GPU)."""
+
+    namespace: str
+    pod: str
+    container: str
+    vgpu: str | None = None
+
+
+class PodName(NamedTuple):
+    namespace: str
+    name: str
+
+
+class PodUsage(NamedTuple):
+    """One pod's share of a shared device: SM utilization (%) and frame-buffer bytes held."""
+
+    holder: Holder
+    sm_percent: float | None
+    memory_bytes: int | None
+
+
+def index_key(gpu_index: int, gpu_instance_id: int | None = None) -> str:
+    """Lookup key for devices the plugin names by index."""
+    return f"index:{gpu_index}" if gpu_instance_id is None else f"index:{gpu_index}/gi:{gpu_instance_id}"
+
+
+def parse_device_id(device_id: str) -> tuple[str, str | None]:
+    """``(key, replica)``: the key names a GPU or MIG device by UUID or index; replica is ``None``
+    unless the device is one replica of a shared GPU."""
+    if "::" in device_id:
+        key, _, replica = device_id.partition("::")
+        return key, replica
+    match = _GKE.match(device_id)
+    if match:
+        gpu, gi, vgpu = match.groups()
+        return index_key(int(gpu), None if gi is None else int(gi)), vgpu
+    return device_id, None
+
+
+def allocations(containers: Iterable[ContainerDevices]) -> dict[str, tuple[Holder, ...]]:
+    """Device key → the containers holding it, for NVIDIA resources only."""
+    found: dict[str, list[Holder]] = {}
+    for assignment in containers:
+        if not assignment.resource_name.startswith("nvidia.com/"):
+            continue
+        for device_id in assignment.device_ids:
+            key, replica = parse_device_id(device_id)
+            holder = Holder(assignment.namespace, assignment.pod, assignment.container, replica)
+            found.setdefault(key, []).append(holder)
+    return {key: tuple(sorted(holders)) for key, holders in found.items()}
+
+
+def holders_of(
+    allocated: Mapping[str, tuple[Holder, ...]],
+    uuid: str,
+    gpu_index: int,
+    gpu_instance_id: int | None = None,
+) -> tuple[Holder, ...]:
+    """Holders of the device with this UUID (a GPU's or a MIG device's) under any naming scheme."""
+    return allocated.get(uuid, ()) + allocated.get(index_key(gpu_index, gpu_instance_id), ())
+
+
+def is_shared(holders: Sequence[Holder]) -> bool:
+    """Shared devices get per-pod series; an exclusively held one gets pod labels on every series."""
+    return len(holders) > 1 or any(h.vgpu is not None for h in holders)
+
+
+def pod_usage(
+    holders: Sequence[Holder],
+    processes: Sequence[ProcessMemory] | None,
+    utilization: Sequence[ProcessUtilization] | None,
+    pid_uids: Mapping[int, str],
+    uid_names: Mapping[str, PodName],
+) -> list[PodUsage]:
+    """Each holding pod's SM utilization and memory on a shared device, from NVML's per-process data.
+
+    PIDs map to pods through their cgroup (``pid_uids``) and the node's pod directory (``uid_names``).
+    A pod that holds a replica but runs nothing on the device uses 0 — exactly the waste to show.
+    Where NVML gave no process list, or no pod names are known, usage is unknown: nothing is returned
+    rather than a misleading 0 for every pod.
+    """
+    if processes is None or not uid_names:
+        return []
+    pods: dict[PodName, list[Holder]] = {}
+    for holder in holders:
+        pods.setdefault(PodName(holder.namespace, holder.pod), []).append(holder)
+
+    memory: dict[PodName, int] = {}
+    memory_known: set[PodName] = set()
+    for process in processes:
+        pod = _pod_of(process.pid, pid_uids, uid_names)
+        if pod in pods:
+            memory[pod] = memory.get(pod, 0) + (process.used_bytes or 0)
+            if process.used_bytes is not None:
+                memory_known.add(pod)
+
+    sm: dict[PodName, float] = {}
+    if utilization is not None:
+        per_pid: dict[int, list[int]] = {}
+        for sample in utilization:
+            per_pid.setdefault(sample.pid, []).append(sample.sm_percent)
+        for pid, values in per_pid.items():
+            pod = _pod_of(pid, pid_uids, uid_names)
+            if pod in pods:
+                sm[pod] = sm.get(pod, 0.0) + sum(values) / len(values)
+
+    usage = []
+    for pod, pod_holders in sorted(pods.items()):
+        running = pod in memory
+        replicas = sorted({h.vgpu for h in pod_holders if h.vgpu is not None})
+        holder = Holder(pod.namespace, pod.name, pod_holders[0].container, ",".join(replicas) or None)
+        usage.append(
+            PodUsage(
+                holder,
+                sm_percent=None if utilization is None else min(sm.get(pod, 0.0), 100.0),
+                memory_bytes=(memory[pod] if pod in memory_known else None) if running else 0,
+            )
+        )
+    return usage
+
+
+def _pod_of(pid: int, pid_uids: Mapping[int, str], uid_names: Mapping[str, PodName]) -> PodName | None:
+    uid = pid_uids.get(pid)
+    return None if uid is None else uid_names.get(uid)

@@ -1,0 +1,84 @@
+"""One collection cycle: NVML readings + the cached pod view → a new snapshot."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+
+from exporter.attribution import holders_of, is_shared
+from exporter.cgroups import PodUidResolver
+from exporter.nvml import DeviceIdentity, Nvml
+from exporter.pods import EMPTY_VIEW, PodView, PodViewSource
+from exporter.reader import GpuReader, MigLabels, NodeReading
+from exporter.snapshot import Counters, Snapshot, SnapshotBuilder
+from exporter.xid import XidCounter, XidWatcher
+
+
+class Cycle:
+    """Runs one collection; the collection loop calls :meth:`run` every interval."""
+
+    def __init__(
+        self,
+        nvml: Nvml,
+        builder: SnapshotBuilder,
+        *,
+        pods: PodViewSource | None = None,
+        pid_resolver: PodUidResolver | None = None,
+        xid_counter: XidCounter | None = None,
+        xid_watcher: XidWatcher | None = None,
+        wall_clock: Callable[[], float] = time.time,
+        timer: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self._nvml = nvml
+        self._reader = GpuReader(nvml)
+        self._builder = builder
+        self._pods = pods
+        self._pid_resolver = pid_resolver
+        self._xids = xid_counter or XidCounter()
+        self._watcher = xid_watcher
+        self._wall_clock = wall_clock
+        self._timer = timer
+
+    def run(self) -> Snapshot:
+        started = self._timer()
+        view = EMPTY_VIEW if self._pods is None else self._pods.view()
+        reading = self._read(view)
+        if self._watcher is not None:
+            if self._nvml.needs_init:
+                self._watcher.request_pause()  # parked by the next cycle, which re-initialises NVML
+            elif reading.ok:
+                self._watcher.watch(self._nvml.generation, self._reader.handles)
+        pid_uids: dict[int, str] = {}
+        if self._pid_resolver is not None:
+            pids = {p.pid for d in reading.devices for p in d.processes or ()}
+            pids.update(s.pid for d in reading.devices for s in d.process_utilization or ())
+            pid_uids = self._pid_resolver.resolve(pids)
+        counters = Counters(
+            xids=self._xids.counts(),
+            last_xid=self._xids.last(),
+            nvml_errors=self._nvml.error_counts(),
+            kubelet_errors=0 if self._pods is None else self._pods.errors,
+        )
+        return self._builder.build(
+            reading,
+            view,
+            pid_uids,
+            counters,
+            taken_at=self._wall_clock(),
+            duration_s=self._timer() - started,
+        )
+
+    def _read(self, view: PodView) -> NodeReading:
+        def shared(gpu: DeviceIdentity, mig: MigLabels | None) -> bool:
+            if mig is None:
+                return is_shared(holders_of(view.allocated, gpu.uuid, gpu.gpu_index))
+            return is_shared(holders_of(view.allocated, mig.uuid, gpu.gpu_index, mig.gpu_instance_id))
+
+        # (Re-)initialising NVML while the XID thread waits on an event set is not allowed.
+        watcher = self._watcher
+        with watcher.paused() if watcher is not None and self._nvml.needs_init else nullcontext():
+            return self._reader.read(shared if view.allocated and self._pid_resolver else None)
+
+    def shutdown(self) -> None:
+        self._nvml.shutdown()

@@ -1,0 +1,628 @@
+"""The NVML adapter: the only module in the project that imports ``pynvml``.
+
+Every NVML call goes through :meth:`Nvml._call`, which decides what an error means:
+
+* ``NOT_SUPPORTED`` — the reading does not exist on this GPU: the accessor returns ``None`` and the
+  sample is left out (never NaN). Not counted as an error.
+* ``FUNCTION_NOT_FOUND`` — the driver is older than the binding: logged once, counted once, and the
+  function is never called again in this process.
+* ``GPU_IS_LOST``, ``UNINITIALIZED``, ``DRIVER_NOT_LOADED`` — :class:`GpuLost` is raised so the caller
+  marks that GPU down, and :attr:`Nvml.needs_init` asks for NVML to be re-initialised on the next cycle.
+* anything else — counted, logged once per (call, code), and the reading is left out.
+
+Readings come back as NamedTuples in NVML's own units; each docstring names the matching
+``nvidia-smi --query-gpu=`` field where one exists. Constants (error codes, field ids, sampling types)
+are read from the real binding; functions and the GPM struct come from ``library``, so a fake with
+the same calls (``exporter.simulate``) can stand in for the driver while everything above runs as in
+production.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import math
+import threading
+from collections.abc import Hashable, Iterable
+from typing import Any, Final, NamedTuple
+
+import pynvml
+
+log = logging.getLogger(__name__)
+
+#: An opaque device handle: a ctypes pointer from the real library, any hashable object from a fake.
+Handle = Any
+
+_ERROR_NAMES: Final[dict[int, str]] = {
+    getattr(pynvml, name): name.removeprefix("NVML_ERROR_")
+    for name in dir(pynvml)
+    if name.startswith("NVML_ERROR_")
+}
+_SUCCESS: Final = pynvml.NVML_SUCCESS
+_NOT_SUPPORTED: Final = pynvml.NVML_ERROR_NOT_SUPPORTED
+_FUNCTION_NOT_FOUND: Final = pynvml.NVML_ERROR_FUNCTION_NOT_FOUND
+#: "Nothing newer than the timestamp" (samples) and "empty slot" (MIG devices).
+_NOTHING_NEW: Final = frozenset({pynvml.NVML_ERROR_NOT_FOUND})
+_TIMED_OUT: Final = frozenset({pynvml.NVML_ERROR_TIMEOUT})
+#: Profile indices a GPU model does not offer.
+_NO_SUCH_PROFILE: Final = frozenset({pynvml.NVML_ERROR_INVALID_ARGUMENT, pynvml.NVML_ERROR_NOT_FOUND})
+#: Codes after which no call on the device (or on NVML) can succeed until NVML is re-initialised.
+_LOST_CODES: Final = frozenset(
+    {pynvml.NVML_ERROR_GPU_IS_LOST, pynvml.NVML_ERROR_UNINITIALIZED, pynvml.NVML_ERROR_DRIVER_NOT_LOADED}
+)
+
+_XID_EVENTS: Final[int] = pynvml.nvmlEventTypeXidCriticalError
+
+#: Field ids read in one nvmlDeviceGetFieldValues call per GPU (instead of three calls).
+FIELD_POWER_INSTANT: Final[int] = pynvml.NVML_FI_DEV_POWER_INSTANT
+FIELD_TOTAL_ENERGY: Final[int] = pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION
+FIELD_PCIE_REPLAY: Final[int] = pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER
+_FIELD_IDS: Final = (FIELD_POWER_INSTANT, FIELD_TOTAL_ENERGY, FIELD_PCIE_REPLAY)
+
+#: GPM metric ids, in the order of :class:`GpmReading`'s fields.
+GPM_METRIC_IDS: Final[tuple[int, ...]] = (
+    pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL,
+    pynvml.NVML_GPM_METRIC_SM_UTIL,
+    pynvml.NVML_GPM_METRIC_SM_OCCUPANCY,
+    pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL,
+    pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL,
+)
+
+_VALUE_MEMBERS: Final[dict[int, str]] = {
+    pynvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
+    pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal",
+    pynvml.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: "usVal",
+}
+#: Reported by NVML for per-process memory it cannot attribute (e.g. no permission).
+_VALUE_NOT_AVAILABLE: Final = 2**64 - 1
+
+
+class _Missing:
+    """Sentinel type: the call produced no reading."""
+
+
+class _Empty:
+    """Sentinel type: the call succeeded in saying "nothing new" (e.g. no samples since a timestamp)."""
+
+
+_MISSING: Final = _Missing()
+_EMPTY: Final = _Empty()
+
+
+class NvmlError(Exception):
+    """Base class of the adapter's own errors."""
+
+
+class NvmlUnavailable(NvmlError):
+    """NVML cannot be used at all: no library, no driver, or initialisation failed."""
+
+
+class GpuLost(NvmlError):
+    """A call reported that the GPU (or NVML itself) is gone; re-initialise before trusting NVML again."""
+
+    def __init__(self, call: str, code: str) -> None:
+        super().__init__(f"{call}: {code}")
+        self.call = call
+        self.code = code
+
+
+def nvml_error(code: str) -> Exception:
+    """The exception the real binding raises for ``NVML_ERROR_<code>`` — for fakes at this boundary."""
+    return pynvml.NVMLError(getattr(pynvml, "NVML_ERROR_" + code))
+
+
+class DeviceIdentity(NamedTuple):
+    """What identifies a physical GPU. nvidia-smi: ``index,uuid,name,pci.bus_id``."""
+
+    gpu_index: int
+    uuid: str
+    name: str
+    pci_bus_id: str
+
+
+class UtilizationRates(NamedTuple):
+    """Percent of the last sample period (1/6 s to 1 s) the engines were busy.
+
+    nvidia-smi: ``utilization.gpu``, ``utilization.memory``. Not supported on MIG instances.
+    """
+
+    gpu: int
+    memory: int
+
+
+class MemoryInfo(NamedTuple):
+    """Frame-buffer memory in bytes. nvidia-smi: ``memory.total``, ``memory.used``, ``memory.free`` (MiB)."""
+
+    total: int
+    used: int
+    free: int
+
+
+class Clocks(NamedTuple):
+    """Current clocks in MHz. nvidia-smi: ``clocks.sm``, ``clocks.mem``."""
+
+    sm: int | None
+    memory: int | None
+
+
+class FieldReadings(NamedTuple):
+    """Readings batched through one ``nvmlDeviceGetFieldValues`` call.
+
+    ``power_mw``: board power in milliwatts (nvidia-smi ``power.draw.instant``);
+    ``energy_mj``: energy since the driver loaded, millijoules (no nvidia-smi query field);
+    ``pcie_replays``: PCIe replay counter (nvidia-smi ``-q``: "Replays Since Reset").
+    """
+
+    power_mw: float | None
+    energy_mj: float | None
+    pcie_replays: float | None
+
+
+class UtilizationSample(NamedTuple):
+    """One entry of NVML's sub-second GPU-utilization buffer (``nvmlDeviceGetSamples``).
+
+    ``timestamp_us``: CPU timestamp in microseconds; ``percent``: 0–100. nvidia-smi: none (it shows the
+    average); ``nvidia-smi -q -d UTILIZATION`` shows the min/max/avg of this buffer.
+    """
+
+    timestamp_us: int
+    percent: int
+
+
+class ProcessMemory(NamedTuple):
+    """A compute process and the frame-buffer bytes it holds (``None`` when NVML cannot tell).
+
+    nvidia-smi: ``--query-compute-apps=pid,used_memory``.
+    """
+
+    pid: int
+    used_bytes: int | None
+
+
+class ProcessUtilization(NamedTuple):
+    """Per-process SM and memory-controller utilization, percent, for one sample.
+
+    nvidia-smi: ``pmon`` columns ``sm`` and ``mem``.
+    """
+
+    pid: int
+    timestamp_us: int
+    sm_percent: int
+    memory_percent: int
+
+
+class MigInstance(NamedTuple):
+    """A MIG device (GPU instance + compute instance) on a parent GPU.
+
+    nvidia-smi: ``-L`` lists ``MIG <profile> Device <n>: (UUID: MIG-…)``; ``mig -lgi`` shows the GPU instance
+    id and profile.
+    """
+
+    handle: Handle
+    uuid: str
+    gpu_instance_id: int
+    compute_instance_id: int | None
+    profile: str
+
+
+class GpmReading(NamedTuple):
+    """GPU Performance Monitoring ratios (0–1) over the interval between two samples (Hopper and newer).
+
+    nvidia-smi: ``dmon --gpm-metrics`` 1 (graphics), 2 (SM), 3 (SM occupancy), 5 (any tensor), 10 (DRAM).
+    """
+
+    graphics_active: float | None
+    sm_active: float | None
+    sm_occupancy: float | None
+    tensor_active: float | None
+    dram_active: float | None
+
+
+class XidEvent(NamedTuple):
+    """An XID critical error reported by the driver. nvidia-smi: none; the kernel log shows ``NVRM: Xid``."""
+
+    uuid: str | None
+    xid: int
+
+
+class XidEventSet(NamedTuple):
+    """An NVML event set with the devices registered on it, valid for one NVML initialisation."""
+
+    handle: Any
+    devices: dict[Hashable, str]
+    generation: int
+
+
+def _handle_key(handle: Handle) -> Hashable:
+    """A key that is equal for two handles to the same device (ctypes pointers compare by identity)."""
+    if isinstance(handle, ctypes._Pointer):
+        address: Hashable = ctypes.cast(handle, ctypes.c_void_p).value
+        return address
+    fake: Hashable = handle
+    return fake
+
+
+def _text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def _union_value(value_type: int, union: Any) -> float | None:
+    member = _VALUE_MEMBERS.get(value_type)
+    return None if member is None else float(getattr(union, member))
+
+
+class Nvml:
+    """Thread-safe wrapper over an NVML binding (``pynvml`` in production, a fake in simulation and tests)."""
+
+    def __init__(self, library: Any = pynvml) -> None:
+        self._lib = library
+        self._lock = threading.Lock()
+        self._errors: dict[tuple[str, str], int] = {}
+        self._missing_functions: set[str] = set()
+        self._warned: set[tuple[str, str]] = set()
+        self._initialised = False
+        self._needs_reinit = False
+        self._generation = 0
+        # Per-initialisation caches; handles and GPM samples die with the NVML session.
+        self._gpm_supported: dict[Hashable, bool] = {}
+        self._gpm_previous: dict[Hashable, Any] = {}
+        self._mig_profiles: dict[Hashable, dict[int, str]] = {}
+
+    # -- the chokepoint -------------------------------------------------------------------------------
+
+    def _call(self, name: str, *args: Any, empty_on: frozenset[int] = frozenset()) -> Any:
+        """Call ``library.<name>(*args)``.
+
+        Returns :data:`_MISSING` where there is no reading and :data:`_EMPTY` for the codes in
+        ``empty_on``, which that call uses to say "nothing new".
+        """
+        if name in self._missing_functions:
+            return _MISSING
+        try:
+            return getattr(self._lib, name)(*args)
+        except pynvml.NVMLError as exc:
+            if exc.value in empty_on:
+                return _EMPTY
+            return self._failed(name, exc.value)
+
+    def _failed(self, call: str, code: int) -> _Missing:
+        if code == _NOT_SUPPORTED:
+            return _MISSING
+        code_name = _ERROR_NAMES.get(code, str(code))
+        with self._lock:
+            self._errors[(call, code_name)] = self._errors.get((call, code_name), 0) + 1
+            first = (call, code_name) not in self._warned
+            self._warned.add((call, code_name))
+            if code == _FUNCTION_NOT_FOUND:
+                self._missing_functions.add(call)
+        if code == _FUNCTION_NOT_FOUND:
+            log.warning("NVML function %s is not in this driver; its readings are left out", call)
+            return _MISSING
+        if code in _LOST_CODES:
+            self._needs_reinit = True
+            if first:
+                log.error("NVML %s failed with %s; GPU marked down, NVML re-initialised", call, code_name)
+            raise GpuLost(call, code_name)
+        log.log(logging.WARNING if first else logging.DEBUG, "NVML %s failed with %s", call, code_name)
+        return _MISSING
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+
+    @property
+    def needs_init(self) -> bool:
+        """True before the first successful init and after a call reported a lost GPU or driver."""
+        return not self._initialised or self._needs_reinit
+
+    @property
+    def generation(self) -> int:
+        """Incremented on every successful (re-)initialisation; handles from older generations are void."""
+        return self._generation
+
+    def init(self) -> None:
+        """Initialise NVML, shutting down a previous session first. Raises :class:`NvmlUnavailable`."""
+        if self._initialised:
+            self.shutdown()
+        try:
+            self._lib.nvmlInit()
+        except pynvml.NVMLError as exc:
+            code_name = _ERROR_NAMES.get(exc.value, str(exc.value))
+            with self._lock:
+                self._errors[("nvmlInit", code_name)] = self._errors.get(("nvmlInit", code_name), 0) + 1
+            raise NvmlUnavailable(f"nvmlInit: {code_name}") from exc
+        self._initialised = True
+        self._needs_reinit = False
+        self._generation += 1
+
+    def shutdown(self) -> None:
+        """Free per-session resources and shut NVML down; errors are irrelevant at this point."""
+        for sample in self._gpm_previous.values():
+            self._quiet("nvmlGpmSampleFree", sample)
+        self._gpm_previous.clear()
+        self._gpm_supported.clear()
+        self._mig_profiles.clear()
+        if self._initialised:
+            self._quiet("nvmlShutdown")
+        self._initialised = False
+
+    def _quiet(self, name: str, *args: Any) -> None:
+        try:
+            getattr(self._lib, name)(*args)
+        except pynvml.NVMLError as exc:
+            log.debug("NVML %s during cleanup failed with %s", name, _ERROR_NAMES.get(exc.value, exc.value))
+
+    def error_counts(self) -> dict[tuple[str, str], int]:
+        """Errors so far by (NVML function, NVML error code name), excluding NOT_SUPPORTED."""
+        with self._lock:
+            return dict(self._errors)
+
+    # -- inventory ------------------------------------------------------------------------------------
+
+    def driver_version(self) -> str | None:
+        """Kernel driver version. nvidia-smi: ``driver_version``."""
+        version = self._call("nvmlSystemGetDriverVersion")
+        return None if version is _MISSING else _text(version)
+
+    def device_count(self) -> int:
+        """Number of physical GPUs NVML can see. nvidia-smi: ``count``."""
+        count = self._call("nvmlDeviceGetCount")
+        if count is _MISSING:
+            raise NvmlUnavailable("nvmlDeviceGetCount returned no count")
+        return int(count)
+
+    def handle(self, index: int) -> Handle | None:
+        """The handle of GPU ``index``; raises :class:`GpuLost` for a GPU that fell off the bus."""
+        handle = self._call("nvmlDeviceGetHandleByIndex", index)
+        return None if handle is _MISSING else handle
+
+    def identity(self, index: int, handle: Handle) -> DeviceIdentity | None:
+        uuid = self._call("nvmlDeviceGetUUID", handle)
+        if uuid is _MISSING:
+            return None
+        name = self._call("nvmlDeviceGetName", handle)
+        pci = self._call("nvmlDeviceGetPciInfo", handle)
+        return DeviceIdentity(
+            gpu_index=index,
+            uuid=_text(uuid),
+            name="" if name is _MISSING else _text(name),
+            pci_bus_id="" if pci is _MISSING else _text(pci.busId),
+        )
+
+    # -- per-device readings --------------------------------------------------------------------------
+
+    def utilization(self, handle: Handle) -> UtilizationRates | None:
+        rates = self._call("nvmlDeviceGetUtilizationRates", handle)
+        return None if rates is _MISSING else UtilizationRates(int(rates.gpu), int(rates.memory))
+
+    def memory(self, handle: Handle) -> MemoryInfo | None:
+        info = self._call("nvmlDeviceGetMemoryInfo", handle)
+        return None if info is _MISSING else MemoryInfo(int(info.total), int(info.used), int(info.free))
+
+    def temperature_c(self, handle: Handle) -> int | None:
+        """GPU core temperature, °C. nvidia-smi: ``temperature.gpu``."""
+        value = self._call("nvmlDeviceGetTemperature", handle, pynvml.NVML_TEMPERATURE_GPU)
+        return None if value is _MISSING else int(value)
+
+    def clocks(self, handle: Handle) -> Clocks:
+        sm = self._call("nvmlDeviceGetClockInfo", handle, pynvml.NVML_CLOCK_SM)
+        mem = self._call("nvmlDeviceGetClockInfo", handle, pynvml.NVML_CLOCK_MEM)
+        return Clocks(None if sm is _MISSING else int(sm), None if mem is _MISSING else int(mem))
+
+    def encoder_percent(self, handle: Handle) -> int | None:
+        """Video encoder utilization, %. nvidia-smi: ``utilization.encoder``."""
+        value = self._call("nvmlDeviceGetEncoderUtilization", handle)
+        return None if value is _MISSING else int(value[0])
+
+    def decoder_percent(self, handle: Handle) -> int | None:
+        """Video decoder utilization, %. nvidia-smi: ``utilization.decoder``."""
+        value = self._call("nvmlDeviceGetDecoderUtilization", handle)
+        return None if value is _MISSING else int(value[0])
+
+    def fields(self, handle: Handle) -> FieldReadings:
+        """Power, energy and PCIe replays in one call; power falls back to nvmlDeviceGetPowerUsage."""
+        found: dict[int, float] = {}
+        values = self._call("nvmlDeviceGetFieldValues", handle, list(_FIELD_IDS))
+        if values is not _MISSING:
+            for value in values:
+                if value.nvmlReturn == _SUCCESS:
+                    number = _union_value(int(value.valueType), value.value)
+                    if number is not None:
+                        found[int(value.fieldId)] = number
+                else:
+                    self._failed(f"nvmlDeviceGetFieldValues[{int(value.fieldId)}]", int(value.nvmlReturn))
+        power = found.get(FIELD_POWER_INSTANT)
+        if power is None:
+            usage = self._call("nvmlDeviceGetPowerUsage", handle)
+            power = None if usage is _MISSING else float(usage)
+        return FieldReadings(power, found.get(FIELD_TOTAL_ENERGY), found.get(FIELD_PCIE_REPLAY))
+
+    def utilization_samples(self, handle: Handle, since_us: int) -> tuple[UtilizationSample, ...] | None:
+        """Samples newer than ``since_us``; ``()`` when none are new, ``None`` where unsupported."""
+        kind = pynvml.NVML_GPU_UTILIZATION_SAMPLES
+        result = self._call("nvmlDeviceGetSamples", handle, kind, since_us, empty_on=_NOTHING_NEW)
+        if result is _MISSING:
+            return None
+        if result is _EMPTY:
+            return ()
+        value_type, samples = result
+        out = []
+        for sample in samples:
+            percent = _union_value(int(value_type), sample.sampleValue)
+            if percent is not None and int(sample.timeStamp) > since_us:
+                out.append(UtilizationSample(int(sample.timeStamp), round(percent)))
+        return tuple(out)
+
+    def processes(self, handle: Handle) -> tuple[ProcessMemory, ...] | None:
+        """Compute processes on the device (or MIG instance) and the memory each holds."""
+        procs = self._call("nvmlDeviceGetComputeRunningProcesses", handle)
+        if procs is _MISSING:
+            return None
+        out = []
+        for proc in procs:
+            used = proc.usedGpuMemory
+            known = used is not None and used != _VALUE_NOT_AVAILABLE
+            out.append(ProcessMemory(int(proc.pid), int(used) if known else None))
+        return tuple(out)
+
+    def process_utilization(self, handle: Handle, since_us: int) -> tuple[ProcessUtilization, ...] | None:
+        """Per-process utilization samples newer than ``since_us``; ``()`` when there are none."""
+        samples = self._call("nvmlDeviceGetProcessUtilization", handle, since_us, empty_on=_NOTHING_NEW)
+        if samples is _MISSING:
+            return None
+        if samples is _EMPTY:
+            return ()
+        return tuple(
+            ProcessUtilization(int(s.pid), int(s.timeStamp), int(s.smUtil), int(s.memUtil))
+            for s in samples
+            if int(s.timeStamp) > since_us
+        )
+
+    # -- MIG ------------------------------------------------------------------------------------------
+
+    def mig_instances(self, parent: Handle) -> tuple[MigInstance, ...]:
+        """MIG devices of ``parent``; empty when MIG is off or unsupported."""
+        mode = self._call("nvmlDeviceGetMigMode", parent)
+        if mode is _MISSING or int(mode[0]) != pynvml.NVML_DEVICE_MIG_ENABLE:
+            return ()
+        slots = self._call("nvmlDeviceGetMaxMigDeviceCount", parent)
+        if slots is _MISSING:
+            return ()
+        instances = []
+        for slot in range(int(slots)):
+            mig = self._call("nvmlDeviceGetMigDeviceHandleByIndex", parent, slot, empty_on=_NOTHING_NEW)
+            if mig is _MISSING or mig is _EMPTY:
+                continue  # NOT_FOUND: an empty slot
+            uuid = self._call("nvmlDeviceGetUUID", mig)
+            gi = self._call("nvmlDeviceGetGpuInstanceId", mig)
+            if uuid is _MISSING or gi is _MISSING:
+                continue
+            ci = self._call("nvmlDeviceGetComputeInstanceId", mig)
+            instances.append(
+                MigInstance(
+                    handle=mig,
+                    uuid=_text(uuid),
+                    gpu_instance_id=int(gi),
+                    compute_instance_id=None if ci is _MISSING else int(ci),
+                    profile=self._mig_profile(parent, mig, int(gi)),
+                )
+            )
+        return tuple(instances)
+
+    def _mig_profile(self, parent: Handle, mig: Handle, gpu_instance_id: int) -> str:
+        """Profile name such as ``1g.10gb``, as dcgm-exporter's ``GPU_I_PROFILE`` shows it."""
+        instance = self._call("nvmlDeviceGetGpuInstanceById", parent, gpu_instance_id)
+        if instance is not _MISSING:
+            info = self._call("nvmlGpuInstanceGetInfo", instance)
+            if info is not _MISSING:
+                name = self._profile_names(parent).get(int(info.profileId))
+                if name:
+                    return name
+        # Looking GPU instances up can need privileges; the MIG device's own attributes cannot.
+        attributes = self._call("nvmlDeviceGetAttributes", mig)
+        if attributes is _MISSING:
+            return ""
+        gib = math.ceil(int(attributes.memorySizeMB) / 1024)
+        return f"{int(attributes.gpuInstanceSliceCount)}g.{gib}gb"
+
+    def _profile_names(self, parent: Handle) -> dict[int, str]:
+        key = _handle_key(parent)
+        names = self._mig_profiles.get(key)
+        if names is None:
+            names = {}
+            for profile in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
+                info = self._call(
+                    "nvmlDeviceGetGpuInstanceProfileInfo",
+                    parent,
+                    profile,
+                    empty_on=_NO_SUCH_PROFILE,
+                )
+                if info is not _MISSING and info is not _EMPTY:
+                    names[int(info.id)] = _text(info.name).removeprefix("MIG ").strip()
+            self._mig_profiles[key] = names
+        return names
+
+    # -- GPM profiling --------------------------------------------------------------------------------
+
+    def gpm(self, handle: Handle, key: Hashable, gpu_instance_id: int | None = None) -> GpmReading | None:
+        """Profiling ratios since the previous call with the same ``key``; ``None`` on the first call or
+        where GPM is unsupported. ``handle`` is the physical GPU; pass ``gpu_instance_id`` for a MIG
+        instance."""
+        parent_key = _handle_key(handle)
+        supported = self._gpm_supported.get(parent_key)
+        if supported is None:
+            support = self._call("nvmlGpmQueryDeviceSupport", handle)
+            supported = support is not _MISSING and bool(support.isSupportedDevice)
+            self._gpm_supported[parent_key] = supported
+        if not supported:
+            return None
+        sample = self._call("nvmlGpmSampleAlloc")
+        if sample is _MISSING:
+            return None
+        try:
+            if gpu_instance_id is None:
+                taken = self._call("nvmlGpmSampleGet", handle, sample)
+            else:
+                taken = self._call("nvmlGpmMigSampleGet", handle, gpu_instance_id, sample)
+        except GpuLost:
+            self._quiet("nvmlGpmSampleFree", sample)
+            raise
+        if taken is _MISSING:
+            self._quiet("nvmlGpmSampleFree", sample)
+            return None
+        previous = self._gpm_previous.get(key)
+        self._gpm_previous[key] = sample
+        if previous is None:
+            return None
+        try:
+            return self._gpm_metrics(previous, sample)
+        finally:
+            self._quiet("nvmlGpmSampleFree", previous)
+
+    def _gpm_metrics(self, first: Any, second: Any) -> GpmReading | None:
+        request = self._lib.c_nvmlGpmMetricsGet_t()
+        request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+        request.numMetrics = len(GPM_METRIC_IDS)
+        request.sample1 = first
+        request.sample2 = second
+        for slot, metric_id in enumerate(GPM_METRIC_IDS):
+            request.metrics[slot].metricId = metric_id
+        result = self._call("nvmlGpmMetricsGet", request)
+        if result is _MISSING:
+            return None
+        ratios: list[float | None] = []
+        for slot in range(len(GPM_METRIC_IDS)):
+            metric = result.metrics[slot]
+            ok = metric.nvmlReturn == _SUCCESS and math.isfinite(metric.value)
+            ratios.append(min(max(float(metric.value) / 100.0, 0.0), 1.0) if ok else None)
+        return GpmReading(*ratios)
+
+    # -- XID events -----------------------------------------------------------------------------------
+
+    def xid_event_set(self, devices: Iterable[tuple[Handle, str]]) -> XidEventSet | None:
+        """An event set registered for XID critical errors on every device that supports them."""
+        event_set = self._call("nvmlEventSetCreate")
+        if event_set is _MISSING:
+            return None
+        registered: dict[Hashable, str] = {}
+        for handle, uuid in devices:
+            try:
+                done = self._call("nvmlDeviceRegisterEvents", handle, _XID_EVENTS, event_set)
+            except GpuLost:
+                continue
+            if done is not _MISSING:
+                registered[_handle_key(handle)] = uuid
+        return XidEventSet(event_set, registered, self._generation)
+
+    def wait_xid(self, event_set: XidEventSet, timeout_ms: int) -> XidEvent | None:
+        """The next XID event, or ``None`` after ``timeout_ms`` without one."""
+        data = self._call("nvmlEventSetWait", event_set.handle, timeout_ms, empty_on=_TIMED_OUT)
+        if data is _MISSING or data is _EMPTY or not int(data.eventType) & _XID_EVENTS:
+            return None
+        return XidEvent(event_set.devices.get(_handle_key(data.device)), int(data.eventData))
+
+    def free_event_set(self, event_set: XidEventSet) -> None:
+        if event_set.generation == self._generation:
+            self._quiet("nvmlEventSetFree", event_set.handle)

@@ -1,0 +1,135 @@
+"""The node's pods as the exporter needs them, kept fresh by a background thread.
+
+Two node-local sources, neither on the scrape path:
+
+* the kubelet PodResources API: which container holds which GPU (``exporter.podresources``);
+* the kubelet's pod log directory, ``/var/log/pods/<namespace>_<name>_<uid>/``: pod UID → name. The
+  PodResources API carries no UIDs, and cgroups carry nothing but UIDs; this directory joins them
+  without an API-server round trip or any RBAC. (Namespaces and pod names cannot contain ``_``.)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from exporter.attribution import Holder, PodName, allocations
+from exporter.podresources import KubeletError, PodResourcesClient
+
+log = logging.getLogger(__name__)
+
+DEFAULT_POD_LOG_DIR = Path("/var/log/pods")
+
+
+def scan_pod_log_dir(path: Path) -> dict[str, PodName]:
+    """Pod UID → (namespace, name) from the directory names under ``path``."""
+    names: dict[str, PodName] = {}
+    with os.scandir(path) as entries:
+        for entry in entries:
+            parts = entry.name.split("_")
+            if len(parts) == 3 and all(parts):
+                names[parts[2]] = PodName(parts[0], parts[1])
+    return names
+
+
+@dataclass(frozen=True)
+class PodView:
+    """What the kubelet said at one moment; never changed after construction."""
+
+    allocated: Mapping[str, tuple[Holder, ...]] = field(default_factory=dict)
+    uid_names: Mapping[str, PodName] = field(default_factory=dict)
+
+
+EMPTY_VIEW = PodView()
+
+
+class PodViewSource(Protocol):
+    """Where a collection cycle gets the current pod view from."""
+
+    @property
+    def errors(self) -> int: ...
+
+    def view(self) -> PodView: ...
+
+
+class PodViewRefresher:
+    """Refreshes a :class:`PodView` every ``refresh_s`` seconds on its own thread.
+
+    On failure the last good view is served until it is ``max_age_s`` old, then none: metrics go out
+    without pod labels rather than with stale ones. Every failure counts in :attr:`errors`.
+    """
+
+    def __init__(
+        self,
+        client: PodResourcesClient,
+        *,
+        pod_log_dir: Path | None = DEFAULT_POD_LOG_DIR,
+        refresh_s: float = 10.0,
+        max_age_s: float = 60.0,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._client = client
+        self._pod_log_dir = pod_log_dir
+        self._refresh_s = refresh_s
+        self._max_age_s = max_age_s
+        self._monotonic = monotonic
+        self._view = EMPTY_VIEW
+        self._fetched_at: float | None = None
+        self._errors = 0
+        self._log_dir_warned = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def errors(self) -> int:
+        """Failed refreshes so far (exported as ``gpu_exporter_kubelet_errors_total``)."""
+        return self._errors
+
+    def view(self) -> PodView:
+        fetched_at = self._fetched_at
+        if fetched_at is None or self._monotonic() - fetched_at > self._max_age_s:
+            return EMPTY_VIEW
+        return self._view
+
+    def refresh(self) -> bool:
+        try:
+            devices = self._client.list_devices()
+        except KubeletError as exc:
+            self._errors += 1
+            log.warning("kubelet pod resources unavailable (%s); GPUs go out without pod labels", exc)
+            return False
+        self._view = PodView(allocations(devices), self._uid_names())
+        self._fetched_at = self._monotonic()
+        return True
+
+    def _uid_names(self) -> dict[str, PodName]:
+        if self._pod_log_dir is None:
+            return {}
+        try:
+            return scan_pod_log_dir(self._pod_log_dir)
+        except OSError as exc:
+            if not self._log_dir_warned:
+                log.warning("cannot list %s (%s): shared GPUs get no per-pod usage", self._pod_log_dir, exc)
+                self._log_dir_warned = True
+            return {}
+
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="kubelet-pod-resources", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.refresh()
+            self._stop.wait(self._refresh_s)

@@ -1,0 +1,215 @@
+"""One pass over every GPU through the NVML adapter, into plain readings in DCGM's units."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from exporter import fields as f
+from exporter.nvml import (
+    DeviceIdentity,
+    GpmReading,
+    GpuLost,
+    Handle,
+    Nvml,
+    NvmlUnavailable,
+    ProcessMemory,
+    ProcessUtilization,
+)
+
+log = logging.getLogger(__name__)
+
+MIB = 1024 * 1024
+
+
+class MigLabels(NamedTuple):
+    """A MIG device as it appears in labels and in the kubelet's device ids."""
+
+    uuid: str
+    gpu_instance_id: int
+    profile: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceReading:
+    """One physical GPU, or one MIG instance of it (``mig`` set). Values are keyed by DCGM field name;
+    a field NVML does not support is absent."""
+
+    gpu: DeviceIdentity
+    mig: MigLabels | None
+    values: dict[str, float]
+    samples: tuple[int, ...] | None
+    processes: tuple[ProcessMemory, ...] | None = None
+    process_utilization: tuple[ProcessUtilization, ...] | None = None
+
+    @property
+    def uuid(self) -> str:
+        return self.gpu.uuid if self.mig is None else self.mig.uuid
+
+
+@dataclass(frozen=True, slots=True)
+class NodeReading:
+    """Everything one cycle read. ``ok`` is False when NVML itself could not be used."""
+
+    ok: bool
+    driver_version: str
+    gpus: tuple[tuple[DeviceIdentity, bool], ...]
+    devices: tuple[DeviceReading, ...]
+    error: str | None = None
+
+
+#: Chooses the devices whose per-process usage to read: (GPU, MIG device or None) → bool.
+WantsProcesses = Callable[[DeviceIdentity, MigLabels | None], bool]
+
+
+def _no_processes(_gpu: DeviceIdentity, _mig: MigLabels | None) -> bool:
+    return False
+
+
+_GPM_FIELDS = (
+    f.PROF_GR_ENGINE_ACTIVE,
+    f.PROF_SM_ACTIVE,
+    f.PROF_SM_OCCUPANCY,
+    f.PROF_PIPE_TENSOR_ACTIVE,
+    f.PROF_DRAM_ACTIVE,
+)
+
+
+def _put_gpm(values: dict[str, float], reading: GpmReading | None) -> None:
+    if reading is not None:
+        for name, ratio in zip(_GPM_FIELDS, reading, strict=True):
+            if ratio is not None:
+                values[name] = ratio
+
+
+class GpuReader:
+    """Reads all GPUs each cycle, remembering every GPU it has seen so a lost one is reported down."""
+
+    def __init__(self, nvml: Nvml) -> None:
+        self._nvml = nvml
+        self._known: dict[str, DeviceIdentity] = {}
+        self._identities: dict[int, DeviceIdentity] = {}
+        self._identities_generation = -1
+        self._driver_version = ""
+        self._sample_since: dict[str, int] = {}
+        self._process_since: dict[str, int] = {}
+        self.handles: tuple[tuple[Handle, str], ...] = ()
+
+    def read(self, wants_processes: WantsProcesses | None = None) -> NodeReading:
+        """Read every GPU. ``wants_processes(gpu, mig)`` selects the devices whose per-process usage is
+        needed — the shared ones; it costs two more calls per device."""
+        nvml = self._nvml
+        try:
+            if nvml.needs_init:
+                nvml.init()
+                self._driver_version = nvml.driver_version() or ""
+            count = nvml.device_count()
+        except (NvmlUnavailable, GpuLost) as exc:
+            return self._failed(str(exc))
+        if self._identities_generation != nvml.generation:
+            self._identities = {}
+            self._identities_generation = nvml.generation
+
+        up: set[str] = set()
+        devices: list[DeviceReading] = []
+        handles: list[tuple[Handle, str]] = []
+        for index in range(count):
+            try:
+                handle = nvml.handle(index)
+                identity = None if handle is None else self._identity(index, handle)
+                if identity is None:
+                    continue
+                self._known[identity.uuid] = identity
+                devices.extend(self._read_gpu(identity, handle, wants_processes or _no_processes))
+            except GpuLost as exc:
+                log.debug("GPU %d is down: %s", index, exc)
+                continue
+            up.add(identity.uuid)
+            handles.append((handle, identity.uuid))
+        self.handles = tuple(handles)
+        gpus = tuple((identity, uuid in up) for uuid, identity in self._known.items())
+        return NodeReading(True, self._driver_version, gpus, tuple(devices))
+
+    def _failed(self, error: str) -> NodeReading:
+        self.handles = ()
+        gpus = tuple((identity, False) for identity in self._known.values())
+        return NodeReading(False, self._driver_version, gpus, (), error)
+
+    def _identity(self, index: int, handle: Handle) -> DeviceIdentity | None:
+        identity = self._identities.get(index)
+        if identity is None:
+            identity = self._nvml.identity(index, handle)
+            if identity is not None:
+                self._identities[index] = identity
+        return identity
+
+    def _read_gpu(self, gpu: DeviceIdentity, handle: Handle, wants: WantsProcesses) -> list[DeviceReading]:
+        nvml = self._nvml
+        values: dict[str, float] = {}
+        rates = nvml.utilization(handle)
+        if rates is not None:
+            values[f.GPU_UTIL] = rates.gpu
+            values[f.MEM_COPY_UTIL] = rates.memory
+        self._put_memory(values, handle)
+        temperature = nvml.temperature_c(handle)
+        if temperature is not None:
+            values[f.GPU_TEMP] = temperature
+        clocks = nvml.clocks(handle)
+        if clocks.sm is not None:
+            values[f.SM_CLOCK] = clocks.sm
+        if clocks.memory is not None:
+            values[f.MEM_CLOCK] = clocks.memory
+        encoder = nvml.encoder_percent(handle)
+        if encoder is not None:
+            values[f.ENC_UTIL] = encoder
+        decoder = nvml.decoder_percent(handle)
+        if decoder is not None:
+            values[f.DEC_UTIL] = decoder
+        batch = nvml.fields(handle)
+        if batch.power_mw is not None:
+            values[f.POWER_USAGE] = batch.power_mw / 1000
+        if batch.energy_mj is not None:
+            values[f.TOTAL_ENERGY] = batch.energy_mj
+        if batch.pcie_replays is not None:
+            values[f.PCIE_REPLAY] = batch.pcie_replays
+        _put_gpm(values, nvml.gpm(handle, gpu.uuid))
+
+        samples = self._samples(gpu.uuid, handle)
+        processes = self._processes(gpu.uuid, handle) if wants(gpu, None) else (None, None)
+        readings = [DeviceReading(gpu, None, values, samples, *processes)]
+        for instance in nvml.mig_instances(handle):
+            mig_values: dict[str, float] = {}
+            self._put_memory(mig_values, instance.handle)
+            _put_gpm(mig_values, nvml.gpm(handle, instance.uuid, instance.gpu_instance_id))
+            labels = MigLabels(instance.uuid, instance.gpu_instance_id, instance.profile)
+            wanted = wants(gpu, labels)
+            mig_processes = self._processes(instance.uuid, instance.handle) if wanted else (None, None)
+            readings.append(DeviceReading(gpu, labels, mig_values, None, *mig_processes))
+        return readings
+
+    def _put_memory(self, values: dict[str, float], handle: Handle) -> None:
+        memory = self._nvml.memory(handle)
+        if memory is not None:
+            values[f.FB_USED] = memory.used // MIB
+            values[f.FB_FREE] = memory.free // MIB
+
+    def _samples(self, uuid: str, handle: Handle) -> tuple[int, ...] | None:
+        samples = self._nvml.utilization_samples(handle, self._sample_since.get(uuid, 0))
+        if samples is None:
+            return None
+        if not samples:
+            return ()
+        # NVML's buffer is a ring: samples need not come out in time order.
+        self._sample_since[uuid] = max(s.timestamp_us for s in samples)
+        return tuple(s.percent for s in samples)
+
+    def _processes(
+        self, uuid: str, handle: Handle
+    ) -> tuple[tuple[ProcessMemory, ...] | None, tuple[ProcessUtilization, ...] | None]:
+        processes = self._nvml.processes(handle)
+        utilization = self._nvml.process_utilization(handle, self._process_since.get(uuid, 0))
+        if utilization:
+            self._process_since[uuid] = max(s.timestamp_us for s in utilization)
+        return processes, utilization

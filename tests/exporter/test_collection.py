@@ -1,0 +1,335 @@
+"""Collection cycles through the production path (fake only at the NVML boundary), read back from a
+registry the way Prometheus would see them."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.exposition import generate_latest
+from prometheus_client.registry import CollectorRegistry
+
+from exporter.cgroups import PodUidResolver
+from exporter.collector import SnapshotCollector
+from exporter.cycle import Cycle
+from exporter.nvml import Nvml
+from exporter.podresources import PodResourcesClient
+from exporter.pods import PodViewRefresher
+from exporter.simulate import FakeNvmlLibrary
+from exporter.snapshot import Snapshot, SnapshotBuilder
+from exporter.xid import XidCounter, XidWatcher
+
+HOST = "node-a"
+BUCKETS = ("5.0", "10.0", "25.0", "50.0", "75.0", "90.0", "95.0", "+Inf")
+
+
+class Harness:
+    """A cycle, the registry serving its snapshots, and a clock to step."""
+
+    def __init__(self, library: FakeNvmlLibrary, clock: Any, **cycle_kwargs: Any) -> None:
+        self.library = library
+        self.clock = clock
+        self.nvml = Nvml(library)
+        self.xids = XidCounter()
+        self.watcher = XidWatcher(self.nvml, self.xids, wait_ms=10)
+        self.cycle = Cycle(
+            self.nvml,
+            SnapshotBuilder(HOST, version="test"),
+            xid_counter=self.xids,
+            xid_watcher=self.watcher,
+            wall_clock=clock,
+            **cycle_kwargs,
+        )
+        self.snapshot: Snapshot | None = None
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(SnapshotCollector(lambda: self.snapshot))
+
+    def run(self, advance: float = 0.0) -> Snapshot:
+        self.clock.advance(advance)
+        self.snapshot = self.cycle.run()
+        return self.snapshot
+
+    def labels(self, index: int, **extra: str) -> dict[str, str]:
+        gpu = self.library.gpus[index]
+        return {
+            "gpu": str(index),
+            "UUID": gpu.uuid,
+            "pci_bus_id": gpu.pci_bus_id,
+            "device": f"nvidia{index}",
+            "modelName": gpu.name,
+            "Hostname": HOST,
+            "DCGM_FI_DRIVER_VERSION": "550.54.15",
+            **extra,
+        }
+
+    def value(self, name: str, labels: dict[str, str]) -> float | None:
+        return self.registry.get_sample_value(name, labels)
+
+    def series(self, name: str) -> list[dict[str, str]]:
+        return [s.labels for m in self.registry.collect() for s in m.samples if s.name == name]
+
+
+@pytest.fixture
+def harness(clock: Any) -> Callable[..., Harness]:
+    return lambda library, **kwargs: Harness(library, clock, **kwargs)
+
+
+def test_registering_never_collects() -> None:
+    def explode() -> Snapshot:
+        raise AssertionError("collect() ran at registration")
+
+    registry = CollectorRegistry()  # auto_describe on: still only describe() is asked
+    registry.register(SnapshotCollector(explode))
+
+
+def test_busy_gpus_in_dcgm_units(
+    scenario: Callable[..., FakeNvmlLibrary], harness: Callable[..., Harness]
+) -> None:
+    h = harness(scenario("busy"))
+    h.run()
+    gpu0 = h.labels(0)
+    assert h.value("DCGM_FI_DEV_GPU_UTIL", gpu0) == pytest.approx(97, abs=2)
+    assert h.value("DCGM_FI_DEV_FB_USED", gpu0) == 74 * 1024  # MiB
+    assert h.value("DCGM_FI_DEV_FB_FREE", gpu0) == 81559 - 74 * 1024
+    assert h.value("DCGM_FI_DEV_POWER_USAGE", gpu0) == pytest.approx(70 + 630 * 0.97)  # W
+    assert h.value("DCGM_FI_DEV_SM_CLOCK", gpu0) == 1980
+    assert h.value("DCGM_FI_DEV_XID_ERRORS", gpu0) == 0
+    assert h.value("gpu_up", gpu0) == 1
+    assert h.value("DCGM_FI_PROF_SM_ACTIVE", gpu0) is None  # GPM needs two samples
+    h.run(advance=5)
+    assert h.value("DCGM_FI_PROF_GR_ENGINE_ACTIVE", gpu0) == pytest.approx(0.97)
+    assert h.value("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", gpu0) == pytest.approx(0.97 * 0.6)
+    assert h.value("gpu_exporter_build_info", {"version": "test"}) == 1
+    assert h.value("gpu_exporter_last_collect_timestamp_seconds", {}) == h.clock.now
+
+
+def test_unsupported_readings_are_absent_never_nan(
+    scenario: Callable[..., FakeNvmlLibrary], harness: Callable[..., Harness]
+) -> None:
+    library = scenario("idle")  # A100s: no GPM
+    library.fail("nvmlDeviceGetTemperature", "NOT_SUPPORTED")
+    h = harness(library)
+    h.run()
+    h.run(advance=5)
+    assert h.series("DCGM_FI_DEV_GPU_TEMP") == []
+    assert h.series("DCGM_FI_PROF_SM_ACTIVE") == []
+    values = [s.value for m in h.registry.collect() for s in m.samples]
+    assert not any(math.isnan(v) for v in values)
+    assert b"# TYPE DCGM_FI_DEV_GPU_TEMP" not in generate_latest(h.registry)
+    assert (
+        h.value(
+            "gpu_exporter_nvml_errors_total", {"call": "nvmlDeviceGetTemperature", "code": "NOT_SUPPORTED"}
+        )
+        is None
+    )
+
+
+def test_sample_histogram_accumulates_between_cycles(
+    scenario: Callable[..., FakeNvmlLibrary], harness: Callable[..., Harness]
+) -> None:
+    h = harness(scenario("busy"))
+    h.run()
+    first = h.value("gpu_utilization_samples_percent_count", h.labels(0))
+    h.run(advance=5)
+    gpu0 = h.labels(0)
+    count = h.value("gpu_utilization_samples_percent_count", gpu0)
+    assert first is not None and count == first + 30  # six samples a second, none counted twice
+    buckets = [h.value("gpu_utilization_samples_percent_bucket", {**gpu0, "le": le}) for le in BUCKETS]
+    assert buckets == sorted(buckets)  # cumulative
+    assert buckets[-1] == count
+    assert buckets[BUCKETS.index("90.0")] == 0  # every sample of a busy GPU is above 95 %
+    total = h.value("gpu_utilization_samples_percent_sum", gpu0)
+    assert total == pytest.approx(97 * count, rel=0.02)
+
+
+def test_sawtooth_shows_in_the_histogram_not_in_the_gauge(
+    scenario: Callable[..., FakeNvmlLibrary], harness: Callable[..., Harness]
+) -> None:
+    h = harness(scenario("sawtooth", interval_s=5.0))
+    gauges = []
+    for _ in range(6):
+        h.run(advance=5)
+        gauges.append(h.value("DCGM_FI_DEV_GPU_UTIL", h.labels(0)))
+    assert all(g is not None and g <= 10 for g in gauges)  # every cycle lands on the idle phase
+    gpu0 = h.labels(0)
+    idle = h.value("gpu_utilization_samples_percent_bucket", {**gpu0, "le": "10.0"}) or 0
+    below_busy = h.value("gpu_utilization_samples_percent_bucket", {**gpu0, "le": "90.0"}) or 0
+    count = h.value("gpu_utilization_samples_percent_count", gpu0) or 0
+    assert idle == below_busy  # nothing in between: bimodal
+    assert 0.25 < idle / count < 0.35
+    assert (count - below_busy) / count > 0.65
+
+
+def test_lost_gpu_goes_down_alone_and_comes_back(
+    scenario: Callable[..., FakeNvmlLibrary], harness: Callable[..., Harness]
+) -> None:
+    h = harness(scenario("lost-gpu", interval_s=1.0))
+    up: list[float | None] = []
+    gpu0_util: list[float | None] = []
+    gpu1_util: list[float | None] = []
+    counts = []
+    for step in range(15):
+        snapshot = h.run(advance=0 if step == 0 else 1)
+        h.watcher.poll_once()
+        assert snapshot.ok  # one GPU down is not a failed collection
+        up.append(h.value("gpu_up", h.labels(1)))
+        gpu0_util.append(h.value("DCGM_FI_DEV_GPU_UTIL", h.labels(0)))
+        gpu1_util.append(h.value("DCGM_FI_DEV_GPU_UTIL", h.labels(1)))
+        counts.append(h.value("gpu_utilization_samples_percent_count", h.labels(1)))
+    assert up == [1.0] * 4 + [0.0] * 8 + [1.0] * 3
+    assert all(v is not None for v in gpu0_util)  # the others keep flowing
+    assert [v is None for v in gpu1_util] == [False] * 4 + [True] * 8 + [False] * 3
+    before, after = counts[3], counts[12]
+    assert before is not None and after is not None and after > before  # the histogram resumes, no reset
+    assert h.value("gpu_xid_errors_total", {**h.labels(1), "xid": "79"}) == 1
+    assert h.value("DCGM_FI_DEV_XID_ERRORS", h.labels(1)) == 79
+    lost = h.value(
+        "gpu_exporter_nvml_errors_total", {"call": "nvmlDeviceGetHandleByIndex", "code": "GPU_IS_LOST"}
+    )
+    assert lost == 8  # once per cycle while lost, NVML re-initialised before each
+
+
+def test_nvml_gone_fails_the_collection_and_keeps_gpus_known(
+    scenario: Callable[..., FakeNvmlLibrary], harness: Callable[..., Harness]
+) -> None:
+    library = scenario("busy", gpus=2)
+    h = harness(library)
+    assert h.run().ok
+    library.fail("nvmlDeviceGetCount", "DRIVER_NOT_LOADED", times=1)
+    library.fail("nvmlInit", "DRIVER_NOT_LOADED", times=1)
+    failed = h.run(advance=5)
+    assert not failed.ok
+    assert [h.value("gpu_up", h.labels(i)) for i in (0, 1)] == [0, 0]
+    assert h.series("DCGM_FI_DEV_GPU_UTIL") == []
+    assert not h.run(advance=5).ok  # init fails once more
+    assert h.run(advance=5).ok
+    assert h.value("gpu_up", h.labels(0)) == 1
+
+
+def test_mig_instances_carry_instance_labels(
+    scenario: Callable[..., FakeNvmlLibrary], harness: Callable[..., Harness]
+) -> None:
+    h = harness(scenario("mig", gpus=2))
+    h.run()
+    h.run(advance=5)
+    instance = h.labels(0, GPU_I_ID="13", GPU_I_PROFILE="1g.10gb")
+    assert h.value("DCGM_FI_DEV_FB_USED", instance) == 8 * 1024
+    assert h.value("DCGM_FI_PROF_GR_ENGINE_ACTIVE", instance) == pytest.approx(0.4)
+    assert h.value("DCGM_FI_DEV_GPU_UTIL", instance) is None  # NVML has no utilization for MIG
+    mig_series = [s for s in h.series("DCGM_FI_DEV_FB_USED") if "GPU_I_ID" in s]
+    assert sorted((s["GPU_I_ID"], s["GPU_I_PROFILE"]) for s in mig_series) == [
+        ("1", "3g.40gb"),
+        ("13", "1g.10gb"),
+        ("5", "2g.20gb"),
+    ]
+    assert not [s for s in h.series("gpu_utilization_samples_percent_count") if s["gpu"] == "0"]
+    assert h.value("DCGM_FI_DEV_GPU_UTIL", h.labels(1)) is not None
+
+
+POD_UIDS = {
+    4101: "0a0a0a0a-0000-4000-8000-000000000001",
+    4102: "0a0a0a0a-0000-4000-8000-000000000002",
+    4103: "0a0a0a0a-0000-4000-8000-000000000003",
+}
+
+
+@pytest.fixture
+def node_files(tmp_path: Path) -> tuple[Path, Path]:
+    """A host /proc with the shared scenario's processes, and the kubelet's pod log directory."""
+    proc, logs = tmp_path / "proc", tmp_path / "pods"
+    for index, (pid, uid) in enumerate(POD_UIDS.items()):
+        (proc / str(pid)).mkdir(parents=True)
+        slice_ = f"kubepods-burstable-pod{uid.replace('-', '_')}.slice"
+        (proc / str(pid) / "cgroup").write_text(
+            f"0::/kubepods.slice/{slice_}/cri-containerd-{pid:064x}.scope\n"
+        )
+        (logs / f"team-a_worker-{index}_{uid}" / "main").mkdir(parents=True)
+    (logs / "team-b_solo_0b0b0b0b-0000-4000-8000-000000000001" / "main").mkdir(parents=True)
+    return proc, logs
+
+
+def test_shared_gpu_gets_per_pod_usage_and_exclusive_gpu_gets_pod_labels(
+    scenario: Callable[..., FakeNvmlLibrary],
+    harness: Callable[..., Harness],
+    kubelet: Any,
+    node_files: tuple[Path, Path],
+) -> None:
+    library = scenario("shared", gpus=2)
+    shared, solo = library.gpus[0].uuid, library.gpus[1].uuid
+    kubelet.assign(
+        *[("team-a", f"worker-{r}", "main", "nvidia.com/gpu.shared", [f"{shared}::{r}"]) for r in range(3)],
+        ("team-b", "solo", "main", "nvidia.com/gpu", [solo]),
+    )
+    proc, logs = node_files
+    pods = PodViewRefresher(PodResourcesClient(kubelet.socket_path), pod_log_dir=logs)
+    assert pods.refresh()
+    h = harness(library, pods=pods, pid_resolver=PodUidResolver(proc))
+    h.run()
+
+    def pod(name: str, vgpu: str) -> dict[str, str]:
+        return h.labels(0, pod=name, namespace="team-a", container="main", vgpu=vgpu)
+
+    assert h.value("DCGM_FI_DEV_GPU_UTIL", pod("worker-0", "0")) == pytest.approx(48, abs=2)  # 60 % of 80 %
+    assert h.value("DCGM_FI_DEV_GPU_UTIL", pod("worker-1", "1")) == pytest.approx(32, abs=2)
+    assert h.value("DCGM_FI_DEV_GPU_UTIL", pod("worker-2", "2")) == 0  # holds memory, computes nothing
+    assert h.value("DCGM_FI_DEV_FB_USED", pod("worker-0", "0")) == 20 * 1024
+    assert h.value("DCGM_FI_DEV_FB_USED", pod("worker-2", "2")) == 2 * 1024
+    assert h.value("DCGM_FI_DEV_GPU_UTIL", h.labels(0)) == pytest.approx(80, abs=2)  # whole GPU, unattributed
+    assert h.value("DCGM_FI_DEV_POWER_USAGE", pod("worker-0", "0")) is None  # device-level series stay whole
+
+    solo_labels = h.labels(1, pod="solo", namespace="team-b", container="main")
+    for name in (
+        "DCGM_FI_DEV_GPU_UTIL",
+        "DCGM_FI_DEV_FB_USED",
+        "DCGM_FI_DEV_POWER_USAGE",
+        "gpu_utilization_samples_percent_count",
+    ):
+        assert h.value(name, solo_labels) is not None, name
+    assert h.value("gpu_up", h.labels(1)) == 1  # GPU-level identity, no pod labels
+    assert h.value("gpu_exporter_kubelet_errors_total", {}) == 0
+
+
+def test_kubelet_trouble_means_no_pod_labels_and_a_counted_error(
+    scenario: Callable[..., FakeNvmlLibrary], harness: Callable[..., Harness], kubelet: Any
+) -> None:
+    library = scenario("busy", gpus=1)
+    kubelet.assign(("team-b", "solo", "main", "nvidia.com/gpu", [library.gpus[0].uuid]))
+    kubelet.hanging = True
+    pods = PodViewRefresher(PodResourcesClient(kubelet.socket_path, timeout_s=0.2), pod_log_dir=None)
+    assert not pods.refresh()
+    h = harness(library, pods=pods, pid_resolver=PodUidResolver(Path("/nonexistent")))
+    h.run()
+    assert h.value("DCGM_FI_DEV_GPU_UTIL", h.labels(0)) is not None
+    assert not [s for s in h.series("DCGM_FI_DEV_GPU_UTIL") if "pod" in s]
+    assert h.value("gpu_exporter_kubelet_errors_total", {}) == 1
+
+
+def test_mig_instance_held_by_a_pod_gets_its_labels(
+    scenario: Callable[..., FakeNvmlLibrary], harness: Callable[..., Harness], kubelet: Any
+) -> None:
+    library = scenario("mig", gpus=1)
+    kubelet.assign(("serving", "infer-0", "model", "nvidia.com/mig-1g.10gb", [library.gpus[0].mig_uuid(2)]))
+    pods = PodViewRefresher(PodResourcesClient(kubelet.socket_path), pod_log_dir=None)
+    assert pods.refresh()
+    h = harness(library, pods=pods, pid_resolver=PodUidResolver(Path("/nonexistent")))
+    h.run()
+    held = h.labels(
+        0, GPU_I_ID="13", GPU_I_PROFILE="1g.10gb", pod="infer-0", namespace="serving", container="model"
+    )
+    assert h.value("DCGM_FI_DEV_FB_USED", held) == 8 * 1024
+    assert h.value("DCGM_FI_DEV_FB_USED", h.labels(0, GPU_I_ID="1", GPU_I_PROFILE="3g.40gb")) is not None
+
+
+def test_driver_gone_right_after_init_is_a_failed_collection_not_a_crash(
+    scenario: Callable[..., FakeNvmlLibrary], harness: Callable[..., Harness]
+) -> None:
+    library = scenario("busy", gpus=1)
+    library.fail("nvmlSystemGetDriverVersion", "DRIVER_NOT_LOADED", times=1)
+    h = harness(library)
+    first = h.run()
+    assert not first.ok
+    assert "DRIVER_NOT_LOADED" in (first.error or "")
+    assert h.run(advance=5).ok

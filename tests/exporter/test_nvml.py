@@ -1,0 +1,242 @@
+"""The NVML adapter against a fake binding that raises the real pynvml exception classes."""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import pynvml
+import pytest
+
+from exporter.nvml import (
+    Clocks,
+    GpmReading,
+    GpuLost,
+    MemoryInfo,
+    Nvml,
+    NvmlUnavailable,
+    UtilizationRates,
+    _handle_key,
+    nvml_error,
+)
+from exporter.simulate import FakeGpu, FakeHandle, FakeMig, FakeNvmlLibrary, FakeProcess, constant
+
+GIB = 1024**3
+
+
+@pytest.fixture
+def library(fake_gpus: Callable[..., FakeNvmlLibrary]) -> FakeNvmlLibrary:
+    return fake_gpus(FakeGpu(0, utilization=constant(42.0)), FakeGpu(1, gpm=False))
+
+
+@pytest.fixture
+def nvml(library: FakeNvmlLibrary) -> Nvml:
+    adapter = Nvml(library)
+    adapter.init()
+    return adapter
+
+
+GPU0 = FakeHandle(0)
+
+
+@pytest.mark.parametrize(
+    ("code", "exception_class"),
+    [
+        pytest.param("NOT_SUPPORTED", pynvml.NVMLError_NotSupported, id="not-supported"),
+        pytest.param("GPU_IS_LOST", pynvml.NVMLError_GpuIsLost, id="gpu-is-lost"),
+        pytest.param("FUNCTION_NOT_FOUND", pynvml.NVMLError_FunctionNotFound, id="function-not-found"),
+    ],
+)
+def test_fakes_raise_the_real_binding_classes(code: str, exception_class: type[Exception]) -> None:
+    assert type(nvml_error(code)) is exception_class
+
+
+def test_typed_readings_in_nvml_units(nvml: Nvml) -> None:
+    assert nvml.utilization(GPU0) == UtilizationRates(gpu=42, memory=14)
+    memory = nvml.memory(GPU0)
+    assert isinstance(memory, MemoryInfo)
+    assert memory.used == 20 * GIB
+    assert memory.total == memory.used + memory.free
+    assert nvml.clocks(GPU0) == Clocks(sm=1980, memory=2619)
+    assert nvml.temperature_c(GPU0) == 50
+    identity = nvml.identity(0, GPU0)
+    assert identity is not None
+    assert identity.pci_bus_id == "00000000:18:00.0"  # decoded from the binding's bytes
+    assert identity.uuid.startswith("GPU-")
+
+
+def test_not_supported_is_absent_and_not_an_error(nvml: Nvml, library: FakeNvmlLibrary) -> None:
+    library.fail("nvmlDeviceGetTemperature", "NOT_SUPPORTED")
+    assert nvml.temperature_c(GPU0) is None
+    assert nvml.error_counts() == {}
+
+
+def test_function_not_found_is_logged_and_counted_once_then_never_called(
+    nvml: Nvml, library: FakeNvmlLibrary, caplog: pytest.LogCaptureFixture
+) -> None:
+    library.remove_function("nvmlDeviceGetEncoderUtilization")
+    with caplog.at_level(logging.WARNING, logger="exporter.nvml"):
+        results = [nvml.encoder_percent(GPU0) for _ in range(3)]
+    assert results == [None, None, None]
+    assert nvml.error_counts() == {("nvmlDeviceGetEncoderUtilization", "FUNCTION_NOT_FOUND"): 1}
+    assert sum("nvmlDeviceGetEncoderUtilization" in r.getMessage() for r in caplog.records) == 1
+    calls = library.calls
+    nvml.encoder_percent(GPU0)
+    assert library.calls == calls  # the chokepoint no longer calls it
+
+
+@pytest.mark.parametrize("code", ["GPU_IS_LOST", "UNINITIALIZED", "DRIVER_NOT_LOADED"])
+def test_lost_codes_raise_and_ask_for_reinit(nvml: Nvml, library: FakeNvmlLibrary, code: str) -> None:
+    library.fail("nvmlDeviceGetMemoryInfo", code, times=1)
+    assert not nvml.needs_init
+    with pytest.raises(GpuLost) as raised:
+        nvml.memory(GPU0)
+    assert raised.value.code == code
+    assert nvml.needs_init
+    generation = nvml.generation
+    nvml.init()
+    assert not nvml.needs_init
+    assert nvml.generation == generation + 1
+    assert nvml.memory(GPU0) is not None
+    assert nvml.error_counts() == {("nvmlDeviceGetMemoryInfo", code): 1}
+
+
+def test_other_errors_are_counted_and_leave_the_reading_out(nvml: Nvml, library: FakeNvmlLibrary) -> None:
+    library.fail("nvmlDeviceGetUtilizationRates", "UNKNOWN", times=2)
+    assert nvml.utilization(GPU0) is None
+    assert nvml.utilization(GPU0) is None
+    assert nvml.utilization(GPU0) is not None
+    assert nvml.error_counts() == {("nvmlDeviceGetUtilizationRates", "UNKNOWN"): 2}
+    assert not nvml.needs_init
+
+
+@pytest.mark.parametrize("code", ["LIBRARY_NOT_FOUND", "DRIVER_NOT_LOADED", "NO_PERMISSION"])
+def test_init_failure_is_nvml_unavailable(library: FakeNvmlLibrary, code: str) -> None:
+    library.fail("nvmlInit", code)
+    nvml = Nvml(library)
+    with pytest.raises(NvmlUnavailable, match=code):
+        nvml.init()
+    assert nvml.needs_init
+    assert nvml.error_counts() == {("nvmlInit", code): 1}
+
+
+def test_field_values_batch_power_energy_and_replays(nvml: Nvml, library: FakeNvmlLibrary) -> None:
+    calls = library.calls
+    readings = nvml.fields(GPU0)
+    assert library.calls == calls + 1  # one call for three readings
+    assert readings.power_mw == pytest.approx((70 + 630 * 0.42) * 1000)
+    assert readings.energy_mj is not None and readings.energy_mj > 0
+    assert readings.pcie_replays == 0
+
+
+def test_power_falls_back_to_power_usage_without_field_values(nvml: Nvml, library: FakeNvmlLibrary) -> None:
+    library.remove_function("nvmlDeviceGetFieldValues")
+    readings = nvml.fields(GPU0)
+    assert readings.power_mw == pytest.approx((70 + 630 * 0.42) * 1000)
+    assert readings.energy_mj is None
+    assert readings.pcie_replays is None
+
+
+def test_utilization_samples_since_a_timestamp(nvml: Nvml, clock: Any) -> None:
+    first = nvml.utilization_samples(GPU0, 0)
+    assert first  # the buffer so far
+    assert all(s.percent in range(40, 45) for s in first)
+    newest = max(s.timestamp_us for s in first)
+    assert nvml.utilization_samples(GPU0, newest) == ()  # NOT_FOUND: nothing new, not an error
+    clock.advance(1.0)
+    later = nvml.utilization_samples(GPU0, newest)
+    assert later is not None
+    assert len(later) == 6  # six per second
+    assert all(s.timestamp_us > newest for s in later)
+    assert nvml.error_counts() == {}
+
+
+def test_no_utilization_samples_on_mig(fake_gpus: Callable[..., FakeNvmlLibrary]) -> None:
+    library = fake_gpus(FakeGpu(0, mig=(FakeMig(1, 2, 4 * GIB),)))
+    nvml = Nvml(library)
+    nvml.init()
+    assert nvml.utilization_samples(FakeHandle(0), 0) is None
+    assert nvml.utilization(FakeHandle(0, 0)) is None
+
+
+def test_mig_instances_with_profile_names(fake_gpus: Callable[..., FakeNvmlLibrary]) -> None:
+    library = fake_gpus(FakeGpu(0, mig=(FakeMig(1, 2, 30 * GIB), FakeMig(13, 0, 1 * GIB))))
+    nvml = Nvml(library)
+    nvml.init()
+    instances = nvml.mig_instances(FakeHandle(0))
+    assert [(m.gpu_instance_id, m.profile) for m in instances] == [(1, "3g.40gb"), (13, "1g.10gb")]
+    assert all(m.uuid.startswith("MIG-") for m in instances)
+    assert nvml.memory(instances[1].handle) == MemoryInfo(9984 * 2**20, GIB, 9984 * 2**20 - GIB)
+
+
+def test_mig_profile_from_attributes_when_instances_need_privileges(
+    fake_gpus: Callable[..., FakeNvmlLibrary],
+) -> None:
+    library = fake_gpus(FakeGpu(0, mig=(FakeMig(5, 1, 2 * GIB),)))
+    library.fail("nvmlDeviceGetGpuInstanceById", "NO_PERMISSION")
+    nvml = Nvml(library)
+    nvml.init()
+    assert [m.profile for m in nvml.mig_instances(FakeHandle(0))] == ["2g.20gb"]
+
+
+def test_no_mig_instances_on_a_whole_gpu(nvml: Nvml) -> None:
+    assert nvml.mig_instances(GPU0) == ()
+    assert nvml.error_counts() == {}
+
+
+def test_gpm_ratios_need_two_samples(nvml: Nvml, clock: Any) -> None:
+    assert nvml.gpm(GPU0, "gpu0") is None  # first sample: nothing to compare with yet
+    clock.advance(1.0)
+    reading = nvml.gpm(GPU0, "gpu0")
+    assert isinstance(reading, GpmReading)
+    assert reading.graphics_active == pytest.approx(0.42)
+    assert reading.sm_active == pytest.approx(0.42 * 0.85)
+    assert all(0.0 <= ratio <= 1.0 for ratio in reading if ratio is not None)
+
+
+def test_gpm_absent_where_unsupported(nvml: Nvml) -> None:
+    gpu1 = FakeHandle(1)  # an A100-like device: no GPM
+    assert nvml.gpm(gpu1, "gpu1") is None
+    assert nvml.gpm(gpu1, "gpu1") is None
+    assert nvml.error_counts() == {}
+
+
+def test_processes_and_their_utilization(fake_gpus: Callable[..., FakeNvmlLibrary]) -> None:
+    processes = (FakeProcess(11, 3 * GIB, 0.5), FakeProcess(12, 1 * GIB, 0.25))
+    nvml = Nvml(fake_gpus(FakeGpu(0, utilization=constant(80.0), processes=processes)))
+    nvml.init()
+    assert [(p.pid, p.used_bytes) for p in nvml.processes(GPU0) or ()] == [(11, 3 * GIB), (12, GIB)]
+    samples = nvml.process_utilization(GPU0, 0)
+    assert samples is not None
+    assert {(s.pid, s.sm_percent) for s in samples} == {(11, 40), (12, 20)}
+    assert nvml.process_utilization(GPU0, max(s.timestamp_us for s in samples)) == ()
+
+
+def test_xid_events_name_the_gpu(fake_gpus: Callable[..., FakeNvmlLibrary], clock: Any) -> None:
+    nvml = Nvml(fake_gpus(FakeGpu(0), FakeGpu(1, xids=((2.0, 48),))))
+    nvml.init()
+    event_set = nvml.xid_event_set([(FakeHandle(0), "GPU-a"), (FakeHandle(1), "GPU-b")])
+    assert event_set is not None
+    assert nvml.wait_xid(event_set, 1000) is None  # timed out: nothing yet
+    clock.advance(1.5)
+    event = nvml.wait_xid(event_set, 1000)
+    assert event is not None and (event.uuid, event.xid) == ("GPU-b", 48)
+    assert nvml.error_counts() == {}
+
+
+def test_ctypes_handles_to_the_same_device_share_a_key() -> None:
+    buffer = ctypes.create_string_buffer(8)
+    first = ctypes.cast(buffer, pynvml.c_nvmlDevice_t)
+    second = ctypes.cast(buffer, pynvml.c_nvmlDevice_t)
+    assert first is not second
+    assert _handle_key(first) == _handle_key(second)
+
+
+def test_shutdown_frees_gpm_samples(nvml: Nvml, library: FakeNvmlLibrary) -> None:
+    nvml.gpm(GPU0, "gpu0")
+    library.fail("nvmlGpmSampleFree", "UNKNOWN")  # errors while cleaning up are irrelevant
+    nvml.shutdown()
+    assert nvml.needs_init
+    assert nvml.error_counts() == {}
