@@ -1,0 +1,133 @@
+"""Where a run's findings come from: the analyzer over Prometheus, a findings file, or a simulated fleet.
+
+Each returns a ``FindingsSource`` for the runner; every data problem surfaces as a
+DataSourceError / DataUnavailableError so the run does nothing and exits 3.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from analyzer.errors import BadInputError as AnalyzerBadInput
+from analyzer.model import FindingsReport, TimeWindow
+from analyzer.pipeline import analyze
+from analyzer.simulate import Fleet
+from analyzer.simulated_source import SimulatedSource
+from analyzer.thresholds import Thresholds
+from reaper.errors import BadInputError, DataUnavailableError
+from reaper.runner import FindingsSource
+
+TOKEN_ENV = "GPU_REAPER_PROMETHEUS_TOKEN"  # noqa: S105 - the name of a variable, not a secret
+USER_ENV = "GPU_REAPER_PROMETHEUS_USER"
+PASSWORD_ENV = "GPU_REAPER_PROMETHEUS_PASSWORD"  # noqa: S105 - the name of a variable, not a secret
+
+
+@dataclass(frozen=True)
+class PrometheusAccess:
+    url: str
+    bearer_token: str | None = field(default=None, repr=False)
+    basic_auth: tuple[str, str] | None = field(default=None, repr=False)
+    verify_tls: bool = True
+    ca_file: Path | None = None
+
+    @classmethod
+    def from_env(
+        cls,
+        url: str,
+        token_file: Path | None = None,
+        ca_file: Path | None = None,
+        verify_tls: bool = True,
+        env: dict[str, str] | None = None,
+    ) -> PrometheusAccess:
+        """Secrets from the environment or a mounted file, never from flags (they show in `ps`)."""
+        env = dict(os.environ) if env is None else env
+        token = env.get(TOKEN_ENV) or None
+        if token_file is not None:
+            try:
+                token = token_file.read_text(encoding="utf-8").strip()
+            except OSError as e:
+                raise BadInputError(
+                    f"cannot read the Prometheus token file {token_file}: {e.strerror}"
+                ) from e
+        basic = None
+        if env.get(USER_ENV):
+            basic = (env[USER_ENV], env.get(PASSWORD_ENV, ""))
+        if not url.startswith(("http://", "https://")):
+            raise BadInputError(f"--prometheus-url {url!r} must start with http:// or https://")
+        return cls(url=url, bearer_token=token, basic_auth=basic, verify_tls=verify_tls, ca_file=ca_file)
+
+
+def _guarded(source: FindingsSource) -> FindingsSource:
+    def call(window: TimeWindow, thresholds: Thresholds) -> FindingsReport:
+        try:
+            return source(window, thresholds)
+        except AnalyzerBadInput as e:
+            raise BadInputError(str(e)) from e
+
+    return call
+
+
+def prometheus_source(access: PrometheusAccess) -> FindingsSource:
+    from analyzer.prometheus import PrometheusConfig
+    from analyzer.prometheus_source import PrometheusSource
+
+    try:
+        config = PrometheusConfig(
+            url=access.url,
+            bearer_token=access.bearer_token,
+            basic_auth=access.basic_auth,
+            verify_tls=access.verify_tls,
+            ca_file=str(access.ca_file) if access.ca_file else None,
+        )
+    except AnalyzerBadInput as e:
+        raise BadInputError(str(e)) from e
+
+    def run(window: TimeWindow, thresholds: Thresholds) -> FindingsReport:
+        return analyze(PrometheusSource(config), window, thresholds, now=window.end)
+
+    return _guarded(run)
+
+
+def simulated_source(fleet: Fleet) -> FindingsSource:
+    source = SimulatedSource(fleet)
+
+    def run(window: TimeWindow, thresholds: Thresholds) -> FindingsReport:
+        return analyze(source, window, thresholds, now=window.end)
+
+    return _guarded(run)
+
+
+def file_source(path: Path) -> FindingsSource:
+    """Findings written earlier by ``gpu-analyzer analyze --format json``; staleness is the planner's call."""
+
+    def run(window: TimeWindow, thresholds: Thresholds) -> FindingsReport:
+        del window, thresholds  # the file was analysed already; the planner checks how old it is
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as e:
+            raise BadInputError(f"cannot read findings file {path}: {e.strerror}") from e
+        try:
+            return FindingsReport.from_json(text)
+        except ValueError as e:
+            raise DataUnavailableError(f"{path}: not a findings document: {e}") from e
+
+    return run
+
+
+def write_html_report(fleet: Fleet, window: TimeWindow, thresholds: Thresholds, output: Path) -> None:
+    """The analyzer's HTML report (with its plots) for a simulated fleet: what the demo hands over."""
+    from analyzer.pipeline import analyze_in_detail, offender_series
+    from analyzer.report_html import render_html
+
+    source = SimulatedSource(fleet)
+    result = analyze_in_detail(source, window, thresholds, now=window.end)
+    offenders = offender_series(source, result, top=6)
+    html = render_html(
+        result.report, thresholds, offenders, capabilities=result.capabilities, gpu_count=result.gpu_count
+    )
+    try:
+        output.write_text(html, encoding="utf-8")
+    except OSError as e:
+        raise BadInputError(f"cannot write the HTML report to {output}: {e.strerror}") from e

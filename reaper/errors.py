@@ -1,0 +1,124 @@
+"""The reaper's own exceptions. Adapters translate library errors into these, keyed on HTTP status.
+
+The CLI maps them to exit codes: ``BadInputError`` → 2, ``DataUnavailableError`` → 3; a failed
+action is recorded in the run's outcome (exit 1) rather than raised.
+"""
+
+from __future__ import annotations
+
+
+class ReaperError(Exception):
+    """Base of every error the reaper raises on purpose."""
+
+
+class BadInputError(ReaperError):
+    """Flags, policy or credentials that cannot be used. Exit code 2."""
+
+
+class PolicyError(BadInputError):
+    """A policy file that does not validate. The message names the file, the field and the problem."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = tuple(problems)
+        super().__init__("\n".join(f"{source}: {p}" for p in problems))
+
+
+class DataUnavailableError(ReaperError):
+    """Findings or the cluster snapshot cannot be trusted for this run. Exit code 3: act on nothing."""
+
+
+# --- Kubernetes API ---------------------------------------------------------------------------------
+
+
+class KubeError(ReaperError):
+    """A Kubernetes API call failed. ``status`` is the HTTP status, 0 when no answer came back."""
+
+    status: int = 0
+
+    def __init__(self, message: str, status: int | None = None, reason: str = "") -> None:
+        if status is not None:
+            self.status = status
+        self.reason = reason
+        super().__init__(message)
+
+
+class KubeUnavailableError(KubeError):
+    """No answer: connection refused, TLS failure or timeout. A write may or may not have landed."""
+
+
+class BadRequestError(KubeError):
+    status = 400
+
+
+class UnauthorizedError(KubeError):
+    status = 401
+
+
+class ForbiddenError(KubeError):
+    """RBAC denied the call: the ServiceAccount lacks a verb (see deploy/reaper-cronjob.md)."""
+
+    status = 403
+
+
+class NotFoundError(KubeError):
+    status = 404
+
+
+class ConflictError(KubeError):
+    """The object changed since it was read (stale resourceVersion) or already exists."""
+
+    status = 409
+
+
+class UnprocessableError(KubeError):
+    status = 422
+
+
+class TooManyRequestsError(KubeError):
+    status = 429
+
+
+class ServerError(KubeError):
+    """5xx: the API server (or an admission webhook behind it) failed."""
+
+    status = 500
+
+
+_BY_STATUS: dict[int, type[KubeError]] = {
+    400: BadRequestError,
+    401: UnauthorizedError,
+    403: ForbiddenError,
+    404: NotFoundError,
+    409: ConflictError,
+    422: UnprocessableError,
+    429: TooManyRequestsError,
+}
+
+
+def kube_error_for(status: int, message: str, reason: str = "") -> KubeError:
+    """The most specific error class for an HTTP status."""
+    if status >= 500:
+        return ServerError(message, status=status, reason=reason)
+    cls = _BY_STATUS.get(status, KubeError)
+    return cls(message, status=status, reason=reason)
+
+
+class LeaseHeldError(ReaperError):
+    """Another reaper run holds the coordination Lease."""
+
+    def __init__(self, holder: str, expires: str) -> None:
+        self.holder = holder
+        self.expires = expires
+        super().__init__(f"another gpu-reaper run ({holder}) holds the lease until {expires}")
+
+
+# --- Slack and Pushgateway ---------------------------------------------------------------------------
+
+
+class SlackError(ReaperError):
+    """Slack refused or could not be reached; logged and counted, never fatal to a run."""
+
+
+class PushgatewayError(ReaperError):
+    """The Pushgateway could not be reached or refused the push; logged, never fatal."""

@@ -1,0 +1,559 @@
+"""The executor: the only code that changes the cluster.
+
+Every mutation — patches, Events, the state ConfigMap, the Lease — goes through ``Executor._write``,
+the single dry-run branch: in dry-run it logs ``DRY-RUN: would …`` and makes no request at all.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Any, Protocol, TypeVar
+
+from analyzer.timeutil import parse_time, rfc3339
+from reaper import names
+from reaper.errors import (
+    BadInputError,
+    ConflictError,
+    KubeError,
+    KubeUnavailableError,
+    LeaseHeldError,
+    NotFoundError,
+    TooManyRequestsError,
+)
+from reaper.planner import Plan, PlannedAction
+from reaper.policy import Action
+from reaper.state import ReaperState
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Clock = Callable[[], datetime]
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Kube(Protocol):
+    """What the executor needs from the adapter (reaper.kube.KubeClient, or a test double)."""
+
+    def get(self, kind: str, namespace: str | None, name: str) -> dict[str, Any]: ...
+
+    def get_optional(self, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None: ...
+
+    def list_objects(self, kind: str, namespace: str | None = None) -> list[dict[str, Any]]: ...
+
+    def patch(
+        self, kind: str, namespace: str | None, name: str, body: Mapping[str, Any]
+    ) -> dict[str, Any]: ...
+
+    def create(self, kind: str, namespace: str | None, body: Mapping[str, Any]) -> dict[str, Any]: ...
+
+
+class Outcome(StrEnum):
+    APPLIED = "applied"
+    DRY_RUN = "dry_run"
+    SKIPPED = "skipped"  # the object changed since planning so that the action no longer applies
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class ActionResult:
+    action: PlannedAction
+    outcome: Outcome
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class RestoreResult:
+    target: str
+    outcome: Outcome
+    detail: str = ""
+
+
+def _micro_time(value: datetime) -> str:
+    # Lease times are MicroTime: RFC 3339 with microseconds.
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return (obj.get("metadata") or {}).get("annotations") or {}
+
+
+def _meta(obj: Mapping[str, Any], key: str) -> str:
+    return str((obj.get("metadata") or {}).get(key) or "")
+
+
+class _Changed(Exception):
+    """The object changed since planning so that the action no longer applies."""
+
+
+class Executor:
+    def __init__(
+        self,
+        kube: Kube,
+        *,
+        apply: bool,
+        namespace: str,
+        clock: Clock = utc_now,
+        wall_clock: Clock = utc_now,
+        sleep: Callable[[float], None] = time.sleep,
+        identity: str | None = None,
+        lease_duration: timedelta = timedelta(minutes=10),
+        conflict_attempts: int = 4,
+        max_consecutive_failures: int = 3,
+    ) -> None:
+        self.kube = kube
+        self.apply = apply
+        self.namespace = namespace
+        self.clock = clock  # the run's "now" (may be --end for a replay): annotation timestamps
+        self.wall_clock = wall_clock  # real time: the Lease is about live concurrency
+        self.sleep = sleep
+        # The pod name (HOSTNAME) says which Job holds the Lease; the suffix keeps manual runs apart.
+        self.identity = identity or f"{os.environ.get('HOSTNAME', 'gpu-reaper')}-{uuid.uuid4().hex[:8]}"
+        self.lease_duration = lease_duration
+        self.conflict_attempts = conflict_attempts
+        self.max_consecutive_failures = max_consecutive_failures
+        self.event_failures = 0
+
+    # --- the single write point ------------------------------------------------------------------
+
+    def _write(self, what: str, call: Callable[[], T]) -> T | None:
+        if not self.apply:
+            log.info("DRY-RUN: would %s", what)
+            return None
+        log.info("%s", what[0].upper() + what[1:])
+        return call()
+
+    # --- a run -------------------------------------------------------------------------------------
+
+    def execute(self, plan: Plan) -> list[ActionResult]:
+        results: list[ActionResult] = []
+        failures_in_a_row = 0
+        for action in plan.actions:
+            if action.action is Action.NOTIFY:
+                results.append(ActionResult(action, Outcome.APPLIED if self.apply else Outcome.DRY_RUN))
+                continue
+            if failures_in_a_row >= self.max_consecutive_failures:
+                # The API server is failing: stop changing things rather than hammering it.
+                results.append(
+                    ActionResult(
+                        action, Outcome.FAILED, f"not attempted after {failures_in_a_row} failures in a row"
+                    )
+                )
+                continue
+            result = self._execute_one(action)
+            failures_in_a_row = failures_in_a_row + 1 if result.outcome is Outcome.FAILED else 0
+            results.append(result)
+        return results
+
+    def _execute_one(self, action: PlannedAction) -> ActionResult:
+        try:
+            if action.action is Action.SCALE_TO_ZERO:
+                return self._scale_to_zero(action)
+            return self._cordon(action)
+        except _Changed as e:
+            log.info("skipped %s: %s", action.key, e)
+            return ActionResult(action, Outcome.SKIPPED, str(e))
+        except KubeUnavailableError as e:
+            # No answer: the patch may or may not have landed. Either way the object is restorable,
+            # because the annotations travel in the same patch as the change.
+            log.error("failed %s: %s; the change may have been applied", action.key, e)
+            return ActionResult(action, Outcome.FAILED, f"{e} (the change may have been applied)")
+        except KubeError as e:
+            log.error("failed %s: %s", action.key, e)
+            return ActionResult(action, Outcome.FAILED, str(e))
+
+    def _with_conflict_retry(
+        self, read: Callable[[], dict[str, Any]], attempt: Callable[[dict[str, Any]], T]
+    ) -> T:
+        """Run ``attempt`` on the object; on 409 (or 429) re-read it and try again with the fresh version."""
+        obj = read()
+        for n in range(1, self.conflict_attempts + 1):
+            try:
+                return attempt(obj)
+            except (ConflictError, TooManyRequestsError) as e:
+                if n == self.conflict_attempts:
+                    raise
+                log.info("%s on attempt %d; re-reading", type(e).__name__, n)
+                self.sleep(min(0.05 * 2**n, 1.0))
+                obj = read()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _scale_to_zero(self, action: PlannedAction) -> ActionResult:
+        ref = action.target
+        now = rfc3339(self.clock())
+        planned_version = action.resource_version
+        first = True
+
+        def read() -> dict[str, Any]:
+            nonlocal first
+            if first and planned_version:
+                # The plan's own copy is good for the first try; a 409 tells us when it is stale.
+                first = False
+                return {
+                    "metadata": {"resourceVersion": planned_version, "annotations": {}},
+                    "spec": {"replicas": action.replicas},
+                }
+            first = False
+            return self.kube.get(ref.kind, ref.namespace, ref.name)
+
+        def attempt(obj: dict[str, Any]) -> dict[str, Any] | None:
+            replicas = (obj.get("spec") or {}).get("replicas", 1)
+            ann = _annotations(obj)
+            if ann.get(names.EXCLUDE, "").lower() in names.TRUE_VALUES:
+                raise _Changed(f"annotated {names.EXCLUDE} since planning")
+            if not replicas:
+                raise _Changed("already at 0 replicas")
+            body = {
+                "metadata": {
+                    "resourceVersion": _meta(obj, "resourceVersion"),
+                    "annotations": {
+                        names.ORIGINAL_REPLICAS: str(replicas),
+                        names.REAPED_AT: now,
+                        names.REASON: action.reason,
+                    },
+                },
+                "spec": {"replicas": 0},
+            }
+            return self._write(
+                f"scale {ref.kind} {ref.namespace}/{ref.name} from {replicas} to 0 replicas "
+                f"({action.reason})",
+                lambda: self.kube.patch(ref.kind, ref.namespace, ref.name, body),
+            )
+
+        patched = self._with_conflict_retry(read, attempt)
+        if not self.apply:
+            return ActionResult(action, Outcome.DRY_RUN)
+        assert patched is not None
+        replicas = _annotations(patched).get(names.ORIGINAL_REPLICAS, "?")
+        self._event(
+            patched,
+            ref.kind,
+            "ScaledToZero",
+            f"gpu-reaper scaled to 0 (was {replicas}): {action.reason}. "
+            f"Restore: gpu-reaper restore {ref.namespace}/{ref.name}",
+        )
+        return ActionResult(action, Outcome.APPLIED, f"was {replicas} replicas")
+
+    def _cordon(self, action: PlannedAction) -> ActionResult:
+        name = action.target.name
+        now = rfc3339(self.clock())
+
+        def read() -> dict[str, Any]:
+            return self.kube.get("Node", None, name)
+
+        def attempt(obj: dict[str, Any]) -> dict[str, Any] | None:
+            if (obj.get("spec") or {}).get("unschedulable"):
+                raise _Changed("already cordoned")
+            if _annotations(obj).get(names.EXCLUDE, "").lower() in names.TRUE_VALUES:
+                raise _Changed(f"annotated {names.EXCLUDE} since planning")
+            body = {
+                "metadata": {
+                    "resourceVersion": _meta(obj, "resourceVersion"),
+                    "annotations": {names.CORDONED_AT: now, names.REASON: action.reason},
+                },
+                "spec": {"unschedulable": True},
+            }
+            return self._write(
+                f"cordon node {name} ({action.reason})", lambda: self.kube.patch("Node", None, name, body)
+            )
+
+        if not self.apply:
+            # Dry-run needs no fresh read: the plan already knows the node is schedulable.
+            self._write(f"cordon node {name} ({action.reason})", lambda: None)
+            return ActionResult(action, Outcome.DRY_RUN)
+        patched = self._with_conflict_retry(read, attempt)
+        assert patched is not None
+        self._event(
+            patched,
+            "Node",
+            "Cordoned",
+            f"gpu-reaper cordoned the node: {action.reason}. Undo: gpu-reaper restore --all",
+        )
+        return ActionResult(action, Outcome.APPLIED)
+
+    # --- Events ------------------------------------------------------------------------------------
+
+    def _event(self, obj: Mapping[str, Any], kind: str, reason: str, message: str) -> None:
+        """Record a Kubernetes Event on a touched object; a failure here never fails the action."""
+        name = _meta(obj, "name")
+        namespace = _meta(obj, "namespace") or "default"  # cluster-scoped objects' events live in default
+        now = rfc3339(self.wall_clock())
+        api_version = "v1" if kind == "Node" else "apps/v1"
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{name}.{uuid.uuid4().hex[:16]}", "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": api_version,
+                "kind": kind,
+                "name": name,
+                "namespace": _meta(obj, "namespace"),
+                "uid": _meta(obj, "uid"),
+                "resourceVersion": _meta(obj, "resourceVersion"),
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": "Normal",
+            "source": {"component": names.COMPONENT},
+            "reportingComponent": names.COMPONENT,
+            "reportingInstance": self.identity,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            self._write(
+                f"record Event {reason} on {kind} {name}", lambda: self.kube.create("Event", namespace, body)
+            )
+        except KubeError as e:
+            self.event_failures += 1
+            log.warning("could not record an Event on %s %s: %s", kind, name, e)
+
+    # --- confirmation state ------------------------------------------------------------------------
+
+    def save_state(self, state: ReaperState) -> None:
+        """Persist confirmation streaks in the reaper's own ConfigMap (dry-run leaves them untouched)."""
+        data = {names.STATE_KEY: state.to_json()}
+
+        def write() -> None:
+            try:
+                self.kube.patch("ConfigMap", self.namespace, names.STATE_CONFIGMAP, {"data": data})
+            except NotFoundError:
+                self.kube.create(
+                    "ConfigMap",
+                    self.namespace,
+                    {
+                        "apiVersion": "v1",
+                        "kind": "ConfigMap",
+                        "metadata": {
+                            "name": names.STATE_CONFIGMAP,
+                            "namespace": self.namespace,
+                            "labels": {"app.kubernetes.io/managed-by": names.COMPONENT},
+                        },
+                        "data": data,
+                    },
+                )
+
+        self._write(
+            f"save {len(state.entries)} confirmation streaks to ConfigMap "
+            f"{self.namespace}/{names.STATE_CONFIGMAP}",
+            write,
+        )
+
+    # --- the Lease ---------------------------------------------------------------------------------
+
+    @contextmanager
+    def lease(self, wait: float = 0.0) -> Iterator[None]:
+        """Hold the coordination Lease for the block; raises LeaseHeldError if another run keeps it."""
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                self._acquire()
+                break
+            except LeaseHeldError:
+                if time.monotonic() >= deadline:
+                    raise
+                self.sleep(min(2.0, max(0.1, deadline - time.monotonic())))
+        try:
+            yield
+        finally:
+            try:
+                self._release()
+            except KubeError as e:
+                # It expires on its own after leaseDurationSeconds; the next run is only delayed.
+                log.warning("could not release the lease: %s", e)
+
+    def _lease_spec(self, now: datetime, transitions: int) -> dict[str, Any]:
+        return {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": int(self.lease_duration.total_seconds()),
+            "acquireTime": _micro_time(now),
+            "renewTime": _micro_time(now),
+            "leaseTransitions": transitions,
+        }
+
+    def _acquire(self) -> None:
+        now = self.wall_clock()
+        current = self.kube.get_optional("Lease", self.namespace, names.LEASE_NAME)
+        what = f"acquire Lease {self.namespace}/{names.LEASE_NAME} as {self.identity}"
+        if current is None:
+            body = {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {
+                    "name": names.LEASE_NAME,
+                    "namespace": self.namespace,
+                    "labels": {"app.kubernetes.io/managed-by": names.COMPONENT},
+                },
+                "spec": self._lease_spec(now, 0),
+            }
+            try:
+                self._write(what, lambda: self.kube.create("Lease", self.namespace, body))
+            except ConflictError as e:
+                raise LeaseHeldError("another run", "it is released or expires") from e
+            return
+        spec = current.get("spec") or {}
+        holder = spec.get("holderIdentity") or ""
+        expires = self._lease_expiry(spec)
+        if holder and holder != self.identity and expires is not None and expires > now:
+            raise LeaseHeldError(holder, rfc3339(expires))
+        if holder and holder != self.identity:
+            log.warning("taking over the expired lease of %s (expired %s)", holder, rfc3339(expires or now))
+        body = {
+            "metadata": {"resourceVersion": _meta(current, "resourceVersion")},
+            "spec": self._lease_spec(now, int(spec.get("leaseTransitions") or 0) + 1),
+        }
+        try:
+            self._write(what, lambda: self.kube.patch("Lease", self.namespace, names.LEASE_NAME, body))
+        except ConflictError as e:
+            # Someone else took it between our read and our write: their run goes on, ours does not.
+            raise LeaseHeldError("another run", "it is released or expires") from e
+
+    @staticmethod
+    def _lease_expiry(spec: Mapping[str, Any]) -> datetime | None:
+        renew = spec.get("renewTime") or spec.get("acquireTime")
+        if not renew:
+            return None
+        try:
+            return parse_time(str(renew)) + timedelta(seconds=int(spec.get("leaseDurationSeconds") or 0))
+        except ValueError:
+            return None  # unreadable: treat as expired rather than wedge every future run
+
+    def _release(self) -> None:
+        current = self.kube.get_optional("Lease", self.namespace, names.LEASE_NAME) if self.apply else None
+        if self.apply and (
+            current is None or (current.get("spec") or {}).get("holderIdentity") != self.identity
+        ):
+            return  # not ours any more (it expired and was taken over): leave it alone
+        body = {
+            "metadata": {"resourceVersion": _meta(current or {}, "resourceVersion")},
+            "spec": {"holderIdentity": None, "renewTime": None, "acquireTime": None},
+        }
+        self._write(
+            f"release Lease {self.namespace}/{names.LEASE_NAME}",
+            lambda: self.kube.patch("Lease", self.namespace, names.LEASE_NAME, body),
+        )
+
+    # --- restore -----------------------------------------------------------------------------------
+
+    def restore_workload(self, namespace: str, name: str) -> RestoreResult:
+        """Bring a Deployment/StatefulSet back to its recorded replicas; a no-op when none is recorded."""
+        kind = None
+        for candidate in ("Deployment", "StatefulSet"):
+            if self.kube.get_optional(candidate, namespace, name) is not None:
+                kind = candidate
+                break
+        if kind is None:
+            raise BadInputError(f"no Deployment or StatefulSet {namespace}/{name}")
+        return self._restore(kind, namespace, name)
+
+    def _restore(
+        self, kind: str, namespace: str, name: str, obj: dict[str, Any] | None = None
+    ) -> RestoreResult:
+        target = f"{kind} {namespace}/{name}"
+        now = rfc3339(self.clock())
+        first = obj
+
+        def read() -> dict[str, Any]:
+            nonlocal first
+            if first is not None:
+                found, first = first, None
+                return found
+            return self.kube.get(kind, namespace, name)
+
+        def attempt(current: dict[str, Any]) -> tuple[Outcome, str]:
+            recorded = _annotations(current).get(names.ORIGINAL_REPLICAS)
+            if recorded is None:
+                return Outcome.SKIPPED, "nothing to restore (no gpu-reaper/original-replicas)"
+            try:
+                original = int(recorded)
+            except ValueError:
+                return Outcome.FAILED, f"unreadable {names.ORIGINAL_REPLICAS}={recorded!r}; fix it by hand"
+            replicas = (current.get("spec") or {}).get("replicas", 1)
+            # Someone scaled it back up by hand: keep their number, just clear our marks.
+            target_replicas = replicas or original
+            body = {
+                "metadata": {
+                    "resourceVersion": _meta(current, "resourceVersion"),
+                    "annotations": {
+                        names.ORIGINAL_REPLICAS: None,
+                        names.REAPED_AT: None,
+                        names.REASON: None,
+                        names.RESTORED_AT: now,
+                    },
+                },
+                "spec": {"replicas": target_replicas},
+            }
+            patched = self._write(
+                f"restore {target} to {target_replicas} replicas",
+                lambda: self.kube.patch(kind, namespace, name, body),
+            )
+            if patched is not None:
+                self._event(patched, kind, "Restored", f"gpu-reaper restored {target_replicas} replicas")
+            return (Outcome.APPLIED if self.apply else Outcome.DRY_RUN), f"{target_replicas} replicas"
+
+        try:
+            outcome, detail = self._with_conflict_retry(read, attempt)
+        except KubeError as e:
+            log.error("failed to restore %s: %s", target, e)
+            return RestoreResult(target, Outcome.FAILED, str(e))
+        return RestoreResult(target, outcome, detail)
+
+    def restore_all(self, namespace: str | None = None) -> list[RestoreResult]:
+        """Restore every reaped workload (in one namespace, or everywhere plus the reaper's cordons)."""
+        results: list[RestoreResult] = []
+        for kind in ("Deployment", "StatefulSet"):
+            for obj in self.kube.list_objects(kind, namespace):
+                if names.ORIGINAL_REPLICAS in _annotations(obj):
+                    results.append(self._restore(kind, _meta(obj, "namespace"), _meta(obj, "name"), obj))
+        if namespace is None:
+            for node in self.kube.list_objects("Node"):
+                if names.CORDONED_AT in _annotations(node):
+                    results.append(self.uncordon(_meta(node, "name"), node))
+        return results
+
+    def uncordon(self, name: str, obj: dict[str, Any] | None = None) -> RestoreResult:
+        """Uncordon a node the reaper cordoned; a node without the reaper's mark is left alone."""
+        target = f"Node {name}"
+        now = rfc3339(self.clock())
+        first = obj
+
+        def read() -> dict[str, Any]:
+            nonlocal first
+            if first is not None:
+                found, first = first, None
+                return found
+            return self.kube.get("Node", None, name)
+
+        def attempt(current: dict[str, Any]) -> tuple[Outcome, str]:
+            if names.CORDONED_AT not in _annotations(current):
+                return Outcome.SKIPPED, "not cordoned by gpu-reaper; left alone"
+            body = {
+                "metadata": {
+                    "resourceVersion": _meta(current, "resourceVersion"),
+                    # restored-at gives the node the same grace a restored workload gets.
+                    "annotations": {names.CORDONED_AT: None, names.REASON: None, names.RESTORED_AT: now},
+                },
+                "spec": {"unschedulable": None},
+            }
+            patched = self._write(f"uncordon node {name}", lambda: self.kube.patch("Node", None, name, body))
+            if patched is not None:
+                self._event(patched, "Node", "Uncordoned", "gpu-reaper uncordoned the node")
+            return (Outcome.APPLIED if self.apply else Outcome.DRY_RUN), "uncordoned"
+
+        try:
+            outcome, detail = self._with_conflict_retry(read, attempt)
+        except KubeError as e:
+            log.error("failed to uncordon %s: %s", target, e)
+            return RestoreResult(target, Outcome.FAILED, str(e))
+        return RestoreResult(target, outcome, detail)

@@ -1,0 +1,210 @@
+"""The Kubernetes adapter: the only module that talks to the API server.
+
+Built on the official client's configuration, authentication and transport; requests go through one
+generic call that returns plain JSON (no model deserialisation: listing thousands of Deployments
+through the generated models costs more than the API call) and raises the reaper's own errors,
+keyed on HTTP status, chained ``from`` the client's exception.
+
+Reads are lists, one per resource type and page: the snapshot costs the same handful of calls for
+ten Deployments or ten thousand.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import urllib3
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+from reaper import names
+from reaper.cluster import ClusterSnapshot, build_snapshot
+from reaper.errors import BadInputError, KubeError, KubeUnavailableError, NotFoundError, kube_error_for
+from reaper.state import ReaperState
+
+log = logging.getLogger(__name__)
+
+MERGE_PATCH = "application/merge-patch+json"
+
+# (API path prefix, plural) per kind the reaper reads or writes.
+_RESOURCES: dict[str, tuple[str, str]] = {
+    "Deployment": ("/apis/apps/v1", "deployments"),
+    "StatefulSet": ("/apis/apps/v1", "statefulsets"),
+    "HorizontalPodAutoscaler": ("/apis/autoscaling/v2", "horizontalpodautoscalers"),
+    "ScaledObject": ("/apis/keda.sh/v1alpha1", "scaledobjects"),
+    "Node": ("/api/v1", "nodes"),
+    "Namespace": ("/api/v1", "namespaces"),
+    "ConfigMap": ("/api/v1", "configmaps"),
+    "Event": ("/api/v1", "events"),
+    "Lease": ("/apis/coordination.k8s.io/v1", "leases"),
+}
+CLUSTER_SCOPED = frozenset({"Node", "Namespace"})
+
+
+@dataclass(frozen=True)
+class KubeSettings:
+    kubeconfig: str | None = None
+    context: str | None = None
+    timeout_seconds: float = 15.0
+    page_size: int = 500
+
+
+def load_api_client(settings: KubeSettings) -> k8s.ApiClient:
+    """In-cluster configuration when running in a pod, else the kubeconfig (--kubeconfig, --context)."""
+    configuration = k8s.Configuration()
+    explicit = settings.kubeconfig is not None or settings.context is not None
+    try:
+        if not explicit and os.environ.get("KUBERNETES_SERVICE_HOST"):
+            k8s_config.load_incluster_config(client_configuration=configuration)
+        else:
+            k8s_config.load_kube_config(
+                config_file=settings.kubeconfig,
+                context=settings.context,
+                client_configuration=configuration,
+                persist_config=False,
+            )
+    except (ConfigException, OSError) as e:
+        raise BadInputError(f"no usable Kubernetes configuration: {e}") from e
+    return k8s.ApiClient(configuration=configuration)
+
+
+def _path(kind: str, namespace: str | None = None, name: str | None = None) -> str:
+    prefix, plural = _RESOURCES[kind]
+    ns = f"/namespaces/{namespace}" if namespace and kind not in CLUSTER_SCOPED else ""
+    return f"{prefix}{ns}/{plural}" + (f"/{name}" if name else "")
+
+
+class KubeClient:
+    """Plain-JSON access to the few resources the reaper uses. ``calls`` counts requests by verb and kind."""
+
+    def __init__(self, api: k8s.ApiClient, timeout_seconds: float = 15.0, page_size: int = 500) -> None:
+        self._api = api
+        self._timeout = timeout_seconds
+        self._page_size = page_size
+        self.calls: Counter[tuple[str, str]] = Counter()
+
+    @classmethod
+    def from_settings(cls, settings: KubeSettings) -> KubeClient:
+        return cls(load_api_client(settings), settings.timeout_seconds, settings.page_size)
+
+    def close(self) -> None:
+        self._api.close()
+
+    # --- the one request path ---------------------------------------------------------------------
+
+    def _request(
+        self,
+        method: str,
+        kind: str,
+        path: str,
+        *,
+        query: list[tuple[str, Any]] | None = None,
+        body: Mapping[str, Any] | None = None,
+        content_type: str = "application/json",
+    ) -> dict[str, Any]:
+        self.calls[(method, kind)] += 1
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        params = self._api.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=query or [],
+            header_params=headers,
+            body=dict(body) if body is not None else None,
+            auth_settings=["BearerToken"],
+        )
+        what = f"{method} {path}"
+        try:
+            response = self._api.call_api(*params, _request_timeout=self._timeout)
+            data = response.read()
+        except ApiException as e:  # the client raises these for TLS failures, with status 0
+            raise KubeUnavailableError(f"{what}: {e.reason}", status=0) from e
+        except urllib3.exceptions.HTTPError as e:
+            raise KubeUnavailableError(f"{what}: no answer from the API server ({type(e).__name__})") from e
+        if not 200 <= response.status <= 299:
+            message, reason = _status_message(data)
+            raise kube_error_for(response.status, f"{what}: {response.status} {message}".rstrip(), reason)
+        try:
+            doc = json.loads(data) if data else {}
+        except ValueError as e:
+            raise KubeError(f"{what}: the API server answered with something other than JSON") from e
+        if not isinstance(doc, dict):
+            raise KubeError(f"{what}: expected a JSON object")
+        return doc
+
+    # --- reads --------------------------------------------------------------------------------------
+
+    def list_objects(self, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        """Every object of a kind, cluster-wide or in one namespace, paged by ``page_size``."""
+        items: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            query: list[tuple[str, Any]] = [("limit", self._page_size)]
+            if token:
+                query.append(("continue", token))
+            doc = self._request("GET", kind, _path(kind, namespace), query=query)
+            items.extend(i for i in doc.get("items") or () if isinstance(i, dict))
+            token = (doc.get("metadata") or {}).get("continue") or None
+            if not token:
+                return items
+
+    def list_optional(self, kind: str) -> list[dict[str, Any]]:
+        """Like ``list`` for a CRD that may not be installed (KEDA): absent means none."""
+        try:
+            return self.list_objects(kind)
+        except NotFoundError:
+            return []
+
+    def get(self, kind: str, namespace: str | None, name: str) -> dict[str, Any]:
+        return self._request("GET", kind, _path(kind, namespace, name))
+
+    def get_optional(self, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        try:
+            return self.get(kind, namespace, name)
+        except NotFoundError:
+            return None
+
+    def snapshot(self, reaper_namespace: str) -> ClusterSnapshot:
+        state_cm = self.get_optional("ConfigMap", reaper_namespace, names.STATE_CONFIGMAP)
+        state_text = ((state_cm or {}).get("data") or {}).get(names.STATE_KEY)
+        return build_snapshot(
+            deployments=self.list_objects("Deployment"),
+            statefulsets=self.list_objects("StatefulSet"),
+            nodes=self.list_objects("Node"),
+            namespaces=self.list_objects("Namespace"),
+            hpas=self.list_objects("HorizontalPodAutoscaler"),
+            scaled_objects=self.list_optional("ScaledObject"),
+            state=ReaperState.from_json(state_text),
+        )
+
+    # --- writes (called only by the executor) --------------------------------------------------------
+
+    def patch(self, kind: str, namespace: str | None, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """A JSON merge patch; ``metadata.resourceVersion`` in it makes it conditional (409 if stale)."""
+        return self._request("PATCH", kind, _path(kind, namespace, name), body=body, content_type=MERGE_PATCH)
+
+    def create(self, kind: str, namespace: str | None, body: Mapping[str, Any]) -> dict[str, Any]:
+        return self._request("POST", kind, _path(kind, namespace), body=body)
+
+    def mutating_calls(self) -> Iterator[tuple[tuple[str, str], int]]:
+        return ((k, v) for k, v in self.calls.items() if k[0] != "GET")
+
+
+def _status_message(data: bytes | None) -> tuple[str, str]:
+    """The API server's Status message and reason, when the body is one."""
+    try:
+        doc = json.loads(data or b"")
+    except ValueError:
+        return "", ""
+    if not isinstance(doc, dict):
+        return "", ""
+    return str(doc.get("message") or ""), str(doc.get("reason") or "")

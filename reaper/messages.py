@@ -1,0 +1,234 @@
+"""Slack messages (Block Kit) for a run: one per owner channel. Pure formatting; reaper/slack.py sends them.
+
+A message says what was found, what was done (or would be done in dry-run), the GPU-hours and
+money reclaimed, and how to opt out and how to restore.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from analyzer.model import WorkloadRef
+from analyzer.timeutil import rfc3339
+from reaper import names
+from reaper.executor import ActionResult, Outcome
+from reaper.planner import Plan, Skip, summarize
+from reaper.policy import SCALABLE_KINDS, Action, Policy
+
+_MAX_TEXT = 2900  # Slack's section text limit is 3000 characters
+
+
+@dataclass(frozen=True)
+class Message:
+    channel: str | None  # None: the webhook's own channel
+    text: str  # notification fallback
+    blocks: tuple[Mapping[str, Any], ...]
+
+
+def escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _target(ref: WorkloadRef) -> str:
+    if ref.kind == "Node":
+        return f"`node/{escape(ref.name)}`"
+    return f"`{escape(ref.namespace)}/{escape(ref.name)}` ({escape(ref.kind)})"
+
+
+def _money(hours: float, cost: float | None, currency: str) -> str:
+    text = f"{hours:,.0f} GPU-hours/day"
+    return text + (f" (≈ {cost:,.0f} {currency}/day)" if cost is not None else "")
+
+
+_VERB = {
+    (Action.SCALE_TO_ZERO, Outcome.APPLIED): "Scaled to zero",
+    (Action.SCALE_TO_ZERO, Outcome.DRY_RUN): "Would scale to zero",
+    (Action.SCALE_TO_ZERO, Outcome.FAILED): ":x: Failed to scale to zero",
+    (Action.SCALE_TO_ZERO, Outcome.SKIPPED): "Left alone (changed since planning)",
+    (Action.CORDON, Outcome.APPLIED): "Cordoned",
+    (Action.CORDON, Outcome.DRY_RUN): "Would cordon",
+    (Action.CORDON, Outcome.FAILED): ":x: Failed to cordon",
+    (Action.CORDON, Outcome.SKIPPED): "Left alone (changed since planning)",
+}
+
+
+def _action_line(result: ActionResult, currency: str) -> str:
+    a = result.action
+    if a.action is Action.NOTIFY:
+        line = f"*Heads-up* {_target(a.target)}: {escape(a.reason)}"
+        if a.finding.recommendation:
+            line += f"\n_{escape(a.finding.recommendation)}_"
+        return line
+    verb = _VERB[(a.action, result.outcome)]
+    line = f"*{verb}* {_target(a.target)}: {escape(a.reason)}"
+    if a.action is Action.SCALE_TO_ZERO and a.replicas:
+        line += f" · {a.replicas} → 0 replicas"
+    line += f" · {_money(a.gpu_hours_per_day, a.cost_per_day, currency)}"
+    if result.outcome in (Outcome.FAILED, Outcome.SKIPPED) and result.detail:
+        line += f"\n_{escape(result.detail)}_"
+    for flag in a.flags:
+        line += f"\n:warning: {escape(flag)}"
+    return line
+
+
+def _skip_line(skip: Skip) -> str:
+    wanted = f" ({skip.action.value})" if skip.action else ""
+    line = f"• {_target(skip.target)}{wanted}: {escape(skip.detail)}"
+    for flag in skip.flags:
+        if flag not in skip.detail:
+            line += f" :warning: {escape(flag)}"
+    return line
+
+
+def _sections(lines: Sequence[str]) -> list[dict[str, Any]]:
+    """Pack lines into as few section blocks as Slack's text limit allows."""
+    blocks: list[dict[str, Any]] = []
+    chunk = ""
+    for line in lines:
+        line = line[:_MAX_TEXT]
+        if chunk and len(chunk) + 1 + len(line) > _MAX_TEXT:
+            blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": chunk}})
+            chunk = ""
+        chunk = f"{chunk}\n{line}" if chunk else line
+    if chunk:
+        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": chunk}})
+    return blocks
+
+
+def _how_to(refs: Iterable[WorkloadRef], dry_run: bool) -> str:
+    refs = list(refs)
+    example = next((r for r in refs if r.kind in SCALABLE_KINDS), None)
+    if example is not None:
+        opt_out = (
+            f"Opt out: `kubectl annotate {example.kind.lower()} {example.name} -n {example.namespace} "
+            f"{names.EXCLUDE}=true` (or `{names.EXCLUDE_UNTIL}=<RFC 3339 time>`; on the namespace for all "
+            "its workloads)"
+        )
+    else:
+        # Jobs and Pods are not read from the cluster: their opt-out goes on the namespace.
+        namespaced = next((r for r in refs if r.kind != "Node"), None)
+        opt_out = (
+            f"Opt out: `kubectl annotate namespace {namespaced.namespace} {names.EXCLUDE}=true`"
+            if namespaced
+            else f"Opt out: `kubectl annotate node NAME {names.EXCLUDE}=true`"
+        )
+    if dry_run:
+        return opt_out
+    restore = (
+        f"`gpu-reaper restore {example.namespace}/{example.name}` (or `--all`)"
+        if example is not None
+        else "`gpu-reaper restore --all`"
+    )
+    return f"{opt_out}\nRestore: {restore}"
+
+
+def build_messages(
+    plan: Plan,
+    results: Sequence[ActionResult],
+    policy: Policy,
+    *,
+    dry_run: bool,
+    single: bool = False,
+) -> list[Message]:
+    """One message per channel (``single``: one message with everything, for an incoming webhook)."""
+    owner_skips = [s for s in plan.skips if s.reason.tells_owner]
+    by_channel: dict[str | None, tuple[list[ActionResult], list[Skip]]] = {}
+    for r in results:
+        channel = None if single else r.action.channel
+        by_channel.setdefault(channel, ([], []))[0].append(r)
+    for s in owner_skips:
+        channel = None if single else s.channel
+        by_channel.setdefault(channel, ([], []))[1].append(s)
+    if not single:
+        by_channel.pop(None, None)  # nowhere to send: no default channel, no route, no annotation
+    if not by_channel and policy.slack.notify_when_idle and (single or policy.slack.channel):
+        by_channel[None if single else policy.slack.channel] = ([], [])
+    return [
+        _message(channel, items, skips, plan, policy, dry_run)
+        for channel, (items, skips) in sorted(by_channel.items(), key=lambda kv: kv[0] or "")
+    ]
+
+
+def _message(
+    channel: str | None,
+    results: list[ActionResult],
+    skips: list[Skip],
+    plan: Plan,
+    policy: Policy,
+    dry_run: bool,
+) -> Message:
+    limit = policy.slack.max_items_per_message
+    currency = policy.currency
+    changed = [r for r in results if r.action.action.destructive]
+    notices = [r for r in results if not r.action.action.destructive]
+    done = [r for r in changed if r.outcome in (Outcome.APPLIED, Outcome.DRY_RUN)]
+    hours, cost = summarize(r.action for r in done)
+    mode = "dry-run" if dry_run else "apply"
+    if dry_run:
+        title = (
+            f"GPU reaper (dry-run): would reclaim {len(done)} of {len(changed)} targets"
+            if changed
+            else ("GPU reaper (dry-run): nothing to reclaim")
+        )
+    else:
+        title = (
+            f"GPU reaper: reclaimed {len(done)} of {len(changed)} targets"
+            if changed
+            else ("GPU reaper: nothing reclaimed")
+        )
+    reclaimed = ("Reclaimable" if dry_run else "Reclaimed") + f" {_money(hours, cost, currency)}"
+    summary = (
+        f"*Window* {rfc3339(plan.window.start)} → {rfc3339(plan.window.end)}"
+        f" · *Findings* {len(plan.findings)}"
+        f" · *Mode* {mode}\n{reclaimed}"
+    )
+    blocks: list[dict[str, Any]] = [
+        {"type": "header", "text": {"type": "plain_text", "text": title[:150]}},
+        {"type": "section", "text": {"type": "mrkdwn", "text": summary}},
+    ]
+    shown = 0
+    lines = []
+    for r in [*changed, *notices]:
+        if shown >= limit:
+            break
+        lines.append(_action_line(r, currency))
+        shown += 1
+    if lines:
+        blocks.append({"type": "divider"})
+        blocks.extend(_sections(lines))
+    if skips and shown < limit:
+        pending = [_skip_line(s) for s in skips[: limit - shown]]
+        shown += len(pending)
+        blocks.append({"type": "divider"})
+        blocks.extend(_sections(["*Held back*", *pending]))
+    hidden = len(results) + len(skips) - shown
+    if hidden > 0:
+        blocks.append(
+            {
+                "type": "context",
+                "elements": [{"type": "mrkdwn", "text": f"…and {hidden} more in the run's log"}],
+            }
+        )
+    refs = [r.action.target for r in results] + [s.target for s in skips]
+    blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": _how_to(refs, dry_run)}]})
+    return Message(channel=channel, text=f"{title}. {reclaimed}.", blocks=tuple(blocks[:50]))
+
+
+def preview(messages: Sequence[Message]) -> str:
+    """A terminal rendering of the messages (``gpu-reaper demo``)."""
+    out = []
+    for m in messages:
+        out.append(f"── Slack message to {m.channel or '(webhook channel)'} " + "─" * 20)
+        for block in m.blocks:
+            kind = block["type"]
+            if kind == "header":
+                out.append(block["text"]["text"].upper())
+            elif kind == "section":
+                out.append(block["text"]["text"])
+            elif kind == "divider":
+                out.append("-" * 40)
+            elif kind == "context":
+                out.extend(e["text"] for e in block["elements"])
+    return "\n".join(out)

@@ -1,0 +1,39 @@
+"""Annotation keys and object names the reaper reads and writes: the reaper's public contract on objects."""
+
+from __future__ import annotations
+
+PREFIX = "gpu-reaper/"
+
+# Set by owners.
+EXCLUDE = PREFIX + "exclude"  # "true": never touch this workload (or any workload of this namespace)
+EXCLUDE_UNTIL = PREFIX + "exclude-until"  # RFC 3339: excluded until then, eligible again afterwards
+SLACK_CHANNEL = PREFIX + "slack-channel"  # on a Namespace: where its owners hear about their workloads
+
+# Written by the reaper.
+ORIGINAL_REPLICAS = PREFIX + "original-replicas"
+REAPED_AT = PREFIX + "reaped-at"
+REASON = PREFIX + "reason"
+RESTORED_AT = PREFIX + "restored-at"  # also resets the idle clock: grace after restore
+CORDONED_AT = PREFIX + "cordoned-at"  # only nodes carrying it are ever uncordoned
+
+# Objects the reaper owns in its own namespace.
+LEASE_NAME = "gpu-reaper"
+STATE_CONFIGMAP = "gpu-reaper-state"
+STATE_KEY = "confirmations.json"
+
+FIELD_MANAGER = "gpu-reaper"
+COMPONENT = "gpu-reaper"
+
+ALWAYS_PROTECTED_NAMESPACES = ("kube-system",)
+DEFAULT_REAPER_NAMESPACE = "gpu-reaper"
+
+# GitOps controllers whose next sync would undo a scale-down.
+ARGO_CD_TRACKING_ANNOTATION = "argocd.argoproj.io/tracking-id"
+ARGO_CD_INSTANCE_LABEL = "argocd.argoproj.io/instance"
+FLUX_KUSTOMIZE_LABEL = "kustomize.toolkit.fluxcd.io/name"
+FLUX_HELM_LABEL = "helm.toolkit.fluxcd.io/name"
+
+# Node resources that make a node a GPU node (MIG partitions included).
+GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-", "amd.com/gpu")
+
+TRUE_VALUES = frozenset({"true", "yes", "1", "on"})

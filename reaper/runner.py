@@ -1,0 +1,235 @@
+"""One reaper run: findings → lease → snapshot → plan → execute → notify → metrics → summary line.
+
+Every outside dependency (findings, cluster, Slack, clocks) comes in as an argument, so the CLI,
+the demo and the tests drive the same sequence.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from analyzer.errors import DataSourceError
+from analyzer.model import FindingsReport, TimeWindow
+from analyzer.thresholds import Thresholds
+from reaper.cluster import ClusterSnapshot
+from reaper.errors import DataUnavailableError, KubeError, LeaseHeldError, SlackError
+from reaper.executor import ActionResult, Executor, Kube, Outcome, utc_now
+from reaper.messages import Message, build_messages
+from reaper.metrics import RunMetrics
+from reaper.planner import Plan, plan
+from reaper.policy import Policy
+
+log = logging.getLogger(__name__)
+
+EXIT_OK = 0
+EXIT_ACTION_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_DATA_UNAVAILABLE = 3
+
+FindingsSource = Callable[[TimeWindow, Thresholds], FindingsReport]
+
+
+class Cluster(Kube, Protocol):
+    def snapshot(self, reaper_namespace: str) -> ClusterSnapshot: ...
+
+
+class Notifier(Protocol):
+    webhook_mode: bool
+
+    def send(self, message: Message) -> None: ...
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """Everything a run needs to know, validated once (CLI flags + env + policy)."""
+
+    policy: Policy
+    apply: bool
+    namespace: str
+    end: datetime | None = None  # analyse and plan as of this time (replays, tests); default: now
+    lease_wait: timedelta = timedelta(0)
+    identity: str | None = None
+
+    @property
+    def mode(self) -> str:
+        return "apply" if self.apply else "dry-run"
+
+
+@dataclass
+class RunReport:
+    mode: str
+    exit_code: int = EXIT_OK
+    plan: Plan | None = None
+    results: list[ActionResult] = field(default_factory=list)
+    messages: list[Message] = field(default_factory=list)
+    slack_sent: int = 0
+    slack_failures: int = 0
+    duration_seconds: float = 0.0
+    finished_at: float = 0.0  # unix seconds
+    error: str | None = None
+    lease_held: bool = False
+
+    @property
+    def findings(self) -> int:
+        return len(self.plan.findings) if self.plan else 0
+
+    def count(self, outcome: Outcome) -> int:
+        return sum(1 for r in self.results if r.outcome is outcome)
+
+    @property
+    def skipped(self) -> int:
+        return (len(self.plan.skips) if self.plan else 0) + self.count(Outcome.SKIPPED)
+
+    def summary_line(self) -> str:
+        planned = len(self.plan.actions) if self.plan else 0
+        return (
+            f"gpu-reaper: mode={self.mode} findings={self.findings} planned={planned} "
+            f"applied={self.count(Outcome.APPLIED)} skipped={self.skipped} "
+            f"failed={self.count(Outcome.FAILED)}"
+        )
+
+    def metrics(self) -> RunMetrics:
+        actions: Counter[tuple[str, str]] = Counter()
+        for r in self.results:
+            actions[(r.action.action.value, r.outcome.value)] += 1
+        if self.plan is not None:
+            for s in self.plan.skips:
+                actions[(s.action.value if s.action else "none", Outcome.SKIPPED.value)] += 1
+        findings: dict[str, int] = {}
+        reclaimed = 0.0
+        if self.plan is not None:
+            findings = {k.value: v for k, v in self.plan.findings_by_kind().items()}
+            reclaimed = sum(
+                r.action.gpu_hours_per_day
+                for r in self.results
+                if r.outcome is Outcome.APPLIED and r.action.action.destructive
+            )
+        ok = self.exit_code == EXIT_OK and not self.lease_held
+        return RunMetrics(
+            actions=dict(actions),
+            findings=findings,
+            reclaimed_gpu_hours=reclaimed,
+            duration_seconds=self.duration_seconds,
+            slack_failures=self.slack_failures,
+            success_timestamp=self.finished_at if ok else None,
+        )
+
+
+def run(
+    settings: RunSettings,
+    findings: FindingsSource,
+    cluster: Callable[[], Cluster],
+    notifier: Notifier | None = None,
+    clock: Callable[[], datetime] = utc_now,
+    wall_clock: Callable[[], datetime] = utc_now,
+    sleep: Callable[[float], None] = time.sleep,
+) -> RunReport:
+    started = time.monotonic()
+    report = RunReport(mode=settings.mode)
+    try:
+        _run(report, settings, findings, cluster, notifier, clock, wall_clock, sleep)
+    finally:
+        report.duration_seconds = time.monotonic() - started
+        report.finished_at = wall_clock().timestamp()
+    return report
+
+
+def _run(
+    report: RunReport,
+    settings: RunSettings,
+    findings: FindingsSource,
+    cluster_factory: Callable[[], Cluster],
+    notifier: Notifier | None,
+    clock: Callable[[], datetime],
+    wall_clock: Callable[[], datetime],
+    sleep: Callable[[float], None],
+) -> None:
+    policy = settings.policy
+    now = settings.end or clock()
+    window = TimeWindow.ending(now, policy.window)
+    log.info("analysing %s → %s (mode %s)", window.start.isoformat(), window.end.isoformat(), settings.mode)
+    try:
+        findings_report = findings(window, policy.thresholds)
+    except (DataSourceError, DataUnavailableError) as e:
+        # Silence or garbage from the metrics source never means "all idle": do nothing.
+        log.error("metrics unavailable, nothing will be done: %s", e)
+        report.exit_code, report.error = EXIT_DATA_UNAVAILABLE, str(e)
+        return
+    log.info("%d findings", len(findings_report.findings))
+
+    cluster = cluster_factory()
+    executor = Executor(
+        cluster,
+        apply=settings.apply,
+        namespace=settings.namespace,
+        clock=lambda: now,
+        wall_clock=wall_clock,
+        sleep=sleep,
+        identity=settings.identity,
+    )
+    try:
+        with executor.lease(wait=settings.lease_wait.total_seconds()):
+            try:
+                snapshot = cluster.snapshot(settings.namespace)
+            except KubeError as e:
+                log.error("cannot read the cluster, nothing will be done: %s", e)
+                report.exit_code, report.error = EXIT_DATA_UNAVAILABLE, str(e)
+                return
+            the_plan = plan(findings_report, snapshot, policy, now)
+            report.plan = the_plan
+            if the_plan.blocked:
+                log.error("nothing will be done: %s", the_plan.blocked)
+                report.exit_code, report.error = EXIT_DATA_UNAVAILABLE, the_plan.blocked
+                return
+            _log_plan(the_plan)
+            report.results = executor.execute(the_plan)
+            try:
+                executor.save_state(the_plan.next_state)
+            except KubeError as e:
+                # Streaks restart next run: actions are delayed, never hastened. A warning, not a failure.
+                log.warning("could not save confirmation state: %s", e)
+    except LeaseHeldError as e:
+        log.warning("%s; this run does nothing", e)
+        report.lease_held, report.error = True, str(e)
+        return
+    except KubeError as e:
+        log.error("cannot use the coordination lease, nothing will be done: %s", e)
+        report.exit_code, report.error = EXIT_DATA_UNAVAILABLE, str(e)
+        return
+
+    report.messages = build_messages(
+        the_plan,
+        report.results,
+        policy,
+        dry_run=not settings.apply,
+        single=notifier is not None and notifier.webhook_mode,
+    )
+    if notifier is not None:
+        _notify(report, notifier)
+    if report.count(Outcome.FAILED):
+        report.exit_code = EXIT_ACTION_FAILED
+
+
+def _log_plan(p: Plan) -> None:
+    for a in p.actions:
+        flags = f" [{'; '.join(a.flags)}]" if a.flags else ""
+        log.info("plan: %s %s: %s%s", a.action.value, a.target.key(), a.reason, flags)
+    for s in p.skips:
+        log.info("skip: %s (%s): %s", s.target.key(), s.reason.value, s.detail)
+
+
+def _notify(report: RunReport, notifier: Notifier) -> None:
+    for message in report.messages:
+        try:
+            notifier.send(message)
+            report.slack_sent += 1
+        except SlackError as e:
+            # Telling people is secondary to doing the right thing: count it, keep going.
+            report.slack_failures += 1
+            log.error("slack: %s", e)

@@ -1,0 +1,246 @@
+"""Test kit for the reaper: kmock's Kubernetes emulator on a real port, driven by the real client.
+
+The emulator runs its aiohttp server on an event loop in a background thread, so tests stay
+synchronous like the reaper itself. ``ApiServer`` adds what the reaper relies on from a real API
+server and kmock leaves out: resourceVersion bookkeeping with 409 on a stale precondition, and
+fault injection (a status or a slow answer for chosen requests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import aiohttp.web
+import attrs
+import kmock
+import yaml
+from kmock._internal import rendering  # Request type for the _handle override
+
+from analyzer.model import Finding, FindingKind, FindingsReport, TimeWindow, WorkloadRef
+from reaper.kube import KubeClient, KubeSettings
+
+NOW = datetime(2026, 1, 5, tzinfo=UTC)
+
+RESOURCES = {
+    "Deployment": "apps/v1/deployments",
+    "StatefulSet": "apps/v1/statefulsets",
+    "Node": "v1/nodes",
+    "Namespace": "v1/namespaces",
+    "ConfigMap": "v1/configmaps",
+    "Event": "v1/events",
+    "Lease": "coordination.k8s.io/v1/leases",
+    "HorizontalPodAutoscaler": "autoscaling/v2/horizontalpodautoscalers",
+}
+CLUSTER_SCOPED = {"Node", "Namespace"}
+
+
+@dataclass
+class Fault:
+    """Answer matching requests with ``status`` (before any change) or after ``delay`` seconds (after it)."""
+
+    method: str
+    kind: str
+    name: str | None = None
+    status: int | None = None
+    delay: float = 0.0
+    times: int = 1
+
+    def matches(self, request: rendering.Request) -> bool:
+        if self.times <= 0 or request.method.value != self.method:
+            return False
+        if request.resource is None or str(request.resource.plural) != RESOURCES[self.kind].rsplit("/", 1)[1]:
+            return False
+        return self.name is None or request.name == self.name
+
+
+@attrs.define(kw_only=True)
+class ApiServer(kmock.KubernetesEmulator):
+    faults: list[Fault] = attrs.field(factory=list, init=False)
+    _versions: dict[Any, int] = attrs.field(factory=dict, init=False)
+    _counter: Any = attrs.field(factory=lambda: itertools.count(1000), init=False)
+
+    async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        # kmock 0.8 cannot parse the path /api/v1/namespaces (it reads "namespaces" as the start of
+        # /namespaces/NAME/...): answer that one list here, from the same object store, and log it.
+        if raw_request.method == "GET" and raw_request.path.rstrip("/") == "/api/v1/namespaces":
+            resource = kmock.resource(RESOURCES["Namespace"])
+            self._requests.append(
+                rendering.Request(
+                    id=len(self._requests),
+                    method="GET",
+                    url=raw_request.url,
+                    action=kmock.action.LIST,
+                    resource=resource,
+                )
+            )
+            items = [o.raw for (r, _, _), o in self.objects.items() if r == resource and not o.deleted]
+            return aiohttp.web.json_response(
+                {"apiVersion": "v1", "kind": "NamespaceList", "metadata": {}, "items": items}
+            )
+        return await super().__call__(raw_request)
+
+    async def _handle(self, request: rendering.Request) -> Any:
+        fault = next((f for f in self.faults if f.matches(request)), None)
+        if fault is not None:
+            fault.times -= 1
+            if fault.status is not None:
+                raise kmock.KubernetesError(status=fault.status, reason="Injected", message="injected fault")
+        self._track_versions(request)
+        response = await super()._handle(request)
+        if fault is not None and fault.delay:
+            await asyncio.sleep(fault.delay)  # the change is made; only the answer is late
+        return response
+
+    def _track_versions(self, request: rendering.Request) -> None:
+        # Synchronous (no await) from check to reservation, so two racing patches cannot both pass.
+        if request.resource is None or not isinstance(request.data, dict):
+            return
+        meta = request.data.setdefault("metadata", {})
+        if request.action == kmock.action.CREATE:
+            meta.setdefault("uid", f"uid-{next(self._counter)}")
+            meta.setdefault("creationTimestamp", datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+            version = next(self._counter)
+            key = (request.resource, request.namespace or meta.get("namespace"), meta.get("name"))
+            if key not in self._versions or key not in self.objects or self.objects[key].deleted:
+                self._versions[key] = version
+                meta["resourceVersion"] = str(version)
+            return
+        if request.action != kmock.action.UPDATE or request.name is None:
+            return
+        key = (request.resource, request.namespace, request.name)
+        if key not in self.objects or self.objects[key].deleted:
+            return  # the emulator answers 404
+        current = self._versions.get(key)
+        if current is None:
+            current = int(self.objects[key].get("metadata", {}).get("resourceVersion") or 1)
+        wanted = meta.get("resourceVersion")
+        if wanted and str(wanted) != str(current):
+            raise kmock.KubernetesError(
+                status=409,
+                reason="Conflict",
+                message=f"Operation cannot be fulfilled on {request.resource.plural} {request.name!r}: "
+                "the object has been modified; please apply your changes to the latest version and try again",
+            )
+        version = next(self._counter)
+        self._versions[key] = version
+        meta["resourceVersion"] = str(version)
+
+
+class EmulatedCluster:
+    """The emulator as tests use it: seed objects, read them back, inspect requests, inject faults."""
+
+    def __init__(
+        self, server: ApiServer, url: str, kubeconfig: Path, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        self.server = server
+        self.url = url
+        self.kubeconfig = kubeconfig
+        self._loop = loop
+
+    def call(self, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` on the emulator's loop (object access is not thread-safe while requests run)."""
+
+        async def wrapper() -> Any:
+            return fn()
+
+        return asyncio.run_coroutine_threadsafe(wrapper(), self._loop).result(timeout=30)
+
+    @staticmethod
+    def _key(kind: str, namespace: str | None, name: str) -> tuple[str, str | None, str]:
+        return (RESOURCES[kind], None if kind in CLUSTER_SCOPED else namespace, name)
+
+    def seed(self, objects: list[dict[str, Any]]) -> None:
+        def put() -> None:
+            for obj in objects:
+                meta = obj["metadata"]
+                self.server.objects[self._key(obj["kind"], meta.get("namespace"), meta["name"])] = obj
+
+        self.call(put)
+
+    def declare(self, *kinds: str) -> None:
+        """Make list calls of kinds with no objects answer an empty list rather than 404."""
+        for kind in kinds:
+            self.server.resources[RESOURCES[kind]] = kmock.ResourceInfo(kind=kind)
+
+    def obj(self, kind: str, namespace: str | None, name: str) -> dict[str, Any]:
+        return self.call(lambda: self.server.objects[self._key(kind, namespace, name)].raw)  # type: ignore[no-any-return]
+
+    def history(self, kind: str, namespace: str | None, name: str) -> list[dict[str, Any]]:
+        return self.call(  # type: ignore[no-any-return]
+            lambda: [
+                v.raw for v in self.server.objects[self._key(kind, namespace, name)].history if v is not None
+            ]
+        )
+
+    def objects(self, kind: str) -> list[dict[str, Any]]:
+        resource = kmock.resource(RESOURCES[kind])
+        return self.call(  # type: ignore[no-any-return]
+            lambda: [o.raw for (r, _, _), o in self.server.objects.items() if r == resource and not o.deleted]
+        )
+
+    def requests(self) -> list[tuple[str, str]]:
+        """(method, path) of every request served so far."""
+        return self.call(lambda: [(r.method.value, r.url.path) for r in self.server])  # type: ignore[no-any-return]
+
+    def mutations(self) -> list[tuple[str, str]]:
+        return [r for r in self.requests() if r[0] != "GET"]
+
+    def fail(self, fault: Fault) -> None:
+        self.call(lambda: self.server.faults.append(fault))
+
+    def client(self, timeout: float = 5.0) -> KubeClient:
+        return KubeClient.from_settings(
+            KubeSettings(kubeconfig=str(self.kubeconfig), timeout_seconds=timeout)
+        )
+
+
+def write_kubeconfig(path: Path, url: str) -> Path:
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "emulator", "cluster": {"server": url}}],
+        "users": [{"name": "reaper", "user": {"token": "emulator-token"}}],
+        "contexts": [{"name": "emulator", "context": {"cluster": "emulator", "user": "reaper"}}],
+        "current-context": "emulator",
+    }
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    return path
+
+
+# --- findings and policies built in code --------------------------------------------------------------
+
+WINDOW = TimeWindow.ending(NOW, timedelta(hours=6))
+
+
+def finding(
+    kind: FindingKind | str = FindingKind.IDLE_ENDPOINT,
+    name: str = "api",
+    namespace: str = "serving",
+    workload_kind: str = "Deployment",
+    gpus: int = 1,
+    wasted: float = 6.0,
+    confidence: float = 1.0,
+    window: TimeWindow = WINDOW,
+    evidence: Mapping[str, Any] | None = None,
+) -> Finding:
+    ref = WorkloadRef(kind=workload_kind, name=name, namespace="" if workload_kind == "Node" else namespace)
+    return Finding(
+        kind=FindingKind(kind),
+        workload=ref,
+        gpus=tuple(f"GPU-{name}-{i}" for i in range(gpus)),
+        nodes=("gpu-a",),
+        window=window,
+        evidence=evidence or {"mean_util_percent": 0.2, "max_util_percent": 0.9},
+        confidence=confidence,
+        wasted_gpu_hours=wasted,
+    )
+
+
+def report(*findings: Finding, window: TimeWindow = WINDOW) -> FindingsReport:
+    return FindingsReport(window=window, generated_at=window.end, source="test", findings=findings)
