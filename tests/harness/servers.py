@@ -32,6 +32,7 @@ class _Server(abc.ABC):
 
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
+        workdir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._proc: subprocess.Popen[bytes] | None = None

@@ -1,0 +1,346 @@
+"""The Helm chart renders valid Kubernetes objects that do what the project promises.
+
+Rendering uses Helm's own engine in-process (helm-python-sdk); every object is validated against
+the Kubernetes 1.28 schema and the newest one kubernetes-validate bundles (strict: unknown fields
+fail), and the Prometheus Operator objects against their CRD fields (tests/deploy/crd_schemas.py).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from exporter.config import from_args as exporter_args
+from harness.binaries import require_binary
+from harness.chart import CHART_DIR, NAMESPACE, Manifest, lint, only, render, values_file
+from harness.crd_schemas import SCHEMAS
+from harness.grafana import dashboard_files
+from harness.rules import RULE_FILES
+from reaper.cli import _build_parser as reaper_parser
+from reaper.policy import parse_policy
+
+VALUE_SETS = {"default-values": {}, "all-enabled": values_file("all-enabled-values.yaml")}
+KUBE_VERSIONS = ("1.28", kubernetes_validate.latest_version())
+RENDERED = {name: render(values) for name, values in VALUE_SETS.items()}
+TEMPLATES = sorted(p.name for p in (CHART_DIR / "templates").glob("*.yaml"))
+
+
+def _cases() -> list[Any]:
+    return [
+        pytest.param(m, version, id=f"{name}/k8s-{version}/{m.id}")
+        for name, manifests in RENDERED.items()
+        for m in manifests
+        for version in KUBE_VERSIONS
+    ]
+
+
+def _container(pod_spec: dict[str, Any]) -> dict[str, Any]:
+    (container,) = pod_spec["containers"]
+    return container
+
+
+def _reaper(manifests: list[Manifest]) -> dict[str, Any]:
+    return _container(only(manifests, "CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"])
+
+
+def _exporter(manifests: list[Manifest]) -> dict[str, Any]:
+    return _container(only(manifests, "DaemonSet")["spec"]["template"]["spec"])
+
+
+@pytest.mark.parametrize(("manifest", "version"), _cases())
+def test_rendered_object_is_valid_for_kubernetes(manifest: Manifest, version: str) -> None:
+    if manifest.kind in SCHEMAS:
+        jsonschema.validate(manifest.doc, SCHEMAS[manifest.kind])
+    else:
+        kubernetes_validate.validate(manifest.doc, version, strict=True)
+    assert manifest.doc["metadata"].get("namespace", NAMESPACE) in (NAMESPACE, "grafana")
+
+
+@pytest.mark.parametrize("values", VALUE_SETS.values(), ids=VALUE_SETS.keys())
+@pytest.mark.parametrize("version", ["v1.28.0", f"v{kubernetes_validate.latest_version()}.0"])
+def test_helm_lint_passes_strict(values: dict[str, Any], version: str) -> None:
+    report = lint(values, version)
+    problems = [m for m in report["messages"] if m["severity"] >= 2] + report["errors"]
+    assert problems == []
+
+
+def test_all_enabled_values_exercise_every_template() -> None:
+    used = {m.template.removeprefix("templates/") for m in RENDERED["all-enabled"]}
+    assert used == set(TEMPLATES)
+
+
+def test_default_install_is_a_dry_run_that_creates_no_monitoring_objects() -> None:
+    manifests = RENDERED["default-values"]
+    assert "--dry-run" in _reaper(manifests)["args"]
+    assert "--apply" not in _reaper(manifests)["args"]
+    kinds = {m.kind for m in manifests}
+    assert kinds.isdisjoint({"ServiceMonitor", "PodMonitor", "PrometheusRule", "NetworkPolicy"})
+    assert not [m for m in manifests if m.kind == "ConfigMap" and "dashboard" in m.name]
+
+
+def test_exporter_runs_as_the_architecture_specifies() -> None:
+    exporter = _exporter(RENDERED["default-values"])
+    pod = only(RENDERED["default-values"], "DaemonSet")["spec"]["template"]["spec"]
+    assert exporter["args"] == [
+        "gpu-exporter",
+        "--listen",
+        ":9400",
+        "--interval",
+        "5s",
+        "--kubelet-socket",
+        "/var/lib/kubelet/pod-resources/kubelet.sock",
+        "--log-format",
+        "json",
+    ]
+    node_name = next(e for e in exporter["env"] if e["name"] == "NODE_NAME")
+    assert node_name["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert pod["runtimeClassName"] == "nvidia"
+    assert pod["automountServiceAccountToken"] is False
+    assert "hostPID" not in pod and "hostNetwork" not in pod
+    # Ready while serving, even when NVML fails: gpu_up 0 must still be scraped.
+    assert exporter["readinessProbe"]["httpGet"]["path"] == "/metrics"
+    # Reading every GPU must not take one away from workloads.
+    assert "nvidia.com/gpu" not in json.dumps(exporter["resources"])
+
+
+def test_exporter_mounts_only_the_pod_resources_directory_read_only() -> None:
+    exporter = _exporter(RENDERED["default-values"])
+    pod = only(RENDERED["default-values"], "DaemonSet")["spec"]["template"]["spec"]
+    assert pod["volumes"] == [
+        {"name": "pod-resources", "hostPath": {"path": "/var/lib/kubelet/pod-resources", "type": "Directory"}}
+    ]
+    assert exporter["volumeMounts"] == [
+        {"name": "pod-resources", "mountPath": "/var/lib/kubelet/pod-resources", "readOnly": True}
+    ]
+
+
+@pytest.mark.parametrize("component", ["DaemonSet", "CronJob"])
+def test_containers_hold_no_capability_and_cannot_escalate(component: str) -> None:
+    manifests = RENDERED["default-values"]
+    container = _exporter(manifests) if component == "DaemonSet" else _reaper(manifests)
+    security = container["securityContext"]
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["readOnlyRootFilesystem"] is True
+    assert not security.get("privileged", False)
+
+
+def test_reaper_runs_as_a_non_root_user() -> None:
+    pod = only(RENDERED["default-values"], "CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] != 0
+
+
+@pytest.mark.parametrize("values", VALUE_SETS.keys())
+def test_exporter_command_line_is_accepted_by_gpu_exporter(values: str) -> None:
+    args = _exporter(RENDERED[values])["args"]
+    assert args[0] == "gpu-exporter"
+    config = exporter_args(args[1:], env={"NODE_NAME": "gpu-node-1"})
+    assert config.listen_port == 9400
+    assert config.hostname == "gpu-node-1"
+
+
+def test_reaper_cronjob_never_overlaps_and_skips_late_runs() -> None:
+    cronjob = only(RENDERED["default-values"], "CronJob")["spec"]
+    assert cronjob["concurrencyPolicy"] == "Forbid"
+    assert cronjob["startingDeadlineSeconds"] > 0
+    # A run must end before another could take over its Lease (600 s).
+    assert cronjob["jobTemplate"]["spec"]["activeDeadlineSeconds"] < 600
+    assert cronjob["jobTemplate"]["spec"]["template"]["spec"]["restartPolicy"] == "Never"
+
+
+@pytest.mark.parametrize("values", VALUE_SETS.keys())
+def test_reaper_command_line_is_accepted_by_gpu_reaper(values: str) -> None:
+    args = _reaper(RENDERED[values])["args"]
+    assert args[0] == "gpu-reaper"
+    assert args[args.index("run") + 1] == "--prometheus-url"
+    parsed = reaper_parser().parse_args(args[1:])
+    assert parsed.policy == Path("/etc/gpu-reaper/policy.yaml")
+    assert parsed.apply is (values == "all-enabled")
+
+
+@pytest.mark.parametrize("values", VALUE_SETS.keys())
+def test_policy_comes_from_a_configmap_mounted_where_the_args_point(values: str) -> None:
+    manifests = RENDERED[values]
+    reaper = _reaper(manifests)
+    pod = only(manifests, "CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "policy"]
+    (mount,) = [m for m in reaper["volumeMounts"] if m["name"] == "policy"]
+    assert mount == {"name": "policy", "mountPath": "/etc/gpu-reaper", "readOnly": True}
+    (configmap,) = [m for m in manifests if m.kind == "ConfigMap" and m.name == volume["configMap"]["name"]]
+    policy = parse_policy(configmap.doc["data"]["policy.yaml"], "policy.yaml")
+    assert policy.mode == ("apply" if values == "all-enabled" else "dry-run")
+
+
+def test_prometheus_credentials_are_files_and_env_from_the_secret_never_arguments() -> None:
+    manifests = render(
+        {
+            "reaper": {
+                "prometheusAuth": {
+                    "existingSecret": "thanos",
+                    "tokenKey": "token",
+                    "caKey": "ca.crt",
+                    "usernameKey": "user",
+                    "passwordKey": "password",
+                }
+            }
+        }
+    )
+    reaper = _reaper(manifests)
+    args = reaper["args"]
+    assert args[args.index("--prometheus-token-file") + 1] == "/var/run/secrets/gpu-reaper/prometheus/token"
+    assert args[args.index("--prometheus-ca-file") + 1] == "/var/run/secrets/gpu-reaper/prometheus/ca.crt"
+    env = {e["name"]: e.get("valueFrom") for e in reaper["env"]}
+    assert env["GPU_REAPER_PROMETHEUS_PASSWORD"] == {"secretKeyRef": {"name": "thanos", "key": "password"}}
+    pod = only(manifests, "CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert {"name": "prometheus-auth", "secret": {"secretName": "thanos"}} in pod["volumes"]
+    reaper_parser().parse_args(args[1:])
+
+
+def test_slack_credentials_come_only_from_the_named_secret() -> None:
+    env = {e["name"]: e for e in _reaper(RENDERED["all-enabled"])["env"]}
+    assert env["SLACK_BOT_TOKEN"]["valueFrom"] == {
+        "secretKeyRef": {"name": "gpu-reaper-slack", "key": "bot-token"}
+    }
+    assert env["GPU_REAPER_SLACK_WEBHOOK_URL"]["valueFrom"] == {
+        "secretKeyRef": {"name": "gpu-reaper-slack", "key": "webhook-url"}
+    }
+    assert not any(
+        "SLACK" in name for name in (e["name"] for e in _reaper(RENDERED["default-values"])["env"])
+    )
+    assert not [m for m in RENDERED["all-enabled"] if m.kind == "Secret"], "the chart never holds a secret"
+
+
+def _permissions(manifests: list[Manifest]) -> set[tuple[str, str, str, str]]:
+    """(scope, apiGroup/resource, verb, resourceName or *) for every RBAC rule rendered."""
+    out = set()
+    for m in manifests:
+        if m.kind not in ("ClusterRole", "Role"):
+            continue
+        for rule in m.doc["rules"]:
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    for verb in rule["verbs"]:
+                        for name in rule.get("resourceNames", ["*"]):
+                            out.add((m.kind, f"{group}/{resource}", verb, name))
+    return out
+
+
+# Exactly the calls gpu-reaper makes (reaper/kube.py): nothing watched, nothing deleted, no PUT.
+EXPECTED_PERMISSIONS = (
+    {
+        ("ClusterRole", f"apps/{r}", v, "*")
+        for r in ("deployments", "statefulsets")
+        for v in ("list", "get", "patch")
+    }
+    | {("ClusterRole", "/nodes", v, "*") for v in ("list", "get", "patch")}
+    | {
+        ("ClusterRole", "/namespaces", "list", "*"),
+        ("ClusterRole", "autoscaling/horizontalpodautoscalers", "list", "*"),
+        ("ClusterRole", "keda.sh/scaledobjects", "list", "*"),
+        ("ClusterRole", "/events", "create", "*"),
+    }
+    | {("Role", "coordination.k8s.io/leases", "create", "*"), ("Role", "/configmaps", "create", "*")}
+    | {("Role", "coordination.k8s.io/leases", v, "gpu-reaper") for v in ("get", "patch")}
+    | {("Role", "/configmaps", v, "gpu-reaper-state") for v in ("get", "patch")}
+)
+
+
+def test_reaper_rbac_is_exactly_the_least_privilege_it_needs() -> None:
+    granted = _permissions(RENDERED["default-values"])
+    assert granted == EXPECTED_PERMISSIONS
+    assert not [p for p in granted if p[2] in ("delete", "deletecollection", "watch", "update", "*")]
+    assert not [p for p in granted if "*" in p[1] or "secrets" in p[1] or "pods" in p[1]]
+
+
+def test_reaper_rbac_without_cordoning_cannot_patch_nodes() -> None:
+    granted = _permissions(render({"rbac": {"cordonNodes": False}}))
+    assert granted == EXPECTED_PERMISSIONS - {("ClusterRole", "/nodes", "patch", "*")}
+
+
+def test_role_names_match_the_objects_the_reaper_owns() -> None:
+    from reaper import names
+
+    granted = _permissions(RENDERED["default-values"])
+    assert ("Role", "coordination.k8s.io/leases", "patch", names.LEASE_NAME) in granted
+    assert ("Role", "/configmaps", "patch", names.STATE_CONFIGMAP) in granted
+
+
+def _rule_files() -> list[dict[str, Any]]:
+    return [g for p in RULE_FILES for g in yaml.safe_load(p.read_text(encoding="utf-8"))["groups"]]
+
+
+def test_prometheus_rule_is_built_from_the_alerts_directory(tmp_path: Path) -> None:
+    spec = only(RENDERED["all-enabled"], "PrometheusRule")["spec"]
+    source = {r["alert"]: r for g in _rule_files() for r in g["rules"]}
+    rendered = {r["alert"]: r for g in spec["groups"] for r in g["rules"]}
+    assert rendered.keys() == source.keys()
+    for alert, rule in rendered.items():
+        assert rule["expr"] == source[alert]["expr"]
+        assert rule["labels"] == {**source[alert]["labels"], "team": "ml-platform"}
+        assert rule["annotations"]["runbook_url"].endswith(f"docs/runbooks.md#{alert.lower()}")
+    path = tmp_path / "rendered.rules.yaml"
+    path.write_text(yaml.safe_dump({"groups": spec["groups"]}), encoding="utf-8")
+    result = subprocess.run(
+        [require_binary("promtool"), "check", "rules", str(path)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_prometheus_rule_groups_can_be_left_out() -> None:
+    manifests = render({"prometheusRule": {"enabled": True, "disabledGroups": ["gpu-reaper"]}})
+    groups = [g["name"] for g in only(manifests, "PrometheusRule")["spec"]["groups"]]
+    assert sorted(groups) == ["gpu-exporter", "gpu-health", "gpu-waste"]
+    rule = only(manifests, "PrometheusRule")["spec"]["groups"][0]["rules"][0]
+    assert "runbook_url" not in rule["annotations"]
+
+
+def test_dashboards_ship_as_configmaps_for_the_grafana_sidecar() -> None:
+    configmaps = [m for m in RENDERED["all-enabled"] if m.kind == "ConfigMap" and "-dashboard-" in m.name]
+    assert len(configmaps) == len(dashboard_files())
+    shipped = {}
+    for m in configmaps:
+        assert m.doc["metadata"]["labels"]["grafana_dashboard"] == "1"
+        assert m.doc["metadata"]["namespace"] == "grafana"
+        ((key, text),) = m.doc["data"].items()
+        shipped[key] = json.loads(text)
+    for path in dashboard_files():
+        assert shipped[f"kube-gpu-reaper-{path.stem}.json"] == json.loads(path.read_text(encoding="utf-8"))
+
+
+def test_network_policies_let_prometheus_scrape_and_the_reaper_call_out_only() -> None:
+    policies = {m.name: m.doc["spec"] for m in RENDERED["all-enabled"] if m.kind == "NetworkPolicy"}
+    exporter = next(p for name, p in policies.items() if name.endswith("gpu-exporter"))
+    reaper = next(p for name, p in policies.items() if name.endswith("gpu-reaper"))
+    assert exporter["egress"] == [] and exporter["ingress"][0]["ports"] == [
+        {"port": "metrics", "protocol": "TCP"}
+    ]
+    assert reaper["ingress"] == []
+    ports = {p["port"] for rule in reaper["egress"] for p in rule["ports"]}
+    assert {53, 443, 9090} <= ports
+
+
+def test_scrape_objects_keep_the_exporters_pod_labels() -> None:
+    manifests = RENDERED["all-enabled"]
+    service_monitor = only(manifests, "ServiceMonitor")["spec"]["endpoints"][0]
+    pod_monitor = only(manifests, "PodMonitor")["spec"]["podMetricsEndpoints"][0]
+    assert service_monitor["honorLabels"] is True and pod_monitor["honorLabels"] is True
+    # The job label must match the exporter alerts' `job=~".*(gpu-exporter|dcgm-exporter).*"`.
+    assert "gpu-exporter" in only(manifests, "Service")["metadata"]["name"]
+
+
+def test_shared_gpu_attribution_adds_host_pids_and_the_pod_log_directory_read_only() -> None:
+    manifests = RENDERED["all-enabled"]
+    pod = only(manifests, "DaemonSet")["spec"]["template"]["spec"]
+    exporter = _exporter(manifests)
+    assert pod["hostPID"] is True
+    assert {"name": "pod-logs", "mountPath": "/var/log/pods", "readOnly": True} in exporter["volumeMounts"]
+    assert exporter["args"][exporter["args"].index("--pod-log-dir") + 1] == "/var/log/pods"
+    assert all(m["readOnly"] for m in exporter["volumeMounts"])

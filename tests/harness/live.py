@@ -1,0 +1,127 @@
+"""Live pieces for the end-to-end alert test: a GPU fleet served as a /metrics page, and Alertmanager.
+
+The exposition is computed at each scrape from the wall clock, so counters grow between scrapes
+and timestamps (pod start, last collection, last reaper success) are relative to "now". It holds
+one case for every alert of alerts/, plus a healthy serving pod that must never be named.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from harness.binaries import require_binary
+from harness.servers import _Server
+
+HEALTHY_POD = "chat-api-0"
+
+
+def _line(name: str, labels: dict[str, str], value: float) -> str:
+    inner = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    return f"{name}{{{inner}}} {value:.17g}\n"
+
+
+def _gpu(uuid: str, gpu: int, node: str, label: str = "Hostname") -> dict[str, str]:
+    return {"UUID": uuid, "gpu": str(gpu), label: node, "modelName": "NVIDIA H100 80GB HBM3"}
+
+
+def _pod(namespace: str, pod: str) -> dict[str, str]:
+    return {"namespace": namespace, "pod": pod, "container": "main"}
+
+
+class LiveFleet:
+    """Renders the fleet's exposition; each call is one scrape."""
+
+    def __init__(self) -> None:
+        self.scrapes = 0
+
+    def exposition(self) -> str:
+        n, now = self.scrapes, time.time()
+        self.scrapes += 1
+        out: list[str] = []
+        add = out.append
+
+        # Pods holding GPUs on node-a (gpu-exporter): util, memory, age.
+        pods = (
+            ("serving", "legacy-ranker-0", "GPU-1", 0.0, 7200),  # idle, memory held
+            ("research", "notebook-0", "GPU-2", 14.0, 7 * 3600),  # low utilization
+            ("research", "tokenizer-0", "GPU-3", 50.0, 3600),  # bimodal samples
+            ("research", "audio-0", "GPU-4", 45.0, 3600),  # CPU-throttled
+            ("serving", HEALTHY_POD, "GPU-5", 60.0, 7 * 3600),  # healthy
+        )
+        for i, (namespace, pod, uuid, util, age) in enumerate(pods):
+            labels = _gpu(uuid, i, "node-a") | _pod(namespace, pod)
+            add(_line("DCGM_FI_DEV_GPU_UTIL", labels, util))
+            add(_line("DCGM_FI_DEV_FB_USED", labels, 30000))
+            add(_line("DCGM_FI_DEV_GPU_TEMP", _gpu(uuid, i, "node-a"), 55))
+            add(_line("gpu_up", _gpu(uuid, i, "node-a"), 1))
+            add(_line("kube_pod_start_time", {"namespace": namespace, "pod": pod}, now - age))
+            throttled = 7 if pod == "audio-0" else 0
+            add(_line("container_cpu_cfs_periods_total", _pod(namespace, pod), 10 * n))
+            add(_line("container_cpu_cfs_throttled_periods_total", _pod(namespace, pod), throttled * n))
+        # tokenizer-0's sub-second samples: half stalled at or below 5 %, half busy above 95 %.
+        tokenizer = _gpu("GPU-3", 2, "node-a") | _pod("research", "tokenizer-0")
+        for le, per_scrape in (("5.0", 150), ("10.0", 180), ("25.0", 180), ("50.0", 180), ("75.0", 180)):
+            add(_line("gpu_utilization_samples_percent_bucket", tokenizer | {"le": le}, per_scrape * n))
+        for le, per_scrape in (("90.0", 190), ("95.0", 250), ("+Inf", 360)):
+            add(_line("gpu_utilization_samples_percent_bucket", tokenizer | {"le": le}, per_scrape * n))
+        add(_line("gpu_utilization_samples_percent_count", tokenizer, 360 * n))
+        add(_line("gpu_utilization_samples_percent_sum", tokenizer, 360 * 49 * n))
+
+        # node-a: a GPU lost after XID 79, and an application XID 13 on tokenizer-0's GPU.
+        add(_line("gpu_up", _gpu("GPU-8", 7, "node-a"), 0))
+        add(_line("gpu_xid_errors_total", _gpu("GPU-8", 7, "node-a") | {"xid": "79"}, 1))
+        add(_line("gpu_xid_errors_total", _gpu("GPU-3", 2, "node-a") | {"xid": "13"}, 1))
+        # node-b (dcgm-exporter, relabelled to `hostname`): a hot, braked GPU with XID 48; XID 43 next door.
+        for uuid, gpu, temp, reasons, xid in (("GPU-6", 0, 91, 0x40 | 0x80, 48), ("GPU-7", 1, 60, 0x4, 43)):
+            labels = _gpu(uuid, gpu, "node-b", label="hostname")
+            add(_line("DCGM_FI_DEV_GPU_TEMP", labels, temp))
+            add(_line("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", labels, reasons))
+            add(_line("DCGM_FI_DEV_XID_ERRORS", labels, xid))
+
+        # gpu-exporter's own health: collections stuck for ten minutes, NVML errors piling up.
+        add(_line("gpu_exporter_last_collect_timestamp_seconds", {}, now - 600))
+        add(
+            _line(
+                "gpu_exporter_nvml_errors_total",
+                {"call": "nvmlDeviceGetUtilizationRates", "code": "UNKNOWN"},
+                n,
+            )
+        )
+        add(_line("gpu_exporter_kubelet_errors_total", {}, 0))
+
+        # The reaper: last success pushed five hours ago with a failed scale-down and Slack failures;
+        # its latest Job failed ten minutes ago; the CronJob last succeeded five hours ago.
+        add(_line("gpu_reaper_last_success_timestamp_seconds", {}, now - 5 * 3600))
+        add(_line("gpu_reaper_actions_total", {"action": "scale_to_zero", "outcome": "applied"}, 2))
+        add(_line("gpu_reaper_actions_total", {"action": "scale_to_zero", "outcome": "failed"}, 1))
+        add(_line("gpu_reaper_slack_failures_total", {}, 2))
+        job = {"namespace": "gpu-reaper", "job_name": "gpu-reaper-29471230"}
+        add(_line("kube_job_status_failed", job, 1))
+        add(_line("kube_job_status_start_time", job, now - 600))
+        cronjob = {"namespace": "gpu-reaper", "cronjob": "gpu-reaper"}
+        add(_line("kube_cronjob_status_last_successful_time", cronjob, now - 5 * 3600))
+        return "".join(out)
+
+
+class AlertmanagerServer(_Server):
+    """Debian's Alertmanager on a free loopback port, clustering off, with the given config."""
+
+    ready_path = "/-/ready"
+
+    def __init__(self, workdir: Path, config: str) -> None:
+        super().__init__(workdir)
+        self.binary = require_binary("prometheus-alertmanager")
+        self.config_path = workdir / "alertmanager.yml"
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.config_path.write_text(config, encoding="utf-8")
+
+    def _command(self) -> list[str]:
+        return [
+            self.binary,
+            f"--config.file={self.config_path}",
+            f"--storage.path={self.workdir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            "--cluster.listen-address=",
+            "--log.level=warn",
+        ]
