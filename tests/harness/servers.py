@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
+from typing import Self
 
 import requests
 
@@ -42,7 +43,7 @@ class _Server(abc.ABC):
     def _command(self) -> list[str]:
         """The server's command line."""
 
-    def __enter__(self) -> _Server:
+    def __enter__(self) -> Self:
         self.workdir.mkdir(parents=True, exist_ok=True)
         with self._log.open("wb") as log:
             self._proc = subprocess.Popen(self._command(), stdout=log, stderr=subprocess.STDOUT)

@@ -1,0 +1,218 @@
+"""The series the analyzer reads, and what one run learns about how a cluster exposes them.
+
+dcgm-exporter and our exporter share DCGM's names. What varies between clusters:
+
+* which utilization signal exists — ``DCGM_FI_PROF_GR_ENGINE_ACTIVE`` (0-1, from DCGM profiling or
+  our exporter on Hopper) is preferred where present; MIG instances have nothing else.
+  ``DCGM_FI_DEV_GPU_UTIL`` is 0-100, unless a recording rule or relabelling made it 0-1;
+* the node label — ``Hostname`` from the exporter, ``hostname`` or ``node`` after relabelling;
+* the pod labels — ``pod``/``namespace``, or ``exported_pod``/``exported_namespace`` when the scrape
+  config does not honour the exporter's labels;
+* whether our exporter's sub-second sample histogram is there.
+
+The decisions are pure functions of label names and numbers so they are tested without a server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+PROF_GR_ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
+DEV_GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
+DEV_FB_USED = "DCGM_FI_DEV_FB_USED"
+# Preference order: the profiling ratio measures engine activity over the whole sample period;
+# the device gauge only says whether any kernel ran in NVML's last period.
+UTIL_METRICS = (PROF_GR_ENGINE_ACTIVE, DEV_GPU_UTIL)
+SAMPLE_HISTOGRAM_BUCKET = "gpu_utilization_samples_percent_bucket"
+
+KUBE_POD_OWNER = "kube_pod_owner"
+KUBE_REPLICASET_OWNER = "kube_replicaset_owner"
+KUBE_POD_START_TIME = "kube_pod_start_time"
+KUBE_POD_REQUESTS = "kube_pod_container_resource_requests"
+KUBE_POD_LIMITS = "kube_pod_container_resource_limits"
+CPU_USAGE = "container_cpu_usage_seconds_total"
+CPU_PERIODS = "container_cpu_cfs_periods_total"
+CPU_THROTTLED = "container_cpu_cfs_throttled_periods_total"
+
+KNOWN_METRICS = (
+    *UTIL_METRICS,
+    DEV_FB_USED,
+    SAMPLE_HISTOGRAM_BUCKET,
+    KUBE_POD_OWNER,
+    KUBE_REPLICASET_OWNER,
+    KUBE_POD_START_TIME,
+    KUBE_POD_REQUESTS,
+    KUBE_POD_LIMITS,
+    CPU_USAGE,
+    CPU_PERIODS,
+    CPU_THROTTLED,
+)
+
+UUID = "UUID"
+GPU_INDEX = "gpu"
+MODEL = "modelName"
+MIG_INSTANCE = "GPU_I_ID"
+MIG_PROFILE = "GPU_I_PROFILE"
+JOB = "job"
+LE = "le"
+HOST_LABELS = ("Hostname", "hostname", "node", "kubernetes_node", "instance")
+# Extended resources that mean "GPU devices" in kube-state-metrics' resource label.
+GPU_RESOURCE_REGEX = "nvidia_com_gpu|nvidia_com_mig_.+"
+
+PERCENT = 1.0
+RATIO = 100.0  # multiply a 0-1 reading by this to get percent
+
+
+@dataclass(frozen=True)
+class PodLabels:
+    """The label names that carry the pod identity on one family of series."""
+
+    pod: str = "pod"
+    namespace: str = "namespace"
+
+    @property
+    def names(self) -> tuple[str, str]:
+        return (self.namespace, self.pod)
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What this run found in the data source; decided once, used by every query."""
+
+    util_metrics: tuple[str, ...]
+    host_label: str
+    gpu_pod: PodLabels
+    mig: bool = False
+    histogram_le: tuple[str, ...] = ()  # the bucket bounds' label values, as exported
+    memory: bool = False
+    kube_state_metrics: bool = False
+    replicaset_owner: bool = False
+    ksm_pod: PodLabels = PodLabels()
+    cpu_usage: bool = False
+    cpu_limits: bool = False
+    cpu_throttling: bool = False
+    # Per scrape job: multiplier from the DEV gauge's unit to percent, and the sample interval (s).
+    dev_scale: Mapping[str, float] = field(default_factory=dict)
+    interval_s: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def histogram(self) -> bool:
+        return bool(self.histogram_le)
+
+    def device_labels(self) -> tuple[str, ...]:
+        """The labels that identify one device holder: GPU (and MIG instance) plus pod."""
+        labels = [UUID]
+        if self.mig:
+            labels.append(MIG_INSTANCE)
+        return (*labels, self.gpu_pod.namespace, self.gpu_pod.pod)
+
+    def identity_labels(self) -> tuple[str, ...]:
+        extra = [self.host_label, GPU_INDEX, MODEL, JOB]
+        if self.mig:
+            extra.append(MIG_PROFILE)
+        return (*self.device_labels(), *extra)
+
+    def scale(self, metric: str, job: str) -> float:
+        if metric == PROF_GR_ENGINE_ACTIVE:
+            return RATIO  # DCGM profiling fields are ratios by definition
+        return self.dev_scale.get(job, PERCENT)
+
+    def describe(self) -> str:
+        parts = [
+            "utilization from " + " then ".join(self.util_metrics),
+            f"node label {self.host_label}",
+            f"pod label {self.gpu_pod.pod}",
+        ]
+        ratio_jobs = sorted(j or "(no job)" for j, s in self.dev_scale.items() if s == RATIO)
+        if ratio_jobs:
+            parts.append(f"{DEV_GPU_UTIL} in 0-1 for {', '.join(ratio_jobs)}")
+        if self.histogram:
+            parts.append("sample histogram")
+        if self.mig:
+            parts.append("MIG")
+        if not self.kube_state_metrics:
+            parts.append("no kube-state-metrics")
+        return "; ".join(parts)
+
+
+def choose_host_label(label_names: Collection[str]) -> str:
+    """The node label of the GPU series: the exporter's own name first, relabelled spellings next."""
+    for name in HOST_LABELS:
+        if name in label_names:
+            return name
+    return "instance"
+
+
+def choose_pod_labels(label_names: Collection[str]) -> PodLabels:
+    """``exported_pod`` wins when present: there ``pod`` names the exporter's own pod."""
+    if "exported_pod" in label_names:
+        namespace = "exported_namespace" if "exported_namespace" in label_names else "namespace"
+        return PodLabels(pod="exported_pod", namespace=namespace)
+    return PodLabels()
+
+
+def decide_scale(max_value: float, has_fraction_below_one: bool) -> float:
+    """Unit of a ``DCGM_FI_DEV_GPU_UTIL`` job from its largest value and whether any value lies in (0, 1).
+
+    Above 1 can only be percent. At or below 1, fractional values mean a 0-1 ratio. A job whose
+    every value is exactly 0 or 1 is read as percent: an idle GPU blipping to 1 % is common, a 0-1
+    series that only ever reads 0 or exactly 100 % is not.
+    """
+    if max_value > 1.0:
+        return PERCENT
+    return RATIO if has_fraction_below_one else PERCENT
+
+
+def scales_by_job(device_max: Mapping[str, Collection[float]]) -> dict[str, float]:
+    """``decide_scale`` per scrape job, from the maximum of each of its devices' series.
+
+    A device whose maximum lies strictly between 0 and 1 can only be a 0-1 gauge (NVML's percent
+    readings are whole numbers), so one such device settles its job.
+    """
+    scales = {}
+    for job, maxima in device_max.items():
+        top = max(maxima, default=0.0)
+        fraction = any(0.0 < m < 1.0 for m in maxima)
+        scales[job] = decide_scale(top, fraction)
+    return scales
+
+
+def median_interval(timestamps: np.ndarray) -> float | None:
+    """The scrape interval of one series: the median gap, which holes in the data do not move."""
+    if timestamps.size < 3:
+        return None
+    gaps = np.diff(np.sort(timestamps))
+    gaps = gaps[gaps > 0]
+    return float(np.median(gaps)) if gaps.size else None
+
+
+def pick_buckets(
+    bounds: Mapping[str, float], idle_percent: float, busy_percent: float
+) -> tuple[str, str, str]:
+    """Label values of the buckets that split samples into stalled / busy, and ``+Inf``.
+
+    The stalled bound is the largest bucket at or below ``idle_percent``; the busy bound the largest
+    at or below ``busy_percent`` (samples above it are busy). Raises ValueError when the histogram
+    lacks the buckets to make that split.
+    """
+    finite = {le: v for le, v in bounds.items() if np.isfinite(v)}
+    total = [le for le, v in bounds.items() if v == float("inf")]
+    idle = [le for le, v in finite.items() if v <= idle_percent]
+    busy = [le for le, v in finite.items() if v <= busy_percent]
+    if not total or not idle or not busy:
+        raise ValueError("histogram lacks a +Inf bucket or bounds at the idle / busy thresholds")
+    idle_le = max(idle, key=lambda le: finite[le])
+    busy_le = max(busy, key=lambda le: finite[le])
+    if finite[busy_le] <= finite[idle_le]:
+        raise ValueError("histogram has no bucket between the idle and busy thresholds")
+    return idle_le, busy_le, total[0]
+
+
+def parse_le(value: str) -> float | None:
+    try:
+        return float(value)  # "+Inf" parses to inf; "10" and "10.0" to the same bound
+    except ValueError:
+        return None

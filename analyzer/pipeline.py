@@ -1,0 +1,168 @@
+"""One analysis: source → aggregates → workload views → detectors → findings report.
+
+The number of queries does not depend on the fleet's size: one snapshot (a fixed set of fleet-wide
+queries), one batch of raw samples for the few devices that need a closer look, one memory query for
+idle candidates, and the policy's request-rate query per idle candidate.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+
+from analyzer import detectors, workloads
+from analyzer.aggregates import FleetSnapshot
+from analyzer.errors import BadInputError, NoDataError
+from analyzer.model import Finding, FindingsReport, TimeWindow
+from analyzer.promql import duration, render_template
+from analyzer.source import MetricsSource
+from analyzer.thresholds import Thresholds
+from analyzer.views import DeviceView, NodeView, RequestRate, WorkloadView
+
+__all__ = ["Analysis", "MetricsSource", "OffenderSeries", "analyze", "analyze_in_detail", "offender_series"]
+
+log = logging.getLogger(__name__)
+
+# Clocks drift: a window ending a little after our `now` is still this minute's analysis.
+_CLOCK_SKEW = timedelta(minutes=2)
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """The report plus what it was built from (the HTML report plots from these)."""
+
+    report: FindingsReport
+    snapshot: FleetSnapshot
+    workloads: tuple[WorkloadView, ...]
+    nodes: tuple[NodeView, ...]
+
+    @property
+    def capabilities(self) -> str:
+        return self.snapshot.capabilities.describe()
+
+    @property
+    def gpu_count(self) -> int:
+        return len({(k.uuid, k.mig_instance) for k in self.snapshot.devices})
+
+
+@dataclass(frozen=True)
+class UtilizationLine:
+    device_id: str
+    node: str
+    timestamps: np.ndarray
+    percent: np.ndarray
+
+
+@dataclass(frozen=True)
+class OffenderSeries:
+    """One finding and its GPUs' utilization over the window, for plots."""
+
+    finding: Finding
+    lines: tuple[UtilizationLine, ...]
+
+
+def analyze(
+    source: MetricsSource,
+    window: TimeWindow,
+    thresholds: Thresholds,
+    now: datetime | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> FindingsReport:
+    """Findings for ``window``; raises DataSourceError subclasses rather than report on bad data."""
+    return analyze_in_detail(source, window, thresholds, now, progress).report
+
+
+def analyze_in_detail(
+    source: MetricsSource,
+    window: TimeWindow,
+    thresholds: Thresholds,
+    now: datetime | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Analysis:
+    now = datetime.now(UTC) if now is None else now
+    if now.tzinfo is None:
+        raise BadInputError("now must carry a timezone")
+    if window.end > now + _CLOCK_SKEW:
+        raise BadInputError(f"the window ends at {window.end.isoformat()}, after now ({now.isoformat()})")
+
+    def step(message: str) -> None:
+        log.info("%s", message)
+        if progress is not None:
+            progress(message)
+
+    step("discovering series and querying fleet-wide aggregates")
+    snapshot = source.snapshot(window, thresholds)
+    if not snapshot.devices:
+        raise NoDataError(f"{source.description}: no GPU series in the window")
+    log.info("source capabilities: %s", snapshot.capabilities.describe())
+
+    planned = workloads.plan(snapshot, thresholds, now)
+    samples = {}
+    if planned.sample_keys:
+        step(f"pulling raw samples for {len(planned.sample_keys)} device(s) that need a closer look")
+        samples = source.device_samples(snapshot, planned.sample_keys, planned.bucket_keys)
+    views, nodes = workloads.finalize(planned, samples, thresholds)
+
+    idle = [v for v in views if detectors.idle_endpoint_candidate(v, thresholds, now)]
+    if idle:
+        step(f"checking {len(idle)} idle endpoint candidate(s)")
+        keys = [d.key for v in idle for d in v.devices]
+        memory = source.memory_used(snapshot, keys) if snapshot.capabilities.memory else {}
+        by_ref = {v.ref: v for v in idle}
+        views = [
+            workloads.with_extras(v, memory, _request_rate(source, v, thresholds)) if v.ref in by_ref else v
+            for v in views
+        ]
+
+    step("running detectors")
+    found: list[Finding] = detectors.detect(views, nodes, thresholds, now)
+    report = FindingsReport(window=window, generated_at=now, source=source.description, findings=tuple(found))
+    return Analysis(report=report, snapshot=snapshot, workloads=tuple(views), nodes=tuple(nodes))
+
+
+def top_offenders(findings: Sequence[Finding], top: int) -> list[Finding]:
+    """Actionable findings with the most wasted GPU-hours."""
+    ranked = sorted(
+        (f for f in findings if f.kind.actionable),
+        key=lambda f: (-f.wasted_gpu_hours, f.workload.key()),
+    )
+    return ranked[:top]
+
+
+def offender_series(source: MetricsSource, analysis: Analysis, top: int = 6) -> list[OffenderSeries]:
+    """Raw utilization of the top offenders' GPUs (one more batch of raw pulls)."""
+    chosen = top_offenders(analysis.report.findings, top)
+    devices: dict[str, tuple[DeviceView, ...]] = {v.ref.key(): v.devices for v in analysis.workloads}
+    devices |= {f"/Node/{n.name}": n.devices for n in analysis.nodes}
+    wanted = {f.workload.key(): devices.get(f.workload.key(), ()) for f in chosen}
+    keys = sorted({d.key for devs in wanted.values() for d in devs})
+    samples = source.device_samples(analysis.snapshot, keys) if keys else {}
+    out = []
+    for f in chosen:
+        lines = []
+        for d in wanted[f.workload.key()]:
+            raw = samples.get(d.key)
+            if raw is not None and raw.values.size:
+                lines.append(UtilizationLine(d.key.device_id, d.info.node, raw.timestamps, raw.values))
+        out.append(OffenderSeries(f, tuple(lines)))
+    return out
+
+
+def _request_rate(source: MetricsSource, view: WorkloadView, t: Thresholds) -> RequestRate | None:
+    if t.request_rate_query is None:
+        return None
+    query = render_template(
+        t.request_rate_query,
+        {
+            "namespace": view.ref.namespace,
+            "kind": view.ref.kind,
+            "workload": view.ref.name,
+            "window": duration(view.window.duration),
+        },
+        {"pods": [p.name for p in view.pods]},
+    )
+    return RequestRate(query=query, value=source.instant_value(query, view.window.end))

@@ -1,0 +1,161 @@
+"""PromQL built by code: every label value is escaped, every name validated.
+
+Nothing a user or a cluster supplies (namespace, pod name, policy template value) is pasted into a
+query as text. Values go through ``quote`` (a PromQL string literal) or ``regex_of`` (an escaped
+RE2 alternation inside a string literal), so a pod called ``a"}) or vector(1) #`` stays a pod name.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Literal
+
+_LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+_METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+# RE2 metacharacters, as Go's regexp.QuoteMeta escapes them.
+_RE2_META = re.compile(r"([\\.+*?()|\[\]{}^$])")
+
+MatchOp = Literal["=", "!=", "=~", "!~"]
+
+
+def check_label_name(name: str) -> str:
+    if not _LABEL_NAME.match(name):
+        raise ValueError(f"not a valid label name: {name!r}")
+    return name
+
+
+def check_metric_name(name: str) -> str:
+    if not _METRIC_NAME.match(name):
+        raise ValueError(f"not a valid metric name: {name!r}")
+    return name
+
+
+def escape(value: str) -> str:
+    """The inside of a double-quoted PromQL string literal (Go escaping rules)."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r")
+
+
+def quote(value: str) -> str:
+    return f'"{escape(value)}"'
+
+
+def regex_escape(value: str) -> str:
+    """``value`` as an RE2 pattern matching exactly that text."""
+    return _RE2_META.sub(r"\\\1", value)
+
+
+def regex_of(values: Iterable[str]) -> str:
+    """An RE2 alternation matching exactly the given values (PromQL anchors it at both ends)."""
+    unique = sorted(set(values))
+    if not unique:
+        raise ValueError("an alternation needs at least one value")
+    return "|".join(regex_escape(v) for v in unique)
+
+
+@dataclass(frozen=True)
+class Matcher:
+    name: str
+    op: MatchOp
+    value: str
+
+    def __post_init__(self) -> None:
+        check_label_name(self.name)
+
+    def __str__(self) -> str:
+        return f"{self.name}{self.op}{quote(self.value)}"
+
+
+def eq(name: str, value: str) -> Matcher:
+    return Matcher(name, "=", value)
+
+
+def ne(name: str, value: str) -> Matcher:
+    return Matcher(name, "!=", value)
+
+
+def one_of(name: str, values: Iterable[str]) -> Matcher:
+    """``name`` equal to any of ``values`` (escaped alternation)."""
+    return Matcher(name, "=~", regex_of(values))
+
+
+def none_of(name: str, values: Iterable[str]) -> Matcher:
+    return Matcher(name, "!~", regex_of(values))
+
+
+def selector(metric: str, matchers: Sequence[Matcher] = ()) -> str:
+    """``metric{matchers}``; an empty metric name gives ``{matchers}`` (select by ``__name__``)."""
+    if metric:
+        check_metric_name(metric)
+    elif not matchers:
+        raise ValueError("a selector needs a metric name or at least one matcher")
+    if not matchers:
+        return metric
+    return metric + "{" + ", ".join(str(m) for m in matchers) + "}"
+
+
+def duration(value: timedelta) -> str:
+    """A range duration PromQL and MetricsQL both accept: whole seconds, or milliseconds."""
+    millis = round(value.total_seconds() * 1000)
+    if millis <= 0:
+        raise ValueError(f"range must be positive, got {value}")
+    return f"{millis // 1000}s" if millis % 1000 == 0 else f"{millis}ms"
+
+
+def ranged(selector_text: str, window: timedelta) -> str:
+    return f"{selector_text}[{duration(window)}]"
+
+
+def by(labels: Iterable[str]) -> str:
+    return "by (" + ", ".join(check_label_name(label) for label in labels) + ")"
+
+
+def aggregate(op: str, labels: Sequence[str], expr: str, param: str | None = None) -> str:
+    """``op by (labels) ([param,] expr)``, e.g. ``max by (UUID) (max_over_time(x[6h]))``."""
+    if op not in {"sum", "max", "min", "avg", "count", "group"}:
+        raise ValueError(f"unsupported aggregation {op!r}")
+    inner = f"{param}, {expr}" if param is not None else expr
+    return f"{op} {by(labels)} ({inner})"
+
+
+def over_time(func: str, range_selector: str, param: float | None = None) -> str:
+    if func not in {
+        "avg_over_time",
+        "sum_over_time",
+        "max_over_time",
+        "min_over_time",
+        "count_over_time",
+        "quantile_over_time",
+        "stddev_over_time",
+        "last_over_time",
+        "increase",
+        "rate",
+    }:
+        raise ValueError(f"unsupported range function {func!r}")
+    if param is None:
+        return f"{func}({range_selector})"
+    return f"{func}({number(param)}, {range_selector})"
+
+
+def number(value: float) -> str:
+    text = repr(float(value))
+    if text in ("nan", "inf", "-inf"):
+        raise ValueError(f"not a finite number: {value}")
+    return text
+
+
+def render_template(
+    template: str, values: Mapping[str, str], regex_values: Mapping[str, Iterable[str]]
+) -> str:
+    """Fill a policy's PromQL template.
+
+    ``values`` are plain strings and land escaped for the inside of a double-quoted literal
+    (``namespace="$namespace"``); ``regex_values`` become an escaped alternation for the inside of a
+    quoted regex (``pod=~"$pods"``). Unknown placeholders raise ``KeyError``.
+    """
+    filled = {k: escape(v) for k, v in values.items()}
+    filled |= {k: escape(regex_of(v)) for k, v in regex_values.items()}
+    return string.Template(template).substitute(filled)
