@@ -33,7 +33,8 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))  # the TSDB harness the test-suite uses
+# The repository root first (tests/analyzer must not shadow the package), then the test harness.
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from analyzer import promql  # noqa: E402
 from analyzer.model import FindingKind, FindingsReport, TimeWindow, WorkloadRef  # noqa: E402

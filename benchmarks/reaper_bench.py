@@ -29,12 +29,12 @@ import aiohttp.web
 import kmock
 
 ROOT = Path(__file__).resolve().parents[1]
-# The emulator with resourceVersions and the namespace-list workaround lives in the tests' kit.
-sys.path.insert(0, str(ROOT / "tests" / "reaper"))
-
-from reaper_testkit import RESOURCES, ApiServer, write_kubeconfig  # noqa: E402
+# The emulator with resourceVersions and the namespace-list workaround lives in the tests' harness. The
+# repository root goes first: tests/reaper and tests/analyzer must not shadow the packages.
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from analyzer.model import Finding, FindingKind, FindingsReport, TimeWindow, WorkloadRef  # noqa: E402
+from harness.kube_emulator import RESOURCES, ApiServer, write_kubeconfig  # noqa: E402
 from reaper.cluster import build_snapshot  # noqa: E402
 from reaper.demo_cluster import manifest  # noqa: E402
 from reaper.kube import KubeClient, KubeSettings  # noqa: E402

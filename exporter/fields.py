@@ -83,6 +83,3 @@ _SPECS: Final = (
 )
 
 SPECS: Final[dict[str, MetricSpec]] = {spec.name: spec for spec in _SPECS}
-
-#: DCGM fields read per device, in exposition order.
-DEVICE_FIELDS: Final = tuple(spec.name for spec in _SPECS if spec.name.startswith("DCGM_"))

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 
 from exporter.snapshot import Snapshot
+from exporter.worker import BackgroundThread
 
 log = logging.getLogger(__name__)
 
 
-class CollectionLoop:
+class CollectionLoop(BackgroundThread):
     """Runs ``collect`` every ``interval_s`` on a fixed schedule and keeps the newest snapshot.
 
     The schedule is anchored at start, so a cycle that runs long delays the next one but the loop does
@@ -28,6 +28,7 @@ class CollectionLoop:
         stale_after_s: float | None = None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
+        super().__init__("gpu-collection")
         self._collect = collect
         self._interval_s = interval_s
         self._stale_after_s = stale_after_s if stale_after_s is not None else max(3 * interval_s, 30.0)
@@ -35,8 +36,6 @@ class CollectionLoop:
         self._latest: Snapshot | None = None
         self._last_ok_at: float | None = None
         self._last_problem = "no collection yet"
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def latest(self) -> Snapshot | None:
         return self._latest
@@ -69,16 +68,6 @@ class CollectionLoop:
         if age > self._stale_after_s:
             return False, f"last successful collection {age:.0f}s ago"
         return True, "ok"
-
-    def start(self) -> None:
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="gpu-collection", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
 
     def _run(self) -> None:
         anchor = self._monotonic()

@@ -251,8 +251,12 @@ def _text(value: Any) -> str:
 
 
 def _union_value(value_type: int, union: Any) -> float | None:
+    """The number in an NVML value union; ``None`` for an unknown type or a non-finite double."""
     member = _VALUE_MEMBERS.get(value_type)
-    return None if member is None else float(getattr(union, member))
+    if member is None:
+        return None
+    value = float(getattr(union, member))
+    return value if math.isfinite(value) else None
 
 
 class Nvml:

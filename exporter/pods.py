@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from typing import Protocol
 
 from exporter.attribution import Holder, PodName, allocations
 from exporter.podresources import KubeletError, PodResourcesClient
+from exporter.worker import BackgroundThread
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ class PodViewSource(Protocol):
     def view(self) -> PodView: ...
 
 
-class PodViewRefresher:
+class PodViewRefresher(BackgroundThread):
     """Refreshes a :class:`PodView` every ``refresh_s`` seconds on its own thread.
 
     On failure the last good view is served until it is ``max_age_s`` old, then none: metrics go out
@@ -74,6 +74,7 @@ class PodViewRefresher:
         max_age_s: float = 60.0,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
+        super().__init__("kubelet-pod-resources")
         self._client = client
         self._pod_log_dir = pod_log_dir
         self._refresh_s = refresh_s
@@ -83,8 +84,6 @@ class PodViewRefresher:
         self._fetched_at: float | None = None
         self._errors = 0
         self._log_dir_warned = False
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     @property
     def errors(self) -> int:
@@ -118,16 +117,6 @@ class PodViewRefresher:
                 log.warning("cannot list %s (%s): shared GPUs get no per-pod usage", self._pod_log_dir, exc)
                 self._log_dir_warned = True
             return {}
-
-    def start(self) -> None:
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="kubelet-pod-resources", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
 
     def _run(self) -> None:
         while not self._stop.is_set():

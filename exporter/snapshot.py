@@ -45,7 +45,6 @@ class Snapshot:
     taken_at: float
     ok: bool
     duration_s: float
-    last_success_at: float | None
     series: Mapping[str, tuple[Series, ...]] = field(default_factory=dict)
     histograms: tuple[HistogramSeries, ...] = ()
     error: str | None = None
@@ -185,7 +184,6 @@ class SnapshotBuilder:
             taken_at=taken_at,
             ok=reading.ok,
             duration_s=duration_s,
-            last_success_at=self._last_success_at,
             series=MappingProxyType({name: tuple(items) for name, items in series.items()}),
             histograms=tuple(histograms),
             error=reading.error,

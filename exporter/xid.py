@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from exporter.nvml import GpuLost, Nvml, XidEventSet
+from exporter.worker import BackgroundThread
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,7 @@ class XidCounter:
             return dict(self._last)
 
 
-class XidWatcher:
+class XidWatcher(BackgroundThread):
     """Waits for XID events and counts them.
 
     The collection loop says which devices to watch (:meth:`watch`) after each enumeration; the event set
@@ -46,6 +47,7 @@ class XidWatcher:
     """
 
     def __init__(self, nvml: Nvml, counter: XidCounter, *, wait_ms: int = 250) -> None:
+        super().__init__("nvml-xid-events")
         self._nvml = nvml
         self._counter = counter
         self._wait_ms = wait_ms
@@ -55,8 +57,6 @@ class XidWatcher:
         self._cond = threading.Condition()
         self._pause_requested = False
         self._busy = False
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def watch(self, generation: int, devices: Sequence[tuple[Any, str]]) -> None:
         """Watch these (handle, UUID) pairs, valid for NVML ``generation``."""
@@ -115,17 +115,11 @@ class XidWatcher:
         self._counter.record(event.uuid, event.xid)
         return True
 
-    def start(self) -> None:
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="nvml-xid-events", daemon=True)
-        self._thread.start()
-
     def stop(self) -> None:
         self._stop.set()
         with self._cond:
-            self._cond.notify_all()
-        if self._thread is not None:
-            self._thread.join()
+            self._cond.notify_all()  # a parked (paused) watcher sees the stop at once
+        super().stop()
 
     def _run(self) -> None:
         while not self._stop.is_set():

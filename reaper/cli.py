@@ -255,7 +255,7 @@ def _finish(report: RunReport, pushgateway_url: str | None, out: TextIO) -> int:
         extra={
             "mode": report.mode,
             "findings": report.findings,
-            "planned": len(report.plan.actions) if report.plan else 0,
+            "planned": report.planned,
             "applied": report.count(Outcome.APPLIED),
             "skipped": report.skipped,
             "failed": report.count(Outcome.FAILED),

@@ -1,7 +1,7 @@
 """A read-only snapshot of the cluster objects the planner needs, parsed from plain Kubernetes JSON.
 
-Pure: the adapter (reaper/kube.py) lists the objects, the demo builds them from a simulated fleet;
-both end up here, so the planner sees the same shape either way.
+Pure: the adapter (reaper/kube.py) lists the objects, the demo keeps them in memory; both are read
+through :func:`read_snapshot`, so the planner sees the same shape either way.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol
 
 from analyzer.model import WorkloadRef
 from analyzer.timeutil import parse_time
@@ -220,4 +220,29 @@ def build_snapshot(
         namespaces={n.name: n for n in ns_objs},
         autoscalers={k: tuple(v) for k, v in scalers.items()},
         state=state or ReaperState(),
+    )
+
+
+class ObjectReader(Protocol):
+    """The reads a snapshot takes: ``reaper.kube.KubeClient``, or the demo's in-memory cluster."""
+
+    def get_optional(self, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None: ...
+
+    def list_objects(self, kind: str, namespace: str | None = None) -> list[dict[str, Any]]: ...
+
+    def list_optional(self, kind: str) -> list[dict[str, Any]]: ...
+
+
+def read_snapshot(reader: ObjectReader, reaper_namespace: str) -> ClusterSnapshot:
+    """One list per kind (KEDA's ScaledObjects only where the CRD exists) and the confirmation state."""
+    state_cm = reader.get_optional("ConfigMap", reaper_namespace, names.STATE_CONFIGMAP)
+    state_text = ((state_cm or {}).get("data") or {}).get(names.STATE_KEY)
+    return build_snapshot(
+        deployments=reader.list_objects("Deployment"),
+        statefulsets=reader.list_objects("StatefulSet"),
+        nodes=reader.list_objects("Node"),
+        namespaces=reader.list_objects("Namespace"),
+        hpas=reader.list_objects("HorizontalPodAutoscaler"),
+        scaled_objects=reader.list_optional("ScaledObject"),
+        state=ReaperState.from_json(state_text),
     )

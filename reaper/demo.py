@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import timedelta
+from importlib import resources
 from pathlib import Path
 from typing import TextIO
 
@@ -27,13 +28,12 @@ from reaper.runner import RunReport, RunSettings, run
 
 DEMO_NAMESPACE_ANNOTATIONS = {"team-b": {names.SLACK_CHANNEL: "#team-b"}}
 HOURLY = timedelta(hours=1)
+DEMO_POLICY = "demo-policy.yaml"  # package data
 
 
 def demo_policy() -> Policy:
-    # Next to this module, not via importlib.resources: the file is package data either way, and a test
-    # directory named like the package can shadow the package object under an editable install.
-    path = Path(__file__).with_name("demo-policy.yaml")
-    return parse_policy(path.read_text(encoding="utf-8"), "demo-policy.yaml")
+    text = resources.files("reaper").joinpath(DEMO_POLICY).read_text(encoding="utf-8")
+    return parse_policy(text, DEMO_POLICY)
 
 
 def _table(rows: Sequence[tuple[str, ...]], out: TextIO, indent: str = "  ") -> None:
@@ -115,22 +115,15 @@ def run_demo(scenario: str, policy_path: Path | None, output: Path, out: TextIO)
     )
 
     settings = RunSettings(policy=policy, apply=False, namespace=namespace, end=end)
-    findings: list[FindingsReport] = []
-
-    def recording(window: TimeWindow, thresholds: object) -> FindingsReport:
-        result = source(window, policy.thresholds)
-        findings.append(result)
-        return result
-
-    report = run(settings, recording, lambda: cluster)
-    if report.plan is None:
+    report = run(settings, source, lambda: cluster)
+    if report.found is None or report.plan is None:
         print(f"nothing planned: {report.error}", file=out)
         return report.exit_code
-    _print_findings(findings[-1], out)
+    _print_findings(report.found, out)
     _print_plan(report, out)
     print("\nSlack messages (preview)", file=out)
     print(preview(report.messages) or "  (none)", file=out)
-    write_html_report(fleet, findings[-1].window, policy.thresholds, output)
+    write_html_report(fleet, report.found.window, policy.thresholds, output)
     print(f"\nHTML report: {output}", file=out)
     print(report.summary_line(), file=out)
     return report.exit_code

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import uuid
-from collections import Counter
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -18,9 +17,8 @@ from analyzer.simulate import Fleet
 from analyzer.simulate.scenario import WorkloadKind
 from analyzer.timeutil import rfc3339
 from reaper import names
-from reaper.cluster import ClusterSnapshot, build_snapshot
+from reaper.cluster import ClusterSnapshot, read_snapshot
 from reaper.errors import ConflictError, NotFoundError
-from reaper.state import ReaperState
 
 _SCALABLE = {WorkloadKind.DEPLOYMENT: "Deployment", WorkloadKind.STATEFULSET: "StatefulSet"}
 _API_VERSION = {
@@ -159,7 +157,6 @@ class InMemoryCluster:
     def __init__(self, objects: Iterable[Mapping[str, Any]] = ()) -> None:
         self._objects: dict[tuple[str, str, str], dict[str, Any]] = {}
         self._version = 1
-        self.calls: Counter[tuple[str, str]] = Counter()
         for obj in objects:
             self._put(copy.deepcopy(dict(obj)))
 
@@ -175,7 +172,6 @@ class InMemoryCluster:
         return copy.deepcopy(obj)
 
     def get(self, kind: str, namespace: str | None, name: str) -> dict[str, Any]:
-        self.calls[("GET", kind)] += 1
         obj = self._objects.get(self._key(kind, namespace, name))
         if obj is None:
             raise NotFoundError(f"{kind} {namespace or ''}/{name} not found")
@@ -188,7 +184,6 @@ class InMemoryCluster:
             return None
 
     def list_objects(self, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
-        self.calls[("GET", kind)] += 1
         return [
             copy.deepcopy(o)
             for (k, ns, _), o in sorted(self._objects.items())
@@ -196,7 +191,6 @@ class InMemoryCluster:
         ]
 
     def patch(self, kind: str, namespace: str | None, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        self.calls[("PATCH", kind)] += 1
         key = self._key(kind, namespace, name)
         current = self._objects.get(key)
         if current is None:
@@ -207,7 +201,6 @@ class InMemoryCluster:
         return self._put(_merge_patch(current, body))
 
     def create(self, kind: str, namespace: str | None, body: Mapping[str, Any]) -> dict[str, Any]:
-        self.calls[("POST", kind)] += 1
         obj = copy.deepcopy(dict(body))
         obj.setdefault("kind", kind)
         meta = obj.setdefault("metadata", {})
@@ -217,18 +210,11 @@ class InMemoryCluster:
             raise ConflictError(f"{kind} {meta['name']} already exists", status=409)
         return self._put(obj)
 
+    def list_optional(self, kind: str) -> list[dict[str, Any]]:
+        return self.list_objects(kind)  # every kind exists here; one with no objects lists empty
+
     def snapshot(self, reaper_namespace: str) -> ClusterSnapshot:
-        state_cm = self.get_optional("ConfigMap", reaper_namespace, names.STATE_CONFIGMAP)
-        state_text = ((state_cm or {}).get("data") or {}).get(names.STATE_KEY)
-        return build_snapshot(
-            deployments=self.list_objects("Deployment"),
-            statefulsets=self.list_objects("StatefulSet"),
-            nodes=self.list_objects("Node"),
-            namespaces=self.list_objects("Namespace"),
-            hpas=self.list_objects("HorizontalPodAutoscaler"),
-            scaled_objects=self.list_objects("ScaledObject"),
-            state=ReaperState.from_json(state_text),
-        )
+        return read_snapshot(self, reaper_namespace)
 
     def objects(self, kind: str) -> list[dict[str, Any]]:
         """For assertions: the stored objects of a kind, uncounted."""

@@ -86,13 +86,16 @@ class ServerError(KubeError):
 
 
 _BY_STATUS: dict[int, type[KubeError]] = {
-    400: BadRequestError,
-    401: UnauthorizedError,
-    403: ForbiddenError,
-    404: NotFoundError,
-    409: ConflictError,
-    422: UnprocessableError,
-    429: TooManyRequestsError,
+    cls.status: cls
+    for cls in (
+        BadRequestError,
+        UnauthorizedError,
+        ForbiddenError,
+        NotFoundError,
+        ConflictError,
+        UnprocessableError,
+        TooManyRequestsError,
+    )
 }
 
 

@@ -28,8 +28,8 @@ from reaper.errors import (
     NotFoundError,
     TooManyRequestsError,
 )
-from reaper.planner import Plan, PlannedAction
-from reaper.policy import Action
+from reaper.planner import Plan, PlannedAction, opt_out
+from reaper.policy import SCALABLE_KINDS, Action
 from reaper.state import ReaperState
 
 log = logging.getLogger(__name__)
@@ -122,7 +122,6 @@ class Executor:
         self.lease_duration = lease_duration
         self.conflict_attempts = conflict_attempts
         self.max_consecutive_failures = max_consecutive_failures
-        self.event_failures = 0
 
     # --- the single write point ------------------------------------------------------------------
 
@@ -133,6 +132,11 @@ class Executor:
         log.info("%s", what[0].upper() + what[1:])
         return call()
 
+    @property
+    def _done(self) -> Outcome:
+        """The outcome of an action that went through :meth:`_write`."""
+        return Outcome.APPLIED if self.apply else Outcome.DRY_RUN
+
     # --- a run -------------------------------------------------------------------------------------
 
     def execute(self, plan: Plan) -> list[ActionResult]:
@@ -140,7 +144,7 @@ class Executor:
         failures_in_a_row = 0
         for action in plan.actions:
             if action.action is Action.NOTIFY:
-                results.append(ActionResult(action, Outcome.APPLIED if self.apply else Outcome.DRY_RUN))
+                results.append(ActionResult(action, self._done))
                 continue
             if failures_in_a_row >= self.max_consecutive_failures:
                 # The API server is failing: stop changing things rather than hammering it.
@@ -172,6 +176,30 @@ class Executor:
             log.error("failed %s: %s", action.key, e)
             return ActionResult(action, Outcome.FAILED, str(e))
 
+    def _reader(
+        self, kind: str, namespace: str | None, name: str, first: dict[str, Any] | None = None
+    ) -> Callable[[], dict[str, Any]]:
+        """Reads the object: ``first`` (a copy already in hand) the first time, the API server after."""
+        pending = [] if first is None else [first]
+
+        def read() -> dict[str, Any]:
+            return pending.pop() if pending else self.kube.get(kind, namespace, name)
+
+        return read
+
+    @staticmethod
+    def _planned_copy(action: PlannedAction, spec: dict[str, Any]) -> dict[str, Any] | None:
+        """The object as the plan saw it: good for a first try, a 409 says when it is stale."""
+        if not action.resource_version:
+            return None
+        return {"metadata": {"resourceVersion": action.resource_version}, "spec": spec}
+
+    def _still_wanted(self, obj: Mapping[str, Any], what: str) -> None:
+        """Raise :class:`_Changed` if the owner opted out since planning (seen on a re-read after a 409)."""
+        reason = opt_out(_annotations(obj), self.clock(), what)
+        if reason:
+            raise _Changed(f"{reason} since planning")
+
     def _with_conflict_retry(
         self, read: Callable[[], dict[str, Any]], attempt: Callable[[dict[str, Any]], T]
     ) -> T:
@@ -191,26 +219,10 @@ class Executor:
     def _scale_to_zero(self, action: PlannedAction) -> ActionResult:
         ref = action.target
         now = rfc3339(self.clock())
-        planned_version = action.resource_version
-        first = True
-
-        def read() -> dict[str, Any]:
-            nonlocal first
-            if first and planned_version:
-                # The plan's own copy is good for the first try; a 409 tells us when it is stale.
-                first = False
-                return {
-                    "metadata": {"resourceVersion": planned_version, "annotations": {}},
-                    "spec": {"replicas": action.replicas},
-                }
-            first = False
-            return self.kube.get(ref.kind, ref.namespace, ref.name)
 
         def attempt(obj: dict[str, Any]) -> dict[str, Any] | None:
+            self._still_wanted(obj, ref.kind.lower())
             replicas = (obj.get("spec") or {}).get("replicas", 1)
-            ann = _annotations(obj)
-            if ann.get(names.EXCLUDE, "").lower() in names.TRUE_VALUES:
-                raise _Changed(f"annotated {names.EXCLUDE} since planning")
             if not replicas:
                 raise _Changed("already at 0 replicas")
             body = {
@@ -230,10 +242,10 @@ class Executor:
                 lambda: self.kube.patch(ref.kind, ref.namespace, ref.name, body),
             )
 
-        patched = self._with_conflict_retry(read, attempt)
-        if not self.apply:
+        planned = self._planned_copy(action, {"replicas": action.replicas})
+        patched = self._with_conflict_retry(self._reader(ref.kind, ref.namespace, ref.name, planned), attempt)
+        if patched is None:
             return ActionResult(action, Outcome.DRY_RUN)
-        assert patched is not None
         replicas = _annotations(patched).get(names.ORIGINAL_REPLICAS, "?")
         self._event(
             patched,
@@ -248,14 +260,10 @@ class Executor:
         name = action.target.name
         now = rfc3339(self.clock())
 
-        def read() -> dict[str, Any]:
-            return self.kube.get("Node", None, name)
-
         def attempt(obj: dict[str, Any]) -> dict[str, Any] | None:
+            self._still_wanted(obj, "node")
             if (obj.get("spec") or {}).get("unschedulable"):
                 raise _Changed("already cordoned")
-            if _annotations(obj).get(names.EXCLUDE, "").lower() in names.TRUE_VALUES:
-                raise _Changed(f"annotated {names.EXCLUDE} since planning")
             body = {
                 "metadata": {
                     "resourceVersion": _meta(obj, "resourceVersion"),
@@ -267,12 +275,10 @@ class Executor:
                 f"cordon node {name} ({action.reason})", lambda: self.kube.patch("Node", None, name, body)
             )
 
-        if not self.apply:
-            # Dry-run needs no fresh read: the plan already knows the node is schedulable.
-            self._write(f"cordon node {name} ({action.reason})", lambda: None)
+        planned = self._planned_copy(action, {"unschedulable": False})
+        patched = self._with_conflict_retry(self._reader("Node", None, name, planned), attempt)
+        if patched is None:
             return ActionResult(action, Outcome.DRY_RUN)
-        patched = self._with_conflict_retry(read, attempt)
-        assert patched is not None
         self._event(
             patched,
             "Node",
@@ -316,7 +322,6 @@ class Executor:
                 f"record Event {reason} on {kind} {name}", lambda: self.kube.create("Event", namespace, body)
             )
         except KubeError as e:
-            self.event_failures += 1
             log.warning("could not record an Event on %s %s: %s", kind, name, e)
 
     # --- confirmation state ------------------------------------------------------------------------
@@ -430,13 +435,14 @@ class Executor:
             return None  # unreadable: treat as expired rather than wedge every future run
 
     def _release(self) -> None:
-        current = self.kube.get_optional("Lease", self.namespace, names.LEASE_NAME) if self.apply else None
-        if self.apply and (
-            current is None or (current.get("spec") or {}).get("holderIdentity") != self.identity
-        ):
-            return  # not ours any more (it expired and was taken over): leave it alone
+        version = ""  # dry-run: the lease was never taken, there is nothing to read
+        if self.apply:
+            current = self.kube.get_optional("Lease", self.namespace, names.LEASE_NAME)
+            if current is None or (current.get("spec") or {}).get("holderIdentity") != self.identity:
+                return  # not ours any more (it expired and was taken over): leave it alone
+            version = _meta(current, "resourceVersion")
         body = {
-            "metadata": {"resourceVersion": _meta(current or {}, "resourceVersion")},
+            "metadata": {"resourceVersion": version},
             "spec": {"holderIdentity": None, "renewTime": None, "acquireTime": None},
         }
         self._write(
@@ -448,28 +454,30 @@ class Executor:
 
     def restore_workload(self, namespace: str, name: str) -> RestoreResult:
         """Bring a Deployment/StatefulSet back to its recorded replicas; a no-op when none is recorded."""
-        kind = None
-        for candidate in ("Deployment", "StatefulSet"):
-            if self.kube.get_optional(candidate, namespace, name) is not None:
-                kind = candidate
-                break
-        if kind is None:
-            raise BadInputError(f"no Deployment or StatefulSet {namespace}/{name}")
-        return self._restore(kind, namespace, name)
+        for kind in SCALABLE_KINDS:
+            obj = self.kube.get_optional(kind, namespace, name)
+            if obj is not None:
+                return self._restore(kind, namespace, name, obj)
+        raise BadInputError(f"no Deployment or StatefulSet {namespace}/{name}")
+
+    def _undo(
+        self,
+        target: str,
+        read: Callable[[], dict[str, Any]],
+        attempt: Callable[[dict[str, Any]], tuple[Outcome, str]],
+    ) -> RestoreResult:
+        try:
+            outcome, detail = self._with_conflict_retry(read, attempt)
+        except KubeError as e:
+            log.error("failed to restore %s: %s", target, e)
+            return RestoreResult(target, Outcome.FAILED, str(e))
+        return RestoreResult(target, outcome, detail)
 
     def _restore(
         self, kind: str, namespace: str, name: str, obj: dict[str, Any] | None = None
     ) -> RestoreResult:
         target = f"{kind} {namespace}/{name}"
         now = rfc3339(self.clock())
-        first = obj
-
-        def read() -> dict[str, Any]:
-            nonlocal first
-            if first is not None:
-                found, first = first, None
-                return found
-            return self.kube.get(kind, namespace, name)
 
         def attempt(current: dict[str, Any]) -> tuple[Outcome, str]:
             recorded = _annotations(current).get(names.ORIGINAL_REPLICAS)
@@ -500,19 +508,14 @@ class Executor:
             )
             if patched is not None:
                 self._event(patched, kind, "Restored", f"gpu-reaper restored {target_replicas} replicas")
-            return (Outcome.APPLIED if self.apply else Outcome.DRY_RUN), f"{target_replicas} replicas"
+            return self._done, f"{target_replicas} replicas"
 
-        try:
-            outcome, detail = self._with_conflict_retry(read, attempt)
-        except KubeError as e:
-            log.error("failed to restore %s: %s", target, e)
-            return RestoreResult(target, Outcome.FAILED, str(e))
-        return RestoreResult(target, outcome, detail)
+        return self._undo(target, self._reader(kind, namespace, name, obj), attempt)
 
     def restore_all(self, namespace: str | None = None) -> list[RestoreResult]:
         """Restore every reaped workload (in one namespace, or everywhere plus the reaper's cordons)."""
         results: list[RestoreResult] = []
-        for kind in ("Deployment", "StatefulSet"):
+        for kind in SCALABLE_KINDS:
             for obj in self.kube.list_objects(kind, namespace):
                 if names.ORIGINAL_REPLICAS in _annotations(obj):
                     results.append(self._restore(kind, _meta(obj, "namespace"), _meta(obj, "name"), obj))
@@ -526,14 +529,6 @@ class Executor:
         """Uncordon a node the reaper cordoned; a node without the reaper's mark is left alone."""
         target = f"Node {name}"
         now = rfc3339(self.clock())
-        first = obj
-
-        def read() -> dict[str, Any]:
-            nonlocal first
-            if first is not None:
-                found, first = first, None
-                return found
-            return self.kube.get("Node", None, name)
 
         def attempt(current: dict[str, Any]) -> tuple[Outcome, str]:
             if names.CORDONED_AT not in _annotations(current):
@@ -549,11 +544,6 @@ class Executor:
             patched = self._write(f"uncordon node {name}", lambda: self.kube.patch("Node", None, name, body))
             if patched is not None:
                 self._event(patched, "Node", "Uncordoned", "gpu-reaper uncordoned the node")
-            return (Outcome.APPLIED if self.apply else Outcome.DRY_RUN), "uncordoned"
+            return self._done, "uncordoned"
 
-        try:
-            outcome, detail = self._with_conflict_retry(read, attempt)
-        except KubeError as e:
-            log.error("failed to uncordon %s: %s", target, e)
-            return RestoreResult(target, Outcome.FAILED, str(e))
-        return RestoreResult(target, outcome, detail)
+        return self._undo(target, self._reader("Node", None, name, obj), attempt)

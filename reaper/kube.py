@@ -15,7 +15,7 @@ import json
 import logging
 import os
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,9 +26,8 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from reaper import names
-from reaper.cluster import ClusterSnapshot, build_snapshot
+from reaper.cluster import ClusterSnapshot, read_snapshot
 from reaper.errors import BadInputError, KubeError, KubeUnavailableError, NotFoundError, kube_error_for
-from reaper.state import ReaperState
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +46,8 @@ _RESOURCES: dict[str, tuple[str, str]] = {
     "Lease": ("/apis/coordination.k8s.io/v1", "leases"),
 }
 CLUSTER_SCOPED = frozenset({"Node", "Namespace"})
+# Writes name the reaper as their field manager: managedFields then show who set spec.replicas to 0.
+_MANAGER: list[tuple[str, Any]] = [("fieldManager", names.FIELD_MANAGER)]
 
 
 @dataclass(frozen=True)
@@ -174,29 +175,17 @@ class KubeClient:
             return None
 
     def snapshot(self, reaper_namespace: str) -> ClusterSnapshot:
-        state_cm = self.get_optional("ConfigMap", reaper_namespace, names.STATE_CONFIGMAP)
-        state_text = ((state_cm or {}).get("data") or {}).get(names.STATE_KEY)
-        return build_snapshot(
-            deployments=self.list_objects("Deployment"),
-            statefulsets=self.list_objects("StatefulSet"),
-            nodes=self.list_objects("Node"),
-            namespaces=self.list_objects("Namespace"),
-            hpas=self.list_objects("HorizontalPodAutoscaler"),
-            scaled_objects=self.list_optional("ScaledObject"),
-            state=ReaperState.from_json(state_text),
-        )
+        return read_snapshot(self, reaper_namespace)
 
     # --- writes (called only by the executor) --------------------------------------------------------
 
     def patch(self, kind: str, namespace: str | None, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """A JSON merge patch; ``metadata.resourceVersion`` in it makes it conditional (409 if stale)."""
-        return self._request("PATCH", kind, _path(kind, namespace, name), body=body, content_type=MERGE_PATCH)
+        path = _path(kind, namespace, name)
+        return self._request("PATCH", kind, path, query=_MANAGER, body=body, content_type=MERGE_PATCH)
 
     def create(self, kind: str, namespace: str | None, body: Mapping[str, Any]) -> dict[str, Any]:
-        return self._request("POST", kind, _path(kind, namespace), body=body)
-
-    def mutating_calls(self) -> Iterator[tuple[tuple[str, str], int]]:
-        return ((k, v) for k, v in self.calls.items() if k[0] != "GET")
+        return self._request("POST", kind, _path(kind, namespace), query=_MANAGER, body=body)
 
 
 def _status_message(data: bytes | None) -> tuple[str, str]:

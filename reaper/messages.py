@@ -167,17 +167,11 @@ def _message(
     hours, cost = summarize(r.action for r in done)
     mode = "dry-run" if dry_run else "apply"
     if dry_run:
-        title = (
-            f"GPU reaper (dry-run): would reclaim {len(done)} of {len(changed)} targets"
-            if changed
-            else ("GPU reaper (dry-run): nothing to reclaim")
-        )
+        what = f"would reclaim {len(done)} of {len(changed)} targets" if changed else "nothing to reclaim"
+        title = f"GPU reaper (dry-run): {what}"
     else:
-        title = (
-            f"GPU reaper: reclaimed {len(done)} of {len(changed)} targets"
-            if changed
-            else ("GPU reaper: nothing reclaimed")
-        )
+        what = f"reclaimed {len(done)} of {len(changed)} targets" if changed else "nothing reclaimed"
+        title = f"GPU reaper: {what}"
     reclaimed = ("Reclaimable" if dry_run else "Reclaimed") + f" {_money(hours, cost, currency)}"
     summary = (
         f"*Window* {rfc3339(plan.window.start)} → {rfc3339(plan.window.end)}"
@@ -188,13 +182,8 @@ def _message(
         {"type": "header", "text": {"type": "plain_text", "text": title[:150]}},
         {"type": "section", "text": {"type": "mrkdwn", "text": summary}},
     ]
-    shown = 0
-    lines = []
-    for r in [*changed, *notices]:
-        if shown >= limit:
-            break
-        lines.append(_action_line(r, currency))
-        shown += 1
+    lines = [_action_line(r, currency) for r in [*changed, *notices][:limit]]
+    shown = len(lines)
     if lines:
         blocks.append({"type": "divider"})
         blocks.extend(_sections(lines))

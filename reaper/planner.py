@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from analyzer.model import Finding, FindingKind, FindingsReport, TimeWindow, WorkloadRef
+from analyzer.model import Finding, FindingsReport, TimeWindow, WorkloadRef
 from analyzer.timeutil import format_duration, parse_time, rfc3339
 from reaper import names
 from reaper.cluster import ClusterSnapshot, Namespace, Node, Workload
@@ -106,16 +106,6 @@ class Plan:
     next_state: ReaperState = field(default_factory=ReaperState)
     blocked: str | None = None  # why nothing at all may be done (stale data)
 
-    @property
-    def destructive(self) -> tuple[PlannedAction, ...]:
-        return tuple(a for a in self.actions if a.action.destructive)
-
-    def findings_by_kind(self) -> dict[FindingKind, int]:
-        counts = dict.fromkeys(FindingKind, 0)
-        for f in self.findings:
-            counts[f.kind] += 1
-        return counts
-
 
 # --- helpers ------------------------------------------------------------------------------------------
 
@@ -140,8 +130,8 @@ def describe_finding(finding: Finding) -> str:
     return text
 
 
-def _exclusion(annotations: Mapping[str, str], now: datetime, what: str) -> str | None:
-    """Why the owner's annotations exclude this object right now, or None."""
+def opt_out(annotations: Mapping[str, str], now: datetime, what: str) -> str | None:
+    """Why the owner's annotations exclude this object right now, or None (the executor re-checks it)."""
     if _truthy(annotations.get(names.EXCLUDE)):
         return f"{what} is annotated {names.EXCLUDE}=true"
     until = annotations.get(names.EXCLUDE_UNTIL)
@@ -329,11 +319,11 @@ class _Planner:
             return
         # 5. The owner's opt-out annotations, on the object or on its namespace.
         what = "node" if is_node else ref.kind.lower()
-        opt_out = _exclusion(annotations, now, what) or (
-            _exclusion(namespace.annotations, now, f"namespace {ref.namespace}") if namespace else None
+        opted_out = opt_out(annotations, now, what) or (
+            opt_out(namespace.annotations, now, f"namespace {ref.namespace}") if namespace else None
         )
-        if opt_out:
-            self.skip(finding, SkipReason.EXCLUDED_BY_ANNOTATION, opt_out, rule)
+        if opted_out:
+            self.skip(finding, SkipReason.EXCLUDED_BY_ANNOTATION, opted_out, rule)
             return
 
         destructive = rule.action.destructive

@@ -65,6 +65,7 @@ class RunSettings:
 class RunReport:
     mode: str
     exit_code: int = EXIT_OK
+    found: FindingsReport | None = None  # what the metrics source said, even when nothing was planned
     plan: Plan | None = None
     results: list[ActionResult] = field(default_factory=list)
     messages: list[Message] = field(default_factory=list)
@@ -77,7 +78,11 @@ class RunReport:
 
     @property
     def findings(self) -> int:
-        return len(self.plan.findings) if self.plan else 0
+        return len(self.found.findings) if self.found else 0
+
+    @property
+    def planned(self) -> int:
+        return len(self.plan.actions) if self.plan else 0
 
     def count(self, outcome: Outcome) -> int:
         return sum(1 for r in self.results if r.outcome is outcome)
@@ -87,9 +92,8 @@ class RunReport:
         return (len(self.plan.skips) if self.plan else 0) + self.count(Outcome.SKIPPED)
 
     def summary_line(self) -> str:
-        planned = len(self.plan.actions) if self.plan else 0
         return (
-            f"gpu-reaper: mode={self.mode} findings={self.findings} planned={planned} "
+            f"gpu-reaper: mode={self.mode} findings={self.findings} planned={self.planned} "
             f"applied={self.count(Outcome.APPLIED)} skipped={self.skipped} "
             f"failed={self.count(Outcome.FAILED)}"
         )
@@ -101,19 +105,16 @@ class RunReport:
         if self.plan is not None:
             for s in self.plan.skips:
                 actions[(s.action.value if s.action else "none", Outcome.SKIPPED.value)] += 1
-        findings: dict[str, int] = {}
-        reclaimed = 0.0
-        if self.plan is not None:
-            findings = {k.value: v for k, v in self.plan.findings_by_kind().items()}
-            reclaimed = sum(
-                r.action.gpu_hours_per_day
-                for r in self.results
-                if r.outcome is Outcome.APPLIED and r.action.action.destructive
-            )
+        findings = Counter(f.kind.value for f in self.found.findings) if self.found else Counter[str]()
+        reclaimed = sum(
+            r.action.gpu_hours_per_day
+            for r in self.results
+            if r.outcome is Outcome.APPLIED and r.action.action.destructive
+        )
         ok = self.exit_code == EXIT_OK and not self.lease_held
         return RunMetrics(
             actions=dict(actions),
-            findings=findings,
+            findings=dict(findings),
             reclaimed_gpu_hours=reclaimed,
             duration_seconds=self.duration_seconds,
             slack_failures=self.slack_failures,
@@ -161,6 +162,7 @@ def _run(
         log.error("metrics unavailable, nothing will be done: %s", e)
         report.exit_code, report.error = EXIT_DATA_UNAVAILABLE, str(e)
         return
+    report.found = findings_report
     log.info("%d findings", len(findings_report.findings))
 
     cluster = cluster_factory()

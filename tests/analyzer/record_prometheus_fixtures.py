@@ -18,7 +18,9 @@ from urllib.parse import urlsplit
 
 import requests
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests/ directory: `harness`
+# The repository root first (tests/analyzer must not shadow the package), then tests/ for `harness`.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from analyzer.pipeline import analyze
 from analyzer.prometheus import PrometheusClient, PrometheusConfig

@@ -129,7 +129,7 @@ def test_bad_usage_exits_2(argv: list[str], capsys: pytest.CaptureFixture[str]) 
     assert capsys.readouterr().err
 
 
-def test_port_in_use_exits_1(free_port: Callable[[], int]) -> None:
+def test_port_in_use_exits_1() -> None:
     config = from_args(["--listen", "127.0.0.1:0", "--no-kubernetes", "--simulate", "idle"])
     first = Exporter(config)
     try:

@@ -19,6 +19,8 @@ from exporter.cycle import Cycle
 from exporter.http import MetricsServer
 from exporter.loop import CollectionLoop
 from exporter.nvml import Nvml
+from exporter.podresources import PodResourcesClient
+from exporter.pods import PodViewRefresher
 from exporter.simulate import FakeNvmlLibrary
 from exporter.snapshot import Snapshot, SnapshotBuilder
 
@@ -127,6 +129,37 @@ def test_metrics_negotiates_openmetrics_and_gzip(
     assert b"DCGM_FI_DEV_GPU_UTIL{" in gzip.decompress(body)
 
 
+def test_scrapes_never_call_nvml_or_the_kubelet(
+    scenario: Callable[..., FakeNvmlLibrary], kubelet: Any, clock: Any
+) -> None:
+    library = scenario("busy", gpus=2)
+    kubelet.assign(("serving", "api-0", "main", "nvidia.com/gpu", [library.gpus[0].uuid]))
+    pods = PodViewRefresher(PodResourcesClient(kubelet.socket_path), pod_log_dir=None)
+    assert pods.refresh()
+    cycle = Cycle(Nvml(library), SnapshotBuilder("node-a", version="test"), pods=pods, wall_clock=clock)
+    loop = CollectionLoop(cycle.run, interval_s=1.0, monotonic=clock)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(loop.latest))
+    server = MetricsServer(registry, loop.health, "127.0.0.1", 0)
+    server.start()
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+    try:
+        loop.run_once()
+        nvml_calls, kubelet_calls = library.calls, kubelet.calls
+        bodies = set()
+        for _ in range(5):
+            connection.request("GET", "/metrics")
+            response = connection.getresponse()
+            assert response.status == 200
+            bodies.add(response.read())
+        assert (library.calls, kubelet.calls) == (nvml_calls, kubelet_calls)
+        (body,) = bodies  # the same snapshot, served as it was collected
+        assert b'pod="api-0"' in body
+    finally:
+        connection.close()
+        server.stop()
+
+
 def test_unknown_paths_are_404(
     scenario: Callable[..., FakeNvmlLibrary], served: Callable[[FakeNvmlLibrary], Served]
 ) -> None:
@@ -147,7 +180,7 @@ class StubCollect:
 
 
 def snapshot(ok: bool, error: str | None = None) -> Snapshot:
-    return Snapshot(taken_at=0.0, ok=ok, duration_s=0.0, last_success_at=None, error=error)
+    return Snapshot(taken_at=0.0, ok=ok, duration_s=0.0, error=error)
 
 
 @pytest.mark.parametrize(

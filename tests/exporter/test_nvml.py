@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import math
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import pynvml
@@ -129,6 +131,28 @@ def test_field_values_batch_power_energy_and_replays(nvml: Nvml, library: FakeNv
     assert readings.power_mw == pytest.approx((70 + 630 * 0.42) * 1000)
     assert readings.energy_mj is not None and readings.energy_mj > 0
     assert readings.pcie_replays == 0
+
+
+class NanDriver(FakeNvmlLibrary):
+    """Answers double-typed values that are NaN, as a confused driver may."""
+
+    def nvmlDeviceGetFieldValues(self, handle: FakeHandle, field_ids: list[int]) -> list[SimpleNamespace]:
+        self._gpu("nvmlDeviceGetFieldValues", handle)
+        nan = SimpleNamespace(dVal=math.nan)
+        return [SimpleNamespace(fieldId=f, nvmlReturn=0, valueType=0, value=nan) for f in field_ids]
+
+    def nvmlDeviceGetSamples(self, handle: FakeHandle, sampling_type: int, since_us: int) -> Any:
+        self._gpu("nvmlDeviceGetSamples", handle)
+        return 0, [SimpleNamespace(timeStamp=since_us + 1, sampleValue=SimpleNamespace(dVal=math.nan))]
+
+
+def test_non_finite_doubles_are_absent_never_nan(clock: Any) -> None:
+    nvml = Nvml(NanDriver([FakeGpu(0)], clock=clock, sleep=clock.sleep))
+    nvml.init()
+    readings = nvml.fields(GPU0)
+    assert readings.energy_mj is None and readings.pcie_replays is None
+    assert readings.power_mw == pytest.approx(70 * 1000)  # the nvmlDeviceGetPowerUsage fallback
+    assert nvml.utilization_samples(GPU0, 0) == ()
 
 
 def test_power_falls_back_to_power_usage_without_field_values(nvml: Nvml, library: FakeNvmlLibrary) -> None:

@@ -1,9 +1,8 @@
-"""Fixtures for the reaper's tests: an emulated Kubernetes API server per test (see reaper_testkit)."""
+"""Fixtures for the reaper's tests: an emulated Kubernetes API server per test (see harness.kube_emulator)."""
 
 from __future__ import annotations
 
 import asyncio
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,10 +10,7 @@ from pathlib import Path
 import kmock
 import pytest
 
-# The test kit lives next to this file; --import-mode=importlib does not put this directory on sys.path.
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from reaper_testkit import ApiServer, EmulatedCluster, write_kubeconfig
+from harness.kube_emulator import ApiServer, EmulatedCluster, write_kubeconfig
 
 
 @pytest.fixture(scope="session")

@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import socket
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from pytest_httpserver import HTTPServer
-from reaper_testkit import NOW, EmulatedCluster, finding, report
 
 from analyzer.model import FindingKind, TimeWindow
+from harness.findings import NOW, finding, report
+from harness.kube_emulator import EmulatedCluster, write_kubeconfig
+from reaper.analysis import TOKEN_ENV, PrometheusAccess
 from reaper.cli import main
 from reaper.demo_cluster import manifest
+from reaper.errors import BadInputError
 
 LONG_AGO = NOW - timedelta(days=30)
 GOOD_POLICY = """\
@@ -56,7 +60,7 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
     return path
 
 
-def run_args(cluster: EmulatedCluster, policy: Path, findings: Path, *extra: str) -> list[str]:
+def run_args(kubeconfig: Path, policy: Path, findings: Path, *extra: str) -> list[str]:
     return [
         "run",
         "--findings",
@@ -66,7 +70,7 @@ def run_args(cluster: EmulatedCluster, policy: Path, findings: Path, *extra: str
         "--end",
         "2026-01-05T00:00:00Z",
         "--kubeconfig",
-        str(cluster.kubeconfig),
+        str(kubeconfig),
         "--reaper-namespace",
         "gpu-reaper",
         *extra,
@@ -76,7 +80,9 @@ def run_args(cluster: EmulatedCluster, policy: Path, findings: Path, *extra: str
 def test_run_apply_prints_the_summary_line_and_exits_0(
     seeded: EmulatedCluster, findings_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out = cli(*run_args(seeded, write(tmp_path, "p.yaml", GOOD_POLICY), findings_file, "--apply"))
+    code, out = cli(
+        *run_args(seeded.kubeconfig, write(tmp_path, "p.yaml", GOOD_POLICY), findings_file, "--apply")
+    )
     assert code == 0
     assert out.strip().splitlines()[-1] == (
         "gpu-reaper: mode=apply findings=1 planned=1 applied=1 skipped=0 failed=0"
@@ -91,9 +97,9 @@ def test_policy_mode_apply_applies_unless_dry_run_flag(
     seeded: EmulatedCluster, findings_file: Path, tmp_path: Path
 ) -> None:
     policy = write(tmp_path, "p.yaml", GOOD_POLICY + "mode: apply\n")
-    code, out = cli(*run_args(seeded, policy, findings_file, "--dry-run"))
+    code, out = cli(*run_args(seeded.kubeconfig, policy, findings_file, "--dry-run"))
     assert code == 0 and "mode=dry-run" in out and seeded.mutations() == []
-    code, out = cli(*run_args(seeded, policy, findings_file))
+    code, out = cli(*run_args(seeded.kubeconfig, policy, findings_file))
     assert code == 0 and "mode=apply" in out and "applied=1" in out
 
 
@@ -101,7 +107,9 @@ def test_json_logs(
     seeded: EmulatedCluster, findings_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, _ = cli(
-        "--log-format", "json", *run_args(seeded, write(tmp_path, "p.yaml", GOOD_POLICY), findings_file)
+        "--log-format",
+        "json",
+        *run_args(seeded.kubeconfig, write(tmp_path, "p.yaml", GOOD_POLICY), findings_file),
     )
     assert code == 0
     records = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line.strip()]
@@ -114,7 +122,7 @@ def test_pushgateway_gets_the_run_metrics(
 ) -> None:
     httpserver.expect_request("/metrics/job/gpu-reaper", method="POST").respond_with_data("", status=200)
     code, _ = cli(
-        *run_args(seeded, write(tmp_path, "p.yaml", GOOD_POLICY), findings_file),
+        *run_args(seeded.kubeconfig, write(tmp_path, "p.yaml", GOOD_POLICY), findings_file),
         "--pushgateway-url",
         httpserver.url_for("/"),
     )
@@ -137,7 +145,7 @@ def test_pushgateway_outage_is_only_a_warning(
     seeded: EmulatedCluster, findings_file: Path, tmp_path: Path
 ) -> None:
     code, _ = cli(
-        *run_args(seeded, write(tmp_path, "p.yaml", GOOD_POLICY), findings_file),
+        *run_args(seeded.kubeconfig, write(tmp_path, "p.yaml", GOOD_POLICY), findings_file),
         "--pushgateway-url",
         f"http://127.0.0.1:{closed_port()}",
     )
@@ -179,7 +187,7 @@ def test_broken_policy_exits_2_naming_the_field_with_zero_api_calls(
 ) -> None:
     policy = write(tmp_path, "broken.yaml", text)
     before = seeded.requests()
-    code, _ = cli(*run_args(seeded, policy, findings_file, "--apply"))
+    code, _ = cli(*run_args(seeded.kubeconfig, policy, findings_file, "--apply"))
     err = capsys.readouterr().err
     assert code == 2
     assert f"{policy}: " in err and message in err
@@ -211,17 +219,8 @@ def test_bad_flags_exit_2(argv: list[str], tmp_path: Path, monkeypatch: pytest.M
 
 
 def test_bad_kubeconfig_exits_2(findings_file: Path, tmp_path: Path) -> None:
-    code, _ = cli(
-        "run",
-        "--findings",
-        str(findings_file),
-        "--policy",
-        str(write(tmp_path, "p.yaml", GOOD_POLICY)),
-        "--end",
-        "2026-01-05T00:00:00Z",
-        "--kubeconfig",
-        str(tmp_path / "missing-kubeconfig"),
-    )
+    policy = write(tmp_path, "p.yaml", GOOD_POLICY)
+    code, _ = cli(*run_args(tmp_path / "missing-kubeconfig", policy, findings_file))
     assert code == 2
 
 
@@ -231,19 +230,14 @@ def closed_port() -> int:
         return int(s.getsockname()[1])
 
 
+def apply_from_prometheus(url: str, policy: Path, kubeconfig: Path) -> list[str]:
+    source = ["--prometheus-url", url, "--policy", str(policy)]
+    return ["run", *source, "--apply", "--end", "2026-01-05T00:00:00Z", "--kubeconfig", str(kubeconfig)]
+
+
 def test_prometheus_down_exits_3_and_touches_nothing(seeded: EmulatedCluster, tmp_path: Path) -> None:
-    code, out = cli(
-        "run",
-        "--prometheus-url",
-        f"http://127.0.0.1:{closed_port()}",
-        "--policy",
-        str(write(tmp_path, "p.yaml", GOOD_POLICY)),
-        "--apply",
-        "--end",
-        "2026-01-05T00:00:00Z",
-        "--kubeconfig",
-        str(seeded.kubeconfig),
-    )
+    policy = write(tmp_path, "p.yaml", GOOD_POLICY)
+    code, out = cli(*apply_from_prometheus(f"http://127.0.0.1:{closed_port()}", policy, seeded.kubeconfig))
     assert code == 3
     assert "planned=0 applied=0" in out
     assert seeded.requests() == []
@@ -256,41 +250,31 @@ def test_stale_findings_exit_3_and_change_nothing(seeded: EmulatedCluster, tmp_p
         "old.json",
         report(finding(FindingKind.IDLE_ENDPOINT, name="ranker", window=old), window=old).to_json(),
     )
-    code, _ = cli(*run_args(seeded, write(tmp_path, "p.yaml", GOOD_POLICY), stale, "--apply"))
+    code, _ = cli(*run_args(seeded.kubeconfig, write(tmp_path, "p.yaml", GOOD_POLICY), stale, "--apply"))
     assert code == 3
     assert [m for m, p in seeded.mutations() if "/deployments/" in p] == []
 
 
 def test_garbage_findings_exit_3(seeded: EmulatedCluster, tmp_path: Path) -> None:
     code, _ = cli(
-        *run_args(seeded, write(tmp_path, "p.yaml", GOOD_POLICY), write(tmp_path, "f.json", "<html>"))
+        *run_args(
+            seeded.kubeconfig, write(tmp_path, "p.yaml", GOOD_POLICY), write(tmp_path, "f.json", "<html>")
+        )
     )
     assert code == 3
     assert seeded.requests() == []
 
 
 def test_kubernetes_down_exits_3(findings_file: Path, tmp_path: Path) -> None:
-    from reaper_testkit import write_kubeconfig
-
     kubeconfig = write_kubeconfig(tmp_path / "kc", f"http://127.0.0.1:{closed_port()}")
-    code, _ = cli(
-        "run",
-        "--findings",
-        str(findings_file),
-        "--policy",
-        str(write(tmp_path, "p.yaml", GOOD_POLICY)),
-        "--end",
-        "2026-01-05T00:00:00Z",
-        "--kubeconfig",
-        str(kubeconfig),
-        "--api-timeout",
-        "2",
-    )
+    policy = write(tmp_path, "p.yaml", GOOD_POLICY)
+    code, out = cli(*run_args(kubeconfig, policy, findings_file, "--api-timeout", "2"))
     assert code == 3
+    assert out.strip().splitlines()[-1].startswith("gpu-reaper: mode=dry-run findings=1 planned=0")
 
 
 def test_restore_commands(seeded: EmulatedCluster, findings_file: Path, tmp_path: Path) -> None:
-    cli(*run_args(seeded, write(tmp_path, "p.yaml", GOOD_POLICY), findings_file, "--apply"))
+    cli(*run_args(seeded.kubeconfig, write(tmp_path, "p.yaml", GOOD_POLICY), findings_file, "--apply"))
     kube = ["--kubeconfig", str(seeded.kubeconfig), "--reaper-namespace", "gpu-reaper"]
 
     code, out = cli("restore", "serving/ranker", "--dry-run", *kube)
@@ -327,16 +311,50 @@ def test_policy_schema_is_json() -> None:
     assert code == 0 and json.loads(out)["title"] == "gpu-reaper policy"
 
 
-def test_secrets_never_go_through_flags() -> None:
-    for command in ("run", "restore"):
-        out = io.StringIO()
-        with pytest.raises(SystemExit):
-            main([command, "--help"], stdout=out)
-    # argparse prints help to sys.stdout itself; check the parser's option names instead.
-    from reaper.cli import _build_parser
+@pytest.mark.parametrize("command", ["run", "restore", "demo"])
+def test_secrets_never_go_through_flags(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    flags = set(re.findall(r"--[a-z][a-z-]*", capsys.readouterr().out))
+    assert "--policy" in flags or "--all" in flags  # the help text was read
+    secret_flags = {f for f in flags if any(word in f for word in ("token", "password", "webhook", "secret"))}
+    assert secret_flags <= {"--prometheus-token-file"}  # a path to a mounted file, never the secret itself
 
-    run_parser = _build_parser()._subparsers._group_actions[0].choices["run"]  # type: ignore[union-attr]
-    flags = {flag for action in run_parser._actions for flag in action.option_strings}
-    assert {f for f in flags if "token" in f or "password" in f or "webhook" in f} == {
-        "--prometheus-token-file"
-    }
+
+def test_prometheus_token_comes_from_env_or_file_and_is_never_shown(tmp_path: Path) -> None:
+    access = PrometheusAccess.from_env("https://prom:9090", env={TOKEN_ENV: "s3cret-env"})
+    assert access.bearer_token == "s3cret-env" and "s3cret" not in repr(access)
+    token_file = write(tmp_path, "token", "s3cret-file\n")
+    access = PrometheusAccess.from_env("https://prom:9090", token_file, env={TOKEN_ENV: "s3cret-env"})
+    assert access.bearer_token == "s3cret-file"  # the mounted file wins
+    with pytest.raises(BadInputError, match="cannot read the Prometheus token file"):
+        PrometheusAccess.from_env("https://prom:9090", tmp_path / "missing", env={})
+    with pytest.raises(BadInputError, match="must start with http"):
+        PrometheusAccess.from_env("prom:9090", env={})
+
+
+def test_prometheus_token_is_sent_and_never_logged(
+    seeded: EmulatedCluster,
+    tmp_path: Path,
+    httpserver: HTTPServer,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # A Prometheus with no GPU series at all: nothing can be concluded from silence (exit 3).
+    empty = {"status": "success", "data": {"resultType": "vector", "result": []}}
+    httpserver.expect_request("/api/v1/query").respond_with_json(empty)
+    httpserver.expect_request("/api/v1/query_range").respond_with_json(
+        {"status": "success", "data": {"resultType": "matrix", "result": []}}
+    )
+    httpserver.expect_request("/api/v1/series").respond_with_json({"status": "success", "data": []})
+    httpserver.expect_request("/api/v1/labels").respond_with_json({"status": "success", "data": []})
+    monkeypatch.setenv(TOKEN_ENV, "s3cret-token")
+    policy = write(tmp_path, "p.yaml", GOOD_POLICY)
+    url = httpserver.url_for("/").rstrip("/")
+    code, out = cli("--log-level", "debug", *apply_from_prometheus(url, policy, seeded.kubeconfig))
+    assert code == 3
+    assert httpserver.log and all(
+        req.headers.get("Authorization") == "Bearer s3cret-token" for req, _ in httpserver.log
+    )
+    assert "s3cret" not in out + capsys.readouterr().err
+    assert seeded.mutations() == []

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 from pytest_httpserver import HTTPServer
-from reaper_testkit import EmulatedCluster
 from werkzeug import Request, Response
 
 from analyzer.simulate import Fleet
+from harness.kube_emulator import EmulatedCluster
 from harness.servers import PrometheusServer
 from reaper import names
 from reaper.cli import main

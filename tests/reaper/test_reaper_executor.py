@@ -8,9 +8,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from reaper_testkit import NOW, EmulatedCluster, Fault, finding, report
 
 from analyzer.model import FindingKind, FindingsReport
+from harness.findings import NOW, finding, report
+from harness.kube_emulator import EmulatedCluster, Fault
 from reaper import names
 from reaper.demo_cluster import manifest
 from reaper.errors import BadInputError
@@ -208,8 +209,13 @@ def test_conflict_is_retried_on_the_fresh_version(cluster: EmulatedCluster) -> N
         pytest.param({"spec": {"replicas": 0}}, "already at 0 replicas", id="scaled-down-by-someone-else"),
         pytest.param(
             {"metadata": {"annotations": {names.EXCLUDE: "true"}}},
-            "annotated gpu-reaper/exclude",
+            "annotated gpu-reaper/exclude=true",
             id="owner-opted-out",
+        ),
+        pytest.param(
+            {"metadata": {"annotations": {names.EXCLUDE_UNTIL: "2026-02-01T00:00:00Z"}}},
+            "annotated gpu-reaper/exclude-until=2026-02-01T00:00:00Z",
+            id="owner-opted-out-for-a-month",
         ),
     ],
 )
@@ -221,7 +227,8 @@ def test_conflict_rechecks_the_object_before_retrying(
     snap = client.snapshot("gpu-reaper")
     client.patch("Deployment", "serving", "ranker", change)
     the_plan = plan(idle("ranker"), snap, Policy.model_validate(POLICY), NOW)
-    (result,) = Executor(client, apply=True, namespace="gpu-reaper", sleep=lambda s: None).execute(the_plan)
+    executor = Executor(client, apply=True, namespace="gpu-reaper", clock=lambda: NOW, sleep=lambda s: None)
+    (result,) = executor.execute(the_plan)
     assert result.outcome is Outcome.SKIPPED and detail in result.detail
     assert names.ORIGINAL_REPLICAS not in (
         cluster.obj("Deployment", "serving", "ranker")["metadata"].get("annotations") or {}

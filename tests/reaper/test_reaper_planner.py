@@ -11,10 +11,10 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from reaper_testkit import NOW, WINDOW, finding, report
 
 from analyzer.model import Finding, FindingKind, TimeWindow
 from analyzer.timeutil import rfc3339
+from harness.findings import NOW, WINDOW, finding, report
 from reaper import names
 from reaper.cluster import ClusterSnapshot, build_snapshot
 from reaper.demo_cluster import manifest
@@ -162,6 +162,12 @@ API = "serving/Deployment/api"
 SCALE_API = f"scale_to_zero {API}"
 ago = lambda **kw: rfc3339(NOW - timedelta(**kw))  # noqa: E731 - a table helper
 later = lambda **kw: rfc3339(NOW + timedelta(**kw))  # noqa: E731
+
+HELD_12H = {
+    "rules": [
+        {"name": "r", "match": {"findings": ["idle_endpoint"], "for": "12h"}, "action": "scale_to_zero"}
+    ]
+}
 
 CASES = [
     Case("idle-endpoint-is-scaled-to-zero", (finding(IDLE),), actions=(SCALE_API,)),
@@ -475,29 +481,13 @@ CASES = [
     Case(
         "rule-for-duration-not-yet-held",
         (finding(IDLE),),
-        policy={
-            "rules": [
-                {
-                    "name": "r",
-                    "match": {"findings": ["idle_endpoint"], "for": "12h"},
-                    "action": "scale_to_zero",
-                }
-            ]
-        },
+        policy=HELD_12H,
         skips={API: SkipReason.NOT_HELD_LONG_ENOUGH},
     ),
     Case(
         "rule-for-duration-held-across-runs",
         (finding(IDLE),),
-        policy={
-            "rules": [
-                {
-                    "name": "r",
-                    "match": {"findings": ["idle_endpoint"], "for": "12h"},
-                    "action": "scale_to_zero",
-                }
-            ]
-        },
+        policy=HELD_12H,
         state={API: streak(6, since=NOW - timedelta(hours=13))},
         actions=(SCALE_API,),
     ),

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 from pytest_httpserver import HTTPServer
-from reaper_testkit import NOW, finding, report
 from werkzeug import Request, Response
 
 from analyzer.model import FindingKind
+from harness.findings import NOW, finding, report
 from reaper.demo_cluster import InMemoryCluster, manifest
 from reaper.errors import BadInputError, SlackError
 from reaper.executor import ActionResult, Outcome

@@ -1,4 +1,4 @@
-"""Test kit for the reaper: kmock's Kubernetes emulator on a real port, driven by the real client.
+"""kmock's Kubernetes emulator on a real port, driven by the real client (the reaper's tests and benchmark).
 
 The emulator runs its aiohttp server on an event loop in a background thread, so tests stay
 synchronous like the reaper itself. ``ApiServer`` adds what the reaper relies on from a real API
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +22,7 @@ import kmock
 import yaml
 from kmock._internal import rendering  # Request type for the _handle override
 
-from analyzer.model import Finding, FindingKind, FindingsReport, TimeWindow, WorkloadRef
 from reaper.kube import KubeClient, KubeSettings
-
-NOW = datetime(2026, 1, 5, tzinfo=UTC)
 
 RESOURCES = {
     "Deployment": "apps/v1/deployments",
@@ -211,36 +208,3 @@ def write_kubeconfig(path: Path, url: str) -> Path:
     }
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
     return path
-
-
-# --- findings and policies built in code --------------------------------------------------------------
-
-WINDOW = TimeWindow.ending(NOW, timedelta(hours=6))
-
-
-def finding(
-    kind: FindingKind | str = FindingKind.IDLE_ENDPOINT,
-    name: str = "api",
-    namespace: str = "serving",
-    workload_kind: str = "Deployment",
-    gpus: int = 1,
-    wasted: float = 6.0,
-    confidence: float = 1.0,
-    window: TimeWindow = WINDOW,
-    evidence: Mapping[str, Any] | None = None,
-) -> Finding:
-    ref = WorkloadRef(kind=workload_kind, name=name, namespace="" if workload_kind == "Node" else namespace)
-    return Finding(
-        kind=FindingKind(kind),
-        workload=ref,
-        gpus=tuple(f"GPU-{name}-{i}" for i in range(gpus)),
-        nodes=("gpu-a",),
-        window=window,
-        evidence=evidence or {"mean_util_percent": 0.2, "max_util_percent": 0.9},
-        confidence=confidence,
-        wasted_gpu_hours=wasted,
-    )
-
-
-def report(*findings: Finding, window: TimeWindow = WINDOW) -> FindingsReport:
-    return FindingsReport(window=window, generated_at=window.end, source="test", findings=findings)
