@@ -11,44 +11,26 @@ from __future__ import annotations
 import string
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import yaml
 from pydantic import (
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
-    PlainSerializer,
     ValidationError,
-    WithJsonSchema,
     field_validator,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
 
+from analyzer.durations import Duration
 from analyzer.errors import BadInputError
-from analyzer.timeutil import format_duration, parse_duration
 
 # Placeholders a request-rate query template may use (see docs/detectors.md).
 REQUEST_RATE_PLACEHOLDERS = frozenset({"namespace", "kind", "workload", "pods", "window"})
 
 
-def _duration(value: Any) -> Any:
-    if isinstance(value, timedelta):
-        return value
-    if isinstance(value, bool) or not isinstance(value, str):
-        # A bare number is ambiguous (seconds? minutes?): insist on a unit.
-        raise ValueError(f"expected a duration with a unit such as 30m or 1h, got {value!r}")
-    return parse_duration(value)
-
-
-Duration = Annotated[
-    timedelta,
-    BeforeValidator(_duration),
-    PlainSerializer(format_duration, return_type=str),
-    WithJsonSchema({"type": "string", "description": "A duration with a unit: 90s, 30m, 6h."}),
-]
 Percent = Annotated[float, Field(ge=0.0, le=100.0)]
 Ratio = Annotated[float, Field(ge=0.0, le=1.0)]
 

@@ -20,10 +20,8 @@ import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
-    PlainSerializer,
     ValidationError,
     WithJsonSchema,
     field_validator,
@@ -31,62 +29,13 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from analyzer.durations import Duration, PositiveDuration, format_setting
 from analyzer.model import FindingKind
 from analyzer.thresholds import Thresholds
-from analyzer.timeutil import format_duration, parse_duration
 from reaper import names
 from reaper.errors import PolicyError
 
 # --- field types ------------------------------------------------------------------------------------
-
-_DURATION_PATTERN = r"^(0|0s|(\d+(\.\d+)?(ms|s|m|h|d|w))+)$"
-
-
-def _duration(value: Any) -> Any:
-    # Durations are written with a unit ("30m", "6h"); a bare number is ambiguous (seconds? hours?).
-    if isinstance(value, timedelta):
-        return value
-    if isinstance(value, bool) or not isinstance(value, str | int | float):
-        raise ValueError(f"expected a duration such as 30m, 6h or 7d, got {type(value).__name__}")
-    text = str(value).strip()
-    if text.startswith("-"):
-        raise ValueError(f"duration {text!r} is negative; durations are 0 or more")
-    if text in ("0", "0s"):
-        return timedelta(0)
-    if isinstance(value, int | float):
-        raise ValueError(f"duration {text!r} has no unit; write it as {text}s, {text}m or {text}h")
-    return parse_duration(text)
-
-
-def _positive(value: timedelta) -> timedelta:
-    if value <= timedelta(0):
-        raise ValueError("must be longer than 0")
-    return value
-
-
-def _format_duration(value: timedelta) -> str:
-    return format_duration(value) if value > timedelta(0) else "0s"
-
-
-_DURATION_SCHEMA = {
-    "type": "string",
-    "pattern": _DURATION_PATTERN,
-    "description": "A duration with a unit: 90s, 30m, 6h, 1h30m, 7d.",
-}
-
-Duration = Annotated[
-    timedelta,
-    BeforeValidator(_duration),
-    PlainSerializer(_format_duration, return_type=str),
-    WithJsonSchema(_DURATION_SCHEMA),
-]
-PositiveDuration = Annotated[
-    timedelta,
-    BeforeValidator(_duration),
-    AfterValidator(_positive),
-    PlainSerializer(_format_duration, return_type=str),
-    WithJsonSchema(_DURATION_SCHEMA),
-]
 
 # Kubernetes names are lowercase DNS labels/subdomains; a glob adds * ? and [...] classes.
 _GLOB_CHARS = re.compile(r"^[a-z0-9.\-*?\[\]!]+$")
@@ -617,17 +566,13 @@ def _known_keys(loc: Sequence[int | str]) -> list[str]:
 # --- explaining a policy ----------------------------------------------------------------------------
 
 
-def _fmt(value: timedelta) -> str:
-    return _format_duration(value)
-
-
 def explain(policy: Policy) -> str:
     """A plain-language account of what the policy makes the reaper do."""
     s = policy.safety
     lines = [
         f"mode: {policy.mode}"
         + ("" if policy.mode == "apply" else " (nothing is changed unless run with --apply)"),
-        f"analysis window: {_fmt(policy.window)}",
+        f"analysis window: {format_setting(policy.window)}",
         "rules (the first matching rule decides):",
     ]
     for i, rule in enumerate(policy.rules, start=1):
@@ -644,7 +589,7 @@ def explain(policy: Policy) -> str:
         if m.min_gpus > 1:
             conditions.append(f"≥ {m.min_gpus} GPUs")
         if m.for_:
-            conditions.append(f"held for ≥ {_fmt(m.for_)}")
+            conditions.append(f"held for ≥ {format_setting(m.for_)}")
         cond = f" with {', '.join(conditions)}" if conditions else ""
         confirm = f" after {s.consecutive_runs} consecutive runs" if rule.action.destructive else ""
         lines.append(
@@ -663,13 +608,13 @@ def explain(policy: Policy) -> str:
         f"or {names.EXCLUDE_UNTIL}=<RFC 3339 time>"
     )
     lines.append(
-        f"grace: {_fmt(policy.grace.after_creation)} after creation, "
-        f"{_fmt(policy.grace.after_restore)} after a restore"
+        f"grace: {format_setting(policy.grace.after_creation)} after creation, "
+        f"{format_setting(policy.grace.after_restore)} after a restore"
     )
     lines.append(
         f"limits per run: {s.max_actions_per_run} destructive actions, "
-        f"{s.max_cordon_share:.0%} of GPU nodes cordoned; findings older than {_fmt(s.max_data_age)} "
-        "are ignored"
+        f"{s.max_cordon_share:.0%} of GPU nodes cordoned; "
+        f"findings older than {format_setting(s.max_data_age)} are ignored"
     )
     lines.append("HPA/KEDA-managed workloads: never scaled (reported to their owners instead)")
     lines.append(

@@ -62,7 +62,7 @@ def test_missing_block_means_defaults(tmp_path: Path, text: str) -> None:
     [
         pytest.param("detection: {idlePercent: 120}\n", "detection.idlePercent", id="percent-above-100"),
         pytest.param("detection: {minCoverage: 1.5}\n", "detection.minCoverage", id="coverage-above-1"),
-        pytest.param("detection: {warmupGrace: 30}\n", "duration with a unit", id="grace-without-unit"),
+        pytest.param("detection: {warmupGrace: 30}\n", "has no unit", id="grace-without-unit"),
         pytest.param("detection: {warmupGrace: soon}\n", "invalid duration", id="grace-not-a-duration"),
         pytest.param("detection: {idelPercent: 1}\n", "detection.idelPercent", id="typo-is-refused"),
         pytest.param("detection: {pricePerGpuHour: -1}\n", "detection.pricePerGpuHour", id="negative-price"),
