@@ -101,6 +101,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    if not args.verbose:
+        # Retries are expected and bounded; the final error says what failed, once.
+        logging.getLogger("urllib3").setLevel(logging.ERROR)
     err = Console(stderr=True, soft_wrap=True)  # messages stay one line each in logs
     try:
         if args.command == "simulate":

@@ -212,7 +212,9 @@ class PrometheusClient:
                 f"after {self.config.retries} retries ({what!r})"
             ) from e
         except requests.exceptions.ConnectionError as e:
-            raise SourceUnreachableError(f"{self._where()}: cannot connect: {e}") from e
+            raise SourceUnreachableError(
+                f"{self._where()}: cannot connect ({_root_cause(e)}) after {self.config.retries} retries"
+            ) from e
         except requests.exceptions.RequestException as e:
             raise SourceUnreachableError(f"{self._where()}: request failed: {e}") from e
 
@@ -314,3 +316,13 @@ def _strings(data: Any, path: str) -> list[str]:
     if not isinstance(data, list) or not all(isinstance(x, str) for x in data):
         raise BadResponseError(f"{path}: expected a list of strings, got {str(data)[:200]}")
     return list(data)
+
+
+def _root_cause(error: BaseException) -> str:
+    """The reason a connection failed ("[Errno 111] Connection refused"), without urllib3's retry
+    wrapper, which repeats the whole query URL."""
+    reason: object = error.args[0] if error.args else error
+    reason = getattr(reason, "reason", reason)  # urllib3's MaxRetryError wraps the real failure
+    text = str(reason)
+    marker = "Failed to establish a new connection: "
+    return text.split(marker, 1)[1].rstrip("')\"") if marker in text else text
