@@ -8,7 +8,8 @@ is always in percent (0-100) by the time it is stored here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -116,6 +117,41 @@ class PodRecord:
     start: float | None = None  # unix seconds
     gpu_requests: int | None = None
     node: str | None = None  # where kube-state-metrics says it runs
+
+
+KsmRow = tuple[PodId, Mapping[str, str], float]  # one kube-state-metrics sample: pod, labels, value
+
+
+def pod_records(
+    owners: Iterable[KsmRow], starts: Iterable[KsmRow], gpu_requests: Iterable[KsmRow]
+) -> dict[PodId, PodRecord]:
+    """Pods from ``kube_pod_owner``, ``kube_pod_start_time`` and GPU ``resource_requests`` rows.
+
+    A controller owner reference wins over any other; GPU requests are summed over containers.
+    """
+    owner_of: dict[PodId, tuple[str, str]] = {}
+    for pid, labels, _ in owners:
+        if labels.get("owner_is_controller") == "true" or pid not in owner_of:
+            owner_of[pid] = (labels.get("owner_kind", ""), labels.get("owner_name", ""))
+    start_of = {pid: value for pid, _, value in starts}
+    requested: dict[PodId, float] = defaultdict(float)
+    node_of: dict[PodId, str] = {}
+    for pid, labels, value in gpu_requests:
+        requested[pid] += value
+        if labels.get("node"):
+            node_of[pid] = labels["node"]
+    return {
+        pid: PodRecord(
+            namespace=pid[0],
+            name=pid[1],
+            owner_kind=kind,
+            owner_name=name,
+            start=start_of.get(pid),
+            gpu_requests=round(requested[pid]) if pid in requested else None,
+            node=node_of.get(pid),
+        )
+        for pid, (kind, name) in owner_of.items()
+    }
 
 
 @dataclass(frozen=True)

@@ -28,10 +28,12 @@ from analyzer.aggregates import (
     DeviceKey,
     DeviceSamples,
     FleetSnapshot,
+    KsmRow,
     PodId,
     PodRecord,
     UtilStats,
     histogram_shares,
+    pod_records,
     quantile_levels,
 )
 from analyzer.dcgm import Capabilities, PodLabels
@@ -262,30 +264,10 @@ class PrometheusSource:
         return out
 
     def _pods(self, q: FleetQueries, caps: Capabilities, at: datetime) -> dict[PodId, PodRecord]:
-        owners: dict[PodId, tuple[str, str]] = {}
-        for s in self.client.vector(q.pod_owners(), at):
-            pid = (s.labels.get("namespace", ""), s.labels.get("pod", ""))
-            if s.labels.get("owner_is_controller") == "true" or pid not in owners:
-                owners[pid] = (s.labels.get("owner_kind", ""), s.labels.get("owner_name", ""))
-        starts = {_pid(s): s.value for s in self.client.vector(q.pod_start_times(), at)}
-        requests: dict[PodId, float] = defaultdict(float)
-        nodes: dict[PodId, str] = {}
-        for s in self.client.vector(q.pod_gpu_requests(), at):
-            requests[_pid(s)] += s.value
-            if s.labels.get("node"):
-                nodes[_pid(s)] = s.labels["node"]
-        return {
-            pid: PodRecord(
-                namespace=pid[0],
-                name=pid[1],
-                owner_kind=kind,
-                owner_name=name,
-                start=starts.get(pid),
-                gpu_requests=round(requests[pid]) if pid in requests else None,
-                node=nodes.get(pid),
-            )
-            for pid, (kind, name) in owners.items()
-        }
+        def rows(query: str) -> list[KsmRow]:
+            return [(_pid(s), s.labels, s.value) for s in self.client.vector(query, at)]
+
+        return pod_records(rows(q.pod_owners()), rows(q.pod_start_times()), rows(q.pod_gpu_requests()))
 
     def _replicasets(self, q: FleetQueries, at: datetime) -> dict[PodId, tuple[str, str]]:
         out: dict[PodId, tuple[str, str]] = {}

@@ -23,11 +23,13 @@ from analyzer.aggregates import (
     DeviceKey,
     DeviceSamples,
     FleetSnapshot,
+    KsmRow,
     PodId,
     PodRecord,
     counter_increase,
     counter_rate,
     histogram_shares,
+    pod_records,
     quantile_levels,
     util_stats,
 )
@@ -210,34 +212,16 @@ class InMemorySource:
     def _pods(self, window: TimeWindow, caps: Capabilities) -> dict[PodId, PodRecord]:
         ns_label, pod_label = caps.ksm_pod.namespace, caps.ksm_pod.pod
 
-        def pid(s: Series) -> PodId:
-            return (s.label(ns_label) or "", s.label(pod_label) or "")
+        def rows(name: str) -> list[KsmRow]:
+            return [
+                ((s.label(ns_label) or "", s.label(pod_label) or ""), dict(s.labels), v)
+                for s, v in self._at_end(name, window.end)
+            ]
 
-        owners: dict[PodId, tuple[str, str]] = {}
-        for s, _ in self._at_end(dcgm.KUBE_POD_OWNER, window.end):
-            # A controller reference wins over any other owner reference.
-            if s.label("owner_is_controller") == "true" or pid(s) not in owners:
-                owners[pid(s)] = (s.label("owner_kind") or "", s.label("owner_name") or "")
-        starts = {pid(s): v for s, v in self._at_end(dcgm.KUBE_POD_START_TIME, window.end)}
-        requests: dict[PodId, float] = defaultdict(float)
-        nodes: dict[PodId, str] = {}
-        for s, v in self._at_end(dcgm.KUBE_POD_REQUESTS, window.end):
-            if (s.label("resource") or "").startswith(_GPU_RESOURCE):
-                requests[pid(s)] += v
-                if node := s.label("node"):
-                    nodes[pid(s)] = node
-        return {
-            p: PodRecord(
-                namespace=p[0],
-                name=p[1],
-                owner_kind=kind,
-                owner_name=name,
-                start=starts.get(p),
-                gpu_requests=round(requests[p]) if p in requests else None,
-                node=nodes.get(p),
-            )
-            for p, (kind, name) in owners.items()
-        }
+        gpu_requests = [
+            r for r in rows(dcgm.KUBE_POD_REQUESTS) if r[1].get("resource", "").startswith(_GPU_RESOURCE)
+        ]
+        return pod_records(rows(dcgm.KUBE_POD_OWNER), rows(dcgm.KUBE_POD_START_TIME), gpu_requests)
 
     def _replicasets(self, window: TimeWindow) -> dict[PodId, tuple[str, str]]:
         out: dict[PodId, tuple[str, str]] = {}
