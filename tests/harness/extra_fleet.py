@@ -12,8 +12,8 @@ What it holds at ``END`` (each line makes one alert condition true, or one panel
   GPU 1 at 60 °C under its software power cap only, last XID 43;
 * gpu-exporter on gpu-h3 answers scrapes but has not collected for 30 minutes and counts NVML and
   kubelet errors; the exporter on gpu-h4 has been unreachable for 15 minutes;
-* the reaper's last successful push was 5 hours ago and reported a failed scale-down and two Slack
-  failures; its latest Job (40 minutes old) failed; its CronJob last succeeded 5 hours ago.
+* the reaper's last successful run was 5 hours ago; its latest push reported a failed scale-down and
+  two Slack failures; its latest Job (40 minutes old) failed; its CronJob last succeeded 5 hours ago.
 """
 
 from __future__ import annotations
@@ -21,8 +21,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import numpy as np
+from prometheus_client.samples import Sample
 
 from analyzer.simulate import Scenario, Series, gpu_uuid, simulate
+from exporter import fields
+from reaper.metrics import RunMetrics, registry_for
 
 END = datetime(2026, 1, 5, tzinfo=UTC)
 END_S = END.timestamp()
@@ -97,14 +100,14 @@ def exporter_series() -> list[Series]:
     for i in range(4):
         lost = i == 3
         out.append(
-            _series("gpu_up", _gpu("gpu-h2", i, "gpu-exporter"), _step(1, 0 if lost else 1, END_S - 1200))
+            _series(
+                fields.GPU_UP, _gpu("gpu-h2", i, "gpu-exporter"), _step(1, 0 if lost else 1, END_S - 1200)
+            )
         )
-    out.append(
-        _series("gpu_xid_errors_total", _gpu("gpu-h2", 3, "gpu-exporter") | {"xid": "79"}, 1.0, END_S - 300)
-    )
+    out.append(_series(fields.XID_TOTAL, _gpu("gpu-h2", 3, "gpu-exporter") | {"xid": "79"}, 1.0, END_S - 300))
     out.append(
         _series(
-            "gpu_xid_errors_total",
+            fields.XID_TOTAL,
             _gpu("gpu-h2", 2, "gpu-exporter") | {"xid": "13"},
             _step(1, 3, END_S - 240),
         )
@@ -123,16 +126,14 @@ def exporter_series() -> list[Series]:
         stuck = node == "gpu-h3"
         last = np.minimum(TIMES, END_S - 1800) if stuck else TIMES - 2.0
         out += [
-            _series("gpu_exporter_last_collect_timestamp_seconds", target, last),
-            _series("gpu_exporter_collect_duration_seconds", target, 0.04),
-            _series("gpu_exporter_build_info", target | {"version": "0.1.0"}, 1.0),
-            _series(
-                "gpu_exporter_kubelet_errors_total", target, np.arange(TIMES.size) // 5 if stuck else 0.0
-            ),
+            _series(fields.LAST_COLLECT, target, last),
+            _series(fields.COLLECT_DURATION, target, 0.04),
+            _series(fields.BUILD_INFO, target | {"version": "0.1.0"}, 1.0),
+            _series(fields.KUBELET_ERRORS, target, np.arange(TIMES.size) // 5 if stuck else 0.0),
         ]
         if stuck:
             errors = target | {"call": "nvmlDeviceGetUtilizationRates", "code": "UNKNOWN"}
-            out.append(_series("gpu_exporter_nvml_errors_total", errors, np.arange(TIMES.size, dtype=float)))
+            out.append(_series(fields.NVML_ERRORS, errors, np.arange(TIMES.size, dtype=float)))
     return out
 
 
@@ -154,26 +155,36 @@ def hot_node_series() -> list[Series]:
     return out
 
 
+def pushed_reaper_samples(last_success: float) -> list[Sample]:
+    """The reaper's series as its Pushgateway holds them, from the reaper's own exposition.
+
+    The latest run failed a scale-down and two Slack messages, so it pushed no success timestamp;
+    the Pushgateway replaces only the metrics a push carries and keeps ``last_success``'s.
+    """
+    good_run = RunMetrics(success_timestamp=last_success)
+    latest_run = RunMetrics(
+        actions={
+            ("scale_to_zero", "applied"): 2,
+            ("scale_to_zero", "failed"): 1,
+            ("notify", "applied"): 3,
+            ("cordon", "skipped"): 1,
+        },
+        findings={"idle_endpoint": 3, "low_utilization": 4, "dataloader_starvation": 2},
+        reclaimed_gpu_hours=12.5,
+        duration_seconds=8.2,
+        slack_failures=2,
+    )
+    held = {f.name: f for run in (good_run, latest_run) for f in registry_for(run).collect()}
+    return [sample for family in held.values() for sample in family.samples]
+
+
 def reaper_series() -> list[Series]:
-    """What the reaper's last successful run pushed, and kube-state-metrics' view of its CronJob."""
+    """What the reaper pushed (last success 5 hours ago), and kube-state-metrics' view of its CronJob."""
     pushed = {"job": "gpu-reaper", "instance": ""}
     out = [
-        _series("gpu_reaper_last_success_timestamp_seconds", pushed, END_S - 5 * 3600),
-        _series("gpu_reaper_run_duration_seconds", pushed, 8.2),
-        _series("gpu_reaper_reclaimed_gpu_hours", pushed, 12.5),
-        _series("gpu_reaper_slack_failures_total", pushed, 2.0),
+        _series(sample.name, pushed | sample.labels, sample.value)
+        for sample in pushed_reaper_samples(END_S - 5 * 3600)
     ]
-    for action, outcome, count in (
-        ("scale_to_zero", "applied", 2),
-        ("scale_to_zero", "failed", 1),
-        ("notify", "applied", 3),
-        ("cordon", "skipped", 1),
-    ):
-        out.append(
-            _series("gpu_reaper_actions_total", pushed | {"action": action, "outcome": outcome}, count)
-        )
-    for kind, count in (("idle_endpoint", 3), ("low_utilization", 4), ("dataloader_starvation", 2)):
-        out.append(_series("gpu_reaper_findings", pushed | {"kind": kind}, count))
     ksm = {"job": "kube-state-metrics", "instance": "kube-state-metrics:8080", "namespace": "gpu-reaper"}
     for name, started, failed in (
         ("gpu-reaper-29471180", END_S - 7000, 0.0),

@@ -33,6 +33,7 @@ RESOURCES = {
     "Event": "v1/events",
     "Lease": "coordination.k8s.io/v1/leases",
     "HorizontalPodAutoscaler": "autoscaling/v2/horizontalpodautoscalers",
+    "ScaledObject": "keda.sh/v1alpha1/scaledobjects",
 }
 CLUSTER_SCOPED = {"Node", "Namespace"}
 
@@ -184,6 +185,10 @@ class EmulatedCluster:
     def requests(self) -> list[tuple[str, str]]:
         """(method, path) of every request served so far."""
         return self.call(lambda: [(r.method.value, r.url.path) for r in self.server])  # type: ignore[no-any-return]
+
+    def request_urls(self) -> list[tuple[str, str]]:
+        """(method, path and query string) of every request served so far, answered or refused."""
+        return self.call(lambda: [(r.method.value, r.url.path_qs) for r in self.server])  # type: ignore[no-any-return]
 
     def mutations(self) -> list[tuple[str, str]]:
         return [r for r in self.requests() if r[0] != "GET"]
