@@ -38,6 +38,17 @@ def _duration(text: str) -> timedelta:
         raise argparse.ArgumentTypeError(str(e)) from e
 
 
+def _timeout(text: str) -> timedelta:
+    """A duration with a unit (``90s``, ``2m``), or a bare number of seconds as ``gpu-reaper`` takes."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        return _duration(text)
+    if not seconds > 0 or seconds == float("inf"):
+        raise argparse.ArgumentTypeError(f"invalid timeout {text!r}: must be a positive number of seconds")
+    return timedelta(seconds=seconds)
+
+
 def _time(text: str) -> datetime:
     try:
         return parse_time(text)
@@ -68,7 +79,15 @@ def build_parser() -> argparse.ArgumentParser:
     conn.add_argument("--basic-auth-password-file", type=Path)
     conn.add_argument("--ca-file", type=Path, help="CA bundle to verify the server's certificate")
     conn.add_argument("--insecure-skip-tls-verify", action="store_true", help="do not verify TLS (unsafe)")
-    conn.add_argument("--timeout", type=_duration, default=timedelta(seconds=60), help="per request")
+    conn.add_argument(
+        "--tenant", metavar="ID", help="Mimir/Cortex tenant, sent as the X-Scope-OrgID header (a|b federates)"
+    )
+    conn.add_argument(
+        "--timeout",
+        type=_timeout,
+        default=timedelta(seconds=60),
+        help="per request: seconds (30) or a duration (2m); default 60",
+    )
     conn.add_argument("--retries", type=int, default=3, help="retries on 5xx and timeouts, with backoff")
     conn.add_argument(
         "--util-scale",
@@ -160,6 +179,7 @@ def _source_and_window(args: argparse.Namespace) -> tuple[MetricsSource, TimeWin
         ca_file=str(args.ca_file) if args.ca_file else None,
         timeout_s=args.timeout.total_seconds(),
         retries=args.retries,
+        tenant=args.tenant,
     )
     now = datetime.now(UTC)
     end = args.end or now

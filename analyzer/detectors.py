@@ -211,10 +211,14 @@ def idle_endpoint(w: WorkloadView, t: Thresholds, now: datetime) -> Finding | No
     """A serving workload holding GPUs it does not use.
 
     Rule: a long-running kind (Deployment, StatefulSet) past its warm-up grace, with enough coverage,
-    whose every GPU stayed at or below ``idle_percent`` in every sample of the judged span; when the
-    policy has a request-rate query, it must also have returned exactly 0 (no data is not zero).
+    whose every GPU stayed at or below ``idle_percent`` in every sample of the judged span, with memory
+    held: every GPU that reports framebuffer use averaged at least ``idle_min_memory_mib`` over the
+    window (a GPU without memory data does not block the verdict; one holding less has nothing
+    loaded and is left to ``low_utilization``). When the policy has a request-rate query, it must
+    also have returned exactly 0 (no data is not zero).
     Evidence: ``max_util_percent``, ``mean_util_percent``, ``idle_share`` (1.0), ``coverage``,
-    ``memory_used_mib`` (memory held), ``request_rate``.
+    ``memory_used_mib`` (mean held per GPU) and ``min_memory_used_mib`` when reported,
+    ``idle_min_memory_mib``, ``request_rate``.
     Wasted GPU-hours: ``(1 - mean) × GPUs × judged hours``.
     """
     if w.ref.kind not in LONG_RUNNING_KINDS:
@@ -225,10 +229,19 @@ def idle_endpoint(w: WorkloadView, t: Thresholds, now: datetime) -> Finding | No
     n = _numbers(w.devices, span)
     if n is None or n.coverage < t.min_coverage or n.max > t.idle_percent + _EPSILON:
         return None
+    least_memory = _least_memory(w.devices)
+    if least_memory is not None and least_memory < t.idle_min_memory_mib:
+        return None
     if w.request_rate is not None and (w.request_rate.value is None or abs(w.request_rate.value) > _EPSILON):
         return None
     evidence = _base_evidence(n, w.devices, span)
-    evidence |= {"idle_threshold_percent": t.idle_percent, "idle_share": 1.0}
+    evidence |= {
+        "idle_threshold_percent": t.idle_percent,
+        "idle_share": 1.0,
+        "idle_min_memory_mib": t.idle_min_memory_mib,
+    }
+    if least_memory is not None:
+        evidence["min_memory_used_mib"] = _r(least_memory)
     gpus = len(w.devices)
     memory = evidence.get("memory_used_mib")
     held = f", holding {memory:,.0f} MiB each" if isinstance(memory, float) else ""
@@ -245,6 +258,11 @@ def idle_endpoint(w: WorkloadView, t: Thresholds, now: datetime) -> Finding | No
             "rare requests, serve them from a shared or smaller GPU (MIG slice, time-slicing)."
         ),
     )
+
+
+def _least_memory(devices: Sequence[DeviceView]) -> float | None:
+    """The lowest mean framebuffer use among the GPUs that report it (None: none does)."""
+    return min((d.memory_used_mib for d in devices if d.memory_used_mib is not None), default=None)
 
 
 def dataloader_starvation(w: WorkloadView, t: Thresholds, now: datetime) -> Finding | None:
@@ -345,8 +363,9 @@ def low_utilization(w: WorkloadView, t: Thresholds, now: datetime) -> Finding | 
 
     Rule: enough coverage, past warm-up grace, and the mean utilization of the workload's GPUs over
     the judged span below ``low_utilization_percent``. (Idle Jobs and bare Pods land here too: they
-    are not endpoints to scale to zero.)
-    Evidence: ``mean_util_percent``, ``max_util_percent``, quantiles, ``coverage``.
+    are not endpoints to scale to zero; so do idle Deployments whose GPUs hold no memory.)
+    Evidence: ``mean_util_percent``, ``max_util_percent``, quantiles, ``coverage``;
+    ``memory_used_mib`` / ``min_memory_used_mib`` for an idle workload whose memory was read.
     Wasted GPU-hours: ``(1 - mean) × GPUs × judged hours``; cost when a price per GPU-hour is set.
     """
     span = _span(w, t, now)
@@ -359,6 +378,19 @@ def low_utilization(w: WorkloadView, t: Thresholds, now: datetime) -> Finding | 
     evidence["low_utilization_threshold_percent"] = t.low_utilization_percent
     margin = (t.low_utilization_percent - n.mean) / t.low_utilization_percent
     gpus = len(w.devices)
+    least_memory = _least_memory(w.devices)
+    unloaded = ""
+    if (
+        n.max <= t.idle_percent + _EPSILON
+        and least_memory is not None
+        and least_memory < t.idle_min_memory_mib
+    ):
+        # Idle and (some of) its GPUs hold almost no memory: allocated, but nothing was ever loaded.
+        evidence["min_memory_used_mib"] = _r(least_memory)
+        unloaded = (
+            f" Its GPUs stayed idle and at least one holds only {least_memory:,.0f} MiB: nothing runs on "
+            "it; release the GPU (or find out why the pod never started its work)."
+        )
     return _workload_finding(
         FindingKind.LOW_UTILIZATION,
         w,
@@ -369,7 +401,7 @@ def low_utilization(w: WorkloadView, t: Thresholds, now: datetime) -> Finding | 
         recommendation=(
             f"{w.ref.kind} {w.ref.namespace}/{w.ref.name} averages {n.mean:.1f} % on {gpus} GPU(s). "
             "Right-size it: fewer GPUs, a smaller GPU or MIG slice, sharing (time-slicing, MPS), or "
-            "more work per GPU (larger batches, more concurrent requests)."
+            "more work per GPU (larger batches, more concurrent requests)." + unloaded
         ),
     )
 

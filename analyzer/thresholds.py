@@ -46,6 +46,10 @@ class Thresholds(BaseModel):
     low_utilization_percent: Percent = 30.0
     # Share of the expected samples a GPU must have delivered before any verdict is given.
     min_coverage: Ratio = 0.9
+    # An idle endpoint holds its model in GPU memory: mean framebuffer used (MiB) over the window, per
+    # GPU that reports it, must reach this. Below it nothing is loaded (low utilization, not an endpoint);
+    # GPUs without memory data do not block the verdict.
+    idle_min_memory_mib: float = Field(default=256.0, ge=0.0)
     # Model loading keeps a fresh pod's GPU at 0 %: its first minutes are never judged.
     warmup_grace: Duration = timedelta(minutes=30)
 

@@ -31,6 +31,7 @@ class PrometheusAccess:
     basic_auth: tuple[str, str] | None = field(default=None, repr=False)
     verify_tls: bool = True
     ca_file: Path | None = None
+    tenant: str | None = None  # Mimir's X-Scope-OrgID
 
     @classmethod
     def from_env(
@@ -40,6 +41,7 @@ class PrometheusAccess:
         ca_file: Path | None = None,
         verify_tls: bool = True,
         env: dict[str, str] | None = None,
+        tenant: str | None = None,
     ) -> PrometheusAccess:
         """Secrets from the environment or a mounted file, never from flags (they show in `ps`)."""
         env = dict(os.environ) if env is None else env
@@ -56,7 +58,14 @@ class PrometheusAccess:
             basic = (env[USER_ENV], env.get(PASSWORD_ENV, ""))
         if not url.startswith(("http://", "https://")):
             raise BadInputError(f"--prometheus-url {url!r} must start with http:// or https://")
-        return cls(url=url, bearer_token=token, basic_auth=basic, verify_tls=verify_tls, ca_file=ca_file)
+        return cls(
+            url=url,
+            bearer_token=token,
+            basic_auth=basic,
+            verify_tls=verify_tls,
+            ca_file=ca_file,
+            tenant=tenant,
+        )
 
 
 def _guarded(source: FindingsSource) -> FindingsSource:
@@ -80,6 +89,7 @@ def prometheus_source(access: PrometheusAccess) -> FindingsSource:
             basic_auth=access.basic_auth,
             verify_tls=access.verify_tls,
             ca_file=str(access.ca_file) if access.ca_file else None,
+            tenant=access.tenant,
         )
     except AnalyzerBadInput as e:
         raise BadInputError(str(e)) from e

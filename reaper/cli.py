@@ -118,6 +118,13 @@ def _build_parser() -> _Parser:
     )
     g.add_argument("--prometheus-ca-file", type=Path, help="CA bundle for the Prometheus TLS certificate")
     g.add_argument("--prometheus-insecure-skip-verify", action="store_true", help="do not verify TLS")
+    g.add_argument(
+        "--tenant",
+        "--prometheus-tenant",
+        dest="tenant",
+        metavar="ID",
+        help="Mimir/Cortex tenant, sent as the X-Scope-OrgID header",
+    )
     _kube_flags(p_run)
 
     p_restore = sub.add_parser("restore", help="bring back what the reaper scaled down or cordoned")
@@ -223,6 +230,7 @@ def _cmd_run(args: argparse.Namespace, out: TextIO) -> int:
                 token_file=args.prometheus_token_file,
                 ca_file=args.prometheus_ca_file,
                 verify_tls=not args.prometheus_insecure_skip_verify,
+                tenant=args.tenant,
             )
         )
     credentials = load_credentials()

@@ -8,8 +8,10 @@ The rules mirror the detectors' contract (docs/detectors.md), stated from what t
 * ``unknown`` when any of its GPU devices delivered fewer than ``min_coverage`` of the samples
   expected over the judged span (exporter gaps, lost GPUs).
 * Otherwise by behaviour: ``idle`` → ``idle_endpoint`` for long-running kinds (Deployment,
-  StatefulSet) and ``low_utilization`` for the rest; ``low_utilization`` → ``low_utilization``;
-  every starvation behaviour → ``dataloader_starvation``; training and serving → ``None``.
+  StatefulSet) that hold at least ``min_memory_mib`` of framebuffer per GPU once loaded, and
+  ``low_utilization`` for the rest (Jobs, bare Pods, and endpoints with nothing loaded);
+  ``low_utilization`` → ``low_utilization``; every starvation behaviour →
+  ``dataloader_starvation``; training and serving → ``None``.
 * A node whose every GPU was unallocated for the whole window is ``low_utilization`` with the
   workload ``Node/<name>`` (namespace empty): the reaper may cordon it.
 """
@@ -43,6 +45,7 @@ def expected_findings(
     window: TimeWindow | None = None,
     grace: timedelta = timedelta(minutes=30),
     min_coverage: float = 0.9,
+    min_memory_mib: float = 256.0,
 ) -> dict[WorkloadRef, Expected]:
     """Expected verdict per workload (and idle node) alive at the window's end."""
     sc = fleet.scenario
@@ -64,7 +67,12 @@ def expected_findings(
         if coverage < min_coverage:
             out[ref] = Expected(ref, FindingKind.UNKNOWN, f"coverage {coverage:.2f} < {min_coverage}")
             continue
-        out[ref] = Expected(ref, _by_behaviour(ref, pods[0].spec.behaviour), pods[0].spec.behaviour.value)
+        kind = _by_behaviour(ref, pods[0].spec.behaviour)
+        why = pods[0].spec.behaviour.value
+        held = min(_memory_held(fleet, p) for p in pods)
+        if kind is FindingKind.IDLE_ENDPOINT and held < min_memory_mib:
+            kind, why = FindingKind.LOW_UTILIZATION, f"idle, but holds only {held:.0f} MiB per GPU"
+        out[ref] = Expected(ref, kind, why)
 
     for node in sc.nodes:
         busy = any(p.node == node.name and p.start < we and p.end > ws for p in fleet.pods)
@@ -86,6 +94,14 @@ def _by_behaviour(ref: WorkloadRef, behaviour: Behaviour) -> FindingKind | None:
     if behaviour in _STARVATION:
         return FindingKind.DATALOADER_STARVATION
     return None
+
+
+def _memory_held(fleet: Fleet, pod: Pod) -> float:
+    """Framebuffer (MiB) the pod holds on each of its GPUs or MIG instances once its model is loaded."""
+    nodes = {n.name: n for n in fleet.scenario.nodes}
+    node = nodes[pod.node]
+    per_device = node.memory_mib / (node.mig_instances if node.mig_profile else 1)
+    return per_device * pod.spec.memory_fraction
 
 
 def _span_coverage(times: np.ndarray, present: np.ndarray, start: float, end: float) -> float:

@@ -49,9 +49,12 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         return
     tr = terminalreporter
     tr.section("analyzer precision / recall against the simulator's ground truth")
-    tr.write_line(f"{'run':<34} {'kind':<24} {'precision':>9} {'recall':>7} {'tp':>4} {'fp':>4} {'fn':>4}")
+    width = max(34, *(len(label) for label, _ in SCORES))
+    tr.write_line(
+        f"{'run':<{width}} {'kind':<24} {'precision':>9} {'recall':>7} {'tp':>4} {'fp':>4} {'fn':>4}"
+    )
     for (label, kind), (p, r, tp, fp, fn) in sorted(SCORES.items()):
-        tr.write_line(f"{label:<34} {kind:<24} {p:>9.3f} {r:>7.3f} {tp:>4} {fp:>4} {fn:>4}")
+        tr.write_line(f"{label:<{width}} {kind:<24} {p:>9.3f} {r:>7.3f} {tp:>4} {fp:>4} {fn:>4}")
 
 
 # --- analyses over the shared fleets ---------------------------------------------------------------

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from analyzer.pipeline import analyze
-from analyzer.prometheus import PrometheusClient, PrometheusConfig
+from analyzer.prometheus import PrometheusClient, PrometheusConfig, PrometheusSession
 from analyzer.prometheus_source import PrometheusSource
 from analyzer.simulate import load_scenario, simulate
 from analyzer.simulate.truth import window_of
@@ -34,7 +34,7 @@ from harness.servers import PrometheusServer, backfill_blocks
 NAME = "standard_fleet_analysis"
 
 
-class NotingSession(requests.Session):
+class NotingSession(PrometheusSession):
     """A session that remembers the path and parameters of every request it sends."""
 
     def __init__(self) -> None:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 import responses
 
-from analyzer.cli import main
+from analyzer.cli import build_parser, main
 from analyzer.model import FindingKind, FindingsReport
 from analyzer.simulate import Fleet, expected_findings
 from harness.servers import PrometheusServer, free_port
@@ -146,6 +147,38 @@ def test_token_file_is_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
         assert mock.calls[0].request.headers["Authorization"] == "Bearer t0ken"
     assert code == 3
     assert "t0ken" not in capsys.readouterr().err
+
+
+def test_tenant_reaches_the_server_as_x_scope_orgid() -> None:
+    url = "http://mimir.test/prometheus"
+    with responses.RequestsMock() as mock:
+        mock.get(f"{url}/api/v1/label/__name__/values", json={"status": "success", "data": []})
+        code = main(["analyze", "--prometheus-url", url, "--end", END, "--tenant", "ml-team"])
+        assert mock.calls[0].request.headers["X-Scope-OrgID"] == "ml-team"
+    assert code == 3  # the tenant holds no GPU series
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        pytest.param("2", 2.0, id="bare-number-is-seconds-as-in-gpu-reaper"),
+        pytest.param("0.5", 0.5, id="fractional-seconds"),
+        pytest.param("90s", 90.0, id="duration-with-unit"),
+        pytest.param("2m", 120.0, id="minutes"),
+    ],
+)
+def test_timeout_takes_seconds_or_a_duration(value: str, seconds: float) -> None:
+    args = build_parser().parse_args(["analyze", "--simulate", "standard", "--timeout", value])
+    assert args.timeout == timedelta(seconds=seconds)
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "nan", "inf", "soon"])
+def test_bad_timeouts_exit_2(value: str) -> None:
+    assert main(["analyze", "--prometheus-url", "http://x", "--timeout", value]) == 2
+
+
+def test_other_durations_still_need_a_unit() -> None:
+    assert main(["analyze", "--simulate", "standard", "--window", "21600"]) == 2
 
 
 @pytest.mark.parametrize(

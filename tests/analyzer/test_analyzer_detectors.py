@@ -69,6 +69,7 @@ class Gpu:
     histogram: Shares | None = None
     metric: str = "DCGM_FI_DEV_GPU_UTIL"
     mig_instance: str = ""
+    memory_mib: float | None = None  # mean DCGM_FI_DEV_FB_USED over the window; None: not reported
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,7 @@ def view(case: Case, t: Thresholds = T) -> WorkloadView:
                 coverage=coverage(present.size, span.duration.total_seconds(), STEP_S),
                 shares=gpu.histogram
                 or sample_shares(present, t.starvation_idle_percent, t.starvation_busy_percent),
+                memory_used_mib=gpu.memory_mib,
             )
         )
     return WorkloadView(
@@ -137,6 +139,43 @@ CASES = [
     ),
     pytest.param(
         Case((Gpu(np.full(360, 2.0)),), FindingKind.IDLE_ENDPOINT), id="exactly-at-the-idle-line-is-idle"
+    ),
+    # memory held: an endpoint keeps its model loaded; GPUs without memory data do not block
+    pytest.param(
+        Case(
+            (Gpu(idle(), memory_mib=40_000), Gpu(idle(1), memory_mib=39_000)),
+            FindingKind.IDLE_ENDPOINT,
+            evidence={"memory_used_mib": 39_500.0, "min_memory_used_mib": 39_000.0},
+        ),
+        id="idle-with-memory-held-is-idle-endpoint",
+    ),
+    pytest.param(
+        Case(
+            (Gpu(idle(), memory_mib=3.0),),
+            FindingKind.LOW_UTILIZATION,
+            evidence={"min_memory_used_mib": 3.0},
+        ),
+        id="idle-with-memory-not-held-is-low-utilization-never-dropped",
+    ),
+    pytest.param(
+        Case((Gpu(idle(), memory_mib=40_000), Gpu(idle(1), memory_mib=0.0)), FindingKind.LOW_UTILIZATION),
+        id="one-gpu-holding-no-memory-is-not-an-endpoint",
+    ),
+    pytest.param(
+        Case((Gpu(idle()), Gpu(idle(1))), FindingKind.IDLE_ENDPOINT, evidence={"idle_min_memory_mib": 256.0}),
+        id="idle-with-no-memory-data-is-idle-endpoint",
+    ),
+    pytest.param(
+        Case(
+            (Gpu(idle(), memory_mib=40_000), Gpu(idle(1))),
+            FindingKind.IDLE_ENDPOINT,
+            evidence={"min_memory_used_mib": 40_000.0},
+        ),
+        id="a-gpu-without-memory-data-does-not-block",
+    ),
+    pytest.param(
+        Case((Gpu(idle(), memory_mib=256.0),), FindingKind.IDLE_ENDPOINT),
+        id="memory-exactly-at-the-line-is-held",
     ),
     # warm-up grace
     pytest.param(
@@ -349,6 +388,18 @@ def test_unknown_is_never_actionable_and_carries_no_waste() -> None:
     assert not finding.kind.actionable
     assert finding.wasted_gpu_hours == 0
     assert finding.evidence["coverage"] == pytest.approx(0.5)
+
+
+def test_memory_threshold_moves_the_verdict() -> None:
+    small_model = view(Case((Gpu(idle(), memory_mib=900.0),), None))
+    held = detectors.classify(small_model, T, END)
+    assert held is not None
+    assert held.kind is FindingKind.IDLE_ENDPOINT
+    stricter = T.model_copy(update={"idle_min_memory_mib": 1024.0})
+    finding = detectors.classify(small_model, stricter, END)
+    assert finding is not None
+    assert finding.kind is FindingKind.LOW_UTILIZATION
+    assert "nothing runs on it" in finding.recommendation
 
 
 def test_thresholds_move_the_verdict() -> None:

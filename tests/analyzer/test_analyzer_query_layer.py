@@ -10,10 +10,13 @@ from __future__ import annotations
 import base64
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 import requests
 import responses
+from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
+from requests.adapters import HTTPAdapter
 
 from analyzer.errors import (
     BadInputError,
@@ -281,6 +284,98 @@ def test_queries_are_posted_form_encoded(mock: responses.RequestsMock) -> None:
     assert isinstance(body, str)
     assert "query=sum%28rate" in body
     assert "time=1767571200.000" in body
+
+
+def test_requests_are_issued_by_prometheus_api_client(
+    mock: responses.RequestsMock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The library sends every request (its retry adapter, timeout, headers and auth); we check answers."""
+    used: list[str] = []
+    for name in ("custom_query", "custom_query_range", "get_label_names", "get_label_values"):
+        real = getattr(PrometheusConnect, name)
+
+        def spy(
+            self: PrometheusConnect, *args: object, _real: Any = real, _name: str = name, **kw: object
+        ) -> Any:
+            used.append(_name)
+            return _real(self, *args, **kw)
+
+        monkeypatch.setattr(PrometheusConnect, name, spy)
+    matrix = {"status": "success", "data": {"resultType": "matrix", "result": []}}
+    mock.post(QUERY, json=OK_VECTOR)
+    mock.post(f"{URL}/api/v1/query_range", json=matrix)
+    mock.post(f"{URL}/api/v1/labels", json={"status": "success", "data": ["UUID", "pod"]})
+    mock.get(f"{URL}/api/v1/label/le/values", json={"status": "success", "data": ["10", "+Inf"]})
+    c = client()
+    assert c.vector("up", AT)[0].value == 42.5
+    assert c.query_range("up", AT - timedelta(hours=1), AT, 60) == []
+    assert c.label_names("{UUID!=''}", AT - timedelta(hours=1), AT) == ["UUID", "pod"]
+    assert c.label_values("le", "x_bucket", AT - timedelta(hours=1), AT) == ["10", "+Inf"]
+    assert used == ["custom_query", "custom_query_range", "get_label_names", "get_label_values"]
+    # The retrying adapter the library mounted for our base URL is the one that sends.
+    adapter = c.session.get_adapter(QUERY)
+    assert isinstance(adapter, HTTPAdapter)
+    assert adapter.max_retries.total == 2
+    assert c.stats.requests == 4
+
+
+def test_a_checked_answer_is_decoded_once(
+    mock: responses.RequestsMock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Raw pulls can be tens of MB of JSON: the hook's parse is the one the library reads."""
+    decoded: list[int] = []
+    real = requests.Response.json
+
+    def counting(self: requests.Response, **kw: Any) -> Any:
+        decoded.append(1)
+        return real(self, **kw)
+
+    monkeypatch.setattr(requests.Response, "json", counting)
+    mock.post(QUERY, json=OK_VECTOR)
+    client().vector("up", AT)
+    assert len(decoded) == 1
+
+
+def test_the_librarys_text_only_exception_never_reaches_callers(mock: responses.RequestsMock) -> None:
+    mock.post(QUERY, status=503, json={"status": "error", "errorType": "unavailable", "error": "down"})
+    with pytest.raises(BadResponseError, match="HTTP 503") as err:
+        client(retries=0).vector("up", AT)
+    assert not isinstance(err.value, PrometheusApiClientException)
+
+
+def test_a_redirect_is_followed_and_the_final_answer_checked(mock: responses.RequestsMock) -> None:
+    mock.post(QUERY, status=307, headers={"Location": f"{URL}/prometheus/api/v1/query"})
+    mock.post(f"{URL}/prometheus/api/v1/query", json=OK_VECTOR)
+    (sample,) = client().vector("up", AT)
+    assert sample.value == 42.5
+
+
+def test_mimir_tenant_is_sent_on_every_request(mock: responses.RequestsMock) -> None:
+    mock.post(QUERY, json=OK_VECTOR)
+    mock.get(f"{URL}/api/v1/label/__name__/values", json={"status": "success", "data": []})
+    c = client(tenant="team-a|team-b")
+    c.vector("up", AT)
+    c.label_values("__name__", "{__name__=~'DCGM_.*'}", AT - timedelta(hours=1), AT)
+    assert [call.request.headers["X-Scope-OrgID"] for call in mock.calls] == ["team-a|team-b"] * 2
+
+
+def test_no_tenant_header_without_a_tenant(mock: responses.RequestsMock) -> None:
+    mock.post(QUERY, json=OK_VECTOR)
+    client().vector("up", AT)
+    assert "X-Scope-OrgID" not in mock.calls[0].request.headers
+
+
+@pytest.mark.parametrize(
+    "tenant",
+    [
+        pytest.param("", id="empty"),
+        pytest.param("team a", id="space"),
+        pytest.param("team-a\r\nX-Evil: 1", id="header-injection"),
+    ],
+)
+def test_bad_tenants_are_bad_input(tenant: str) -> None:
+    with pytest.raises(BadInputError, match="tenant"):
+        PrometheusConfig(URL, tenant=tenant)
 
 
 @pytest.mark.parametrize(

@@ -315,3 +315,64 @@ def test_gpu_series_without_pod_labels_never_empty_a_node() -> None:
     ]
     report = analyze_series(series, fleet).report
     assert kinds(report) == {"a/Deployment/idle-api": FindingKind.UNKNOWN}
+
+
+def _drop_memory_of(series: list[Series], uuids: set[str] | None) -> list[Series]:
+    """Without DCGM_FI_DEV_FB_USED for these GPUs (all GPUs when None)."""
+    return [
+        s
+        for s in series
+        if not (s.name == dcgm.DEV_FB_USED and (uuids is None or s.label(dcgm.UUID) in uuids))
+    ]
+
+
+@pytest.mark.parametrize(
+    ("memory_fraction", "drop_memory", "expected"),
+    [
+        pytest.param(0.7, False, FindingKind.IDLE_ENDPOINT, id="memory-held-is-idle-endpoint"),
+        pytest.param(
+            0.002, False, FindingKind.LOW_UTILIZATION, id="memory-not-held-is-low-utilization-not-dropped"
+        ),
+        pytest.param(0.002, True, FindingKind.IDLE_ENDPOINT, id="no-memory-data-does-not-block"),
+    ],
+)
+def test_idle_endpoint_needs_memory_held(
+    memory_fraction: float, drop_memory: bool, expected: FindingKind
+) -> None:
+    fleet = fleet_of(
+        [{"name": "n", "gpus": 2}],
+        [
+            {
+                "namespace": "a",
+                "name": "api",
+                "behaviour": "idle",
+                "gpus_per_pod": 2,
+                "memory_fraction": memory_fraction,
+            }
+        ],
+    )
+    series = _drop_memory_of(fleet.series, None) if drop_memory else fleet.series
+    analysis = analyze_series(series, fleet)
+    assert kinds(analysis.report) == {"a/Deployment/api": expected}
+    (finding,) = analysis.report.findings
+    if drop_memory:
+        assert not analysis.snapshot.capabilities.memory
+        assert "memory_used_mib" not in finding.evidence
+    else:
+        # Mean framebuffer per GPU once loaded (the warm-up ramp lies before the window).
+        assert finding.evidence["memory_used_mib"] == pytest.approx(81559 * memory_fraction, rel=0.02)
+        # The simulator's ground truth follows the same rule.
+        assert truth(fleet) == {"a/Deployment/api": expected}
+
+
+def test_a_gpu_without_memory_data_does_not_block_its_neighbours_verdict() -> None:
+    fleet = fleet_of(
+        [{"name": "n", "gpus": 2}],
+        [{"namespace": "a", "name": "api", "behaviour": "idle", "gpus_per_pod": 2}],
+    )
+    one = next(s.label(dcgm.UUID) for s in fleet.series if s.name == dcgm.DEV_FB_USED)
+    assert one is not None
+    report = analyze_series(_drop_memory_of(fleet.series, {one}), fleet).report
+    (finding,) = report.findings
+    assert finding.kind is FindingKind.IDLE_ENDPOINT
+    assert finding.evidence["min_memory_used_mib"] == pytest.approx(81559 * 0.7, rel=0.02)

@@ -16,6 +16,7 @@ def test_documented_defaults() -> None:
     assert t.idle_percent == 2.0
     assert t.low_utilization_percent == 30.0
     assert t.min_coverage == 0.9
+    assert t.idle_min_memory_mib == 256.0
     assert t.warmup_grace == timedelta(minutes=30)
     assert t.cpu_saturation_ratio == 0.9
     assert t.cpu_throttling_ratio == 0.25
@@ -36,6 +37,7 @@ def test_reads_only_the_detection_block(tmp_path: Path) -> None:
         "detection:\n"
         "  idlePercent: 1.5\n"
         "  warmupGrace: 45m\n"
+        "  idleMinMemoryMib: 1024\n"
         "  pricePerGpuHour: 2.49\n"
         "  request_rate_query: >-\n"
         '    sum(rate(http_requests_total{namespace="$namespace", pod=~"$pods"}[$window]))\n'
@@ -43,6 +45,7 @@ def test_reads_only_the_detection_block(tmp_path: Path) -> None:
     t = load_thresholds(policy)
     assert t.idle_percent == 1.5
     assert t.warmup_grace == timedelta(minutes=45)
+    assert t.idle_min_memory_mib == 1024.0
     assert t.price_per_gpu_hour == 2.49
     assert t.request_rate_query is not None
 
@@ -66,6 +69,9 @@ def test_missing_block_means_defaults(tmp_path: Path, text: str) -> None:
         pytest.param("detection: {warmupGrace: soon}\n", "invalid duration", id="grace-not-a-duration"),
         pytest.param("detection: {idelPercent: 1}\n", "detection.idelPercent", id="typo-is-refused"),
         pytest.param("detection: {pricePerGpuHour: -1}\n", "detection.pricePerGpuHour", id="negative-price"),
+        pytest.param(
+            "detection: {idleMinMemoryMib: -1}\n", "detection.idleMinMemoryMib", id="negative-memory-line"
+        ),
         pytest.param("detection: {idlePercent: 40}\n", "idlePercent must be below", id="idle-above-low-line"),
         pytest.param(
             "detection: {requestRateQuery: 'rate(x{app=\"$app\"}[5m])'}\n",

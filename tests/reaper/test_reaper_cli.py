@@ -358,3 +358,27 @@ def test_prometheus_token_is_sent_and_never_logged(
     )
     assert "s3cret" not in out + capsys.readouterr().err
     assert seeded.mutations() == []
+
+
+def test_prometheus_tenant_reaches_the_server(
+    seeded: EmulatedCluster, tmp_path: Path, httpserver: HTTPServer
+) -> None:
+    """Mimir serves a tenant's series only to requests naming it in X-Scope-OrgID."""
+    httpserver.expect_request("/api/v1/label/__name__/values").respond_with_json(
+        {"status": "success", "data": []}
+    )
+    policy = write(tmp_path, "p.yaml", GOOD_POLICY)
+    url = httpserver.url_for("/").rstrip("/")
+    code, _ = cli(*apply_from_prometheus(url, policy, seeded.kubeconfig), "--tenant", "team-gpu")
+    assert code == 3  # an empty tenant: nothing can be concluded from silence
+    assert httpserver.log
+    assert all(req.headers.get("X-Scope-OrgID") == "team-gpu" for req, _ in httpserver.log)
+    assert seeded.mutations() == []
+
+
+def test_a_tenant_with_spaces_is_bad_input(seeded: EmulatedCluster, tmp_path: Path) -> None:
+    policy = write(tmp_path, "p.yaml", GOOD_POLICY)
+    url = f"http://127.0.0.1:{closed_port()}"
+    code, _ = cli(*apply_from_prometheus(url, policy, seeded.kubeconfig), "--tenant", "team a")
+    assert code == 2
+    assert seeded.requests() == []
