@@ -74,6 +74,8 @@ class ZeroCostNvml:
             SimpleNamespace(fieldId=186, nvmlReturn=0, valueType=1, value=value),
             SimpleNamespace(fieldId=83, nvmlReturn=0, valueType=3, value=value),
             SimpleNamespace(fieldId=94, nvmlReturn=0, valueType=3, value=value),
+            SimpleNamespace(fieldId=74, nvmlReturn=0, valueType=3, value=value),
+            SimpleNamespace(fieldId=75, nvmlReturn=0, valueType=3, value=value),
         ]
         self._procs = [
             [
@@ -127,6 +129,9 @@ class ZeroCostNvml:
 
     def nvmlDeviceGetFieldValues(self, h: Any, ids: list[int]) -> list[Any]:
         return self._fields
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h: Any) -> int:
+        return 0x4
 
     def nvmlDeviceGetSamples(self, h: Any, kind: int, since_us: int) -> tuple[int, list[Any]]:
         step = int(COLLECTION_INTERVAL_S * 1_000_000 / SAMPLES_PER_INTERVAL)

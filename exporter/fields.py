@@ -31,6 +31,9 @@ ENC_UTIL: Final = "DCGM_FI_DEV_ENC_UTIL"
 DEC_UTIL: Final = "DCGM_FI_DEV_DEC_UTIL"
 PCIE_REPLAY: Final = "DCGM_FI_DEV_PCIE_REPLAY_COUNTER"
 XID_ERRORS: Final = "DCGM_FI_DEV_XID_ERRORS"
+CLOCK_THROTTLE_REASONS: Final = "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"
+POWER_VIOLATION: Final = "DCGM_FI_DEV_POWER_VIOLATION"
+THERMAL_VIOLATION: Final = "DCGM_FI_DEV_THERMAL_VIOLATION"
 PROF_GR_ENGINE_ACTIVE: Final = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 PROF_SM_ACTIVE: Final = "DCGM_FI_PROF_SM_ACTIVE"
 PROF_SM_OCCUPANCY: Final = "DCGM_FI_PROF_SM_OCCUPANCY"
@@ -63,6 +66,9 @@ _SPECS: Final = (
     MetricSpec(DEC_UTIL, "Decoder utilization (in %).", "gauge"),
     MetricSpec(PCIE_REPLAY, "Total number of PCIe retries.", "untyped"),
     MetricSpec(XID_ERRORS, "Value of the last XID error encountered.", "gauge"),
+    MetricSpec(CLOCK_THROTTLE_REASONS, "Current clock throttle (clock event) reasons, a bitmask.", "gauge"),
+    MetricSpec(POWER_VIOLATION, "Throttling duration due to power constraints (in ns).", "untyped"),
+    MetricSpec(THERMAL_VIOLATION, "Throttling duration due to thermal constraints (in ns).", "untyped"),
     MetricSpec(PROF_GR_ENGINE_ACTIVE, "Ratio of time the graphics engine is active.", "gauge"),
     MetricSpec(PROF_SM_ACTIVE, "The ratio of cycles an SM has at least 1 warp assigned.", "gauge"),
     MetricSpec(PROF_SM_OCCUPANCY, "The ratio of number of warps resident on an SM.", "gauge"),

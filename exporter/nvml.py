@@ -4,8 +4,9 @@ Every NVML call goes through :meth:`Nvml._call`, which decides what an error mea
 
 * ``NOT_SUPPORTED`` — the reading does not exist on this GPU: the accessor returns ``None`` and the
   sample is left out (never NaN). Not counted as an error.
-* ``FUNCTION_NOT_FOUND`` — the driver is older than the binding: logged once, counted once, and the
-  function is never called again in this process.
+* ``FUNCTION_NOT_FOUND`` — the driver is older than the binding (or the binding older than this code):
+  logged once, counted once, and the function is never called again in this process; a reading with
+  an older equivalent (clock-event reasons, power) is read through that instead.
 * ``GPU_IS_LOST``, ``UNINITIALIZED``, ``DRIVER_NOT_LOADED`` — :class:`GpuLost` is raised so the caller
   marks that GPU down, and :attr:`Nvml.needs_init` asks for NVML to be re-initialised on the next cycle.
 * anything else — counted, logged once per (call, code), and the reading is left out.
@@ -53,11 +54,25 @@ _LOST_CODES: Final = frozenset(
 
 _XID_EVENTS: Final[int] = pynvml.nvmlEventTypeXidCriticalError
 
-#: Field ids read in one nvmlDeviceGetFieldValues call per GPU (instead of three calls).
+#: Field ids read in one nvmlDeviceGetFieldValues call per GPU (instead of five calls). The two
+#: perf-policy counters are the ones DCGM reads for DCGM_FI_DEV_POWER_VIOLATION / _THERMAL_VIOLATION.
 FIELD_POWER_INSTANT: Final[int] = pynvml.NVML_FI_DEV_POWER_INSTANT
 FIELD_TOTAL_ENERGY: Final[int] = pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION
 FIELD_PCIE_REPLAY: Final[int] = pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER
-_FIELD_IDS: Final = (FIELD_POWER_INSTANT, FIELD_TOTAL_ENERGY, FIELD_PCIE_REPLAY)
+FIELD_POWER_VIOLATION: Final[int] = pynvml.NVML_FI_DEV_PERF_POLICY_POWER
+FIELD_THERMAL_VIOLATION: Final[int] = pynvml.NVML_FI_DEV_PERF_POLICY_THERMAL
+_FIELD_IDS: Final = (
+    FIELD_POWER_INSTANT,
+    FIELD_TOTAL_ENERGY,
+    FIELD_PCIE_REPLAY,
+    FIELD_POWER_VIOLATION,
+    FIELD_THERMAL_VIOLATION,
+)
+#: nvmlDeviceGetViolationStatus policies, the fallback when the field slots give no answer.
+_VIOLATION_POLICIES: Final = {
+    FIELD_POWER_VIOLATION: pynvml.NVML_PERF_POLICY_POWER,
+    FIELD_THERMAL_VIOLATION: pynvml.NVML_PERF_POLICY_THERMAL,
+}
 
 #: GPM metric ids, in the order of :class:`GpmReading`'s fields.
 GPM_METRIC_IDS: Final[tuple[int, ...]] = (
@@ -110,9 +125,15 @@ class GpuLost(NvmlError):
         self.code = code
 
 
+def nvml_error_code(code: str) -> int:
+    """The number of ``NVML_ERROR_<code>``, as a field-values slot reports it — for fakes at this boundary."""
+    number: int = getattr(pynvml, "NVML_ERROR_" + code)
+    return number
+
+
 def nvml_error(code: str) -> Exception:
     """The exception the real binding raises for ``NVML_ERROR_<code>`` — for fakes at this boundary."""
-    return pynvml.NVMLError(getattr(pynvml, "NVML_ERROR_" + code))
+    return pynvml.NVMLError(nvml_error_code(code))
 
 
 class DeviceIdentity(NamedTuple):
@@ -154,12 +175,17 @@ class FieldReadings(NamedTuple):
 
     ``power_mw``: board power in milliwatts (nvidia-smi ``power.draw.instant``);
     ``energy_mj``: energy since the driver loaded, millijoules (no nvidia-smi query field);
-    ``pcie_replays``: PCIe replay counter (nvidia-smi ``-q``: "Replays Since Reset").
+    ``pcie_replays``: PCIe replay counter (nvidia-smi ``-q``: "Replays Since Reset");
+    ``power_violation_ns``, ``thermal_violation_ns``: cumulative time the power / thermal policy held
+    the clocks below the application clocks, nanoseconds (no ``--query-gpu`` field;
+    ``nvidia-smi dmon -s v`` shows each interval's share as ``pviol`` / ``tviol``).
     """
 
     power_mw: float | None
     energy_mj: float | None
     pcie_replays: float | None
+    power_violation_ns: float | None
+    thermal_violation_ns: float | None
 
 
 class UtilizationSample(NamedTuple):
@@ -286,8 +312,11 @@ class Nvml:
         """
         if name in self._missing_functions:
             return _MISSING
+        function = getattr(self._lib, name, None)
+        if function is None:  # a binding older than this code: as if the driver lacked the function
+            return self._failed(name, _FUNCTION_NOT_FOUND)
         try:
-            return getattr(self._lib, name)(*args)
+            return function(*args)
         except pynvml.NVMLError as exc:
             if exc.value in empty_on:
                 return _EMPTY
@@ -304,7 +333,7 @@ class Nvml:
             if code == _FUNCTION_NOT_FOUND:
                 self._missing_functions.add(call)
         if code == _FUNCTION_NOT_FOUND:
-            log.warning("NVML function %s is not in this driver; its readings are left out", call)
+            log.warning("NVML function %s is not in this driver (or binding); it is not called again", call)
             return _MISSING
         if code in _LOST_CODES:
             self._needs_reinit = True
@@ -425,8 +454,29 @@ class Nvml:
         value = self._call("nvmlDeviceGetDecoderUtilization", handle)
         return None if value is _MISSING else int(value[0])
 
+    def clock_event_reasons(self, handle: Handle) -> int | None:
+        """Bitmask of why the clocks are below their maximum, the value dcgm-exporter exports as
+        ``DCGM_FI_DEV_CLOCK_THROTTLE_REASONS`` (0x1 idle, 0x4 software power cap, 0x8 hardware slowdown,
+        0x20 / 0x40 software / hardware thermal slowdown, 0x80 hardware power brake, ...).
+
+        nvidia-smi: ``clocks_event_reasons.active`` (``clocks_throttle_reasons.active`` before driver
+        535). Drivers older than 535 lack ``nvmlDeviceGetCurrentClocksEventReasons``; the older name of
+        the same call is used there.
+        """
+        value = self._call("nvmlDeviceGetCurrentClocksEventReasons", handle)
+        if value is _MISSING and "nvmlDeviceGetCurrentClocksEventReasons" in self._missing_functions:
+            value = self._call("nvmlDeviceGetCurrentClocksThrottleReasons", handle)
+        return None if value is _MISSING else int(value)
+
+    def _violation_ns(self, handle: Handle, policy: int) -> float | None:
+        """``nvmlDeviceGetViolationStatus``: ``violationTime`` is in nanoseconds (``referenceTime``, the
+        CPU timestamp of the reading in microseconds, is not needed)."""
+        status = self._call("nvmlDeviceGetViolationStatus", handle, policy)
+        return None if status is _MISSING else float(status.violationTime)
+
     def fields(self, handle: Handle) -> FieldReadings:
-        """Power, energy and PCIe replays in one call; power falls back to nvmlDeviceGetPowerUsage."""
+        """Power, energy, PCIe replays and the power / thermal violation counters in one call; power falls
+        back to nvmlDeviceGetPowerUsage and each violation counter to nvmlDeviceGetViolationStatus."""
         found: dict[int, float] = {}
         values = self._call("nvmlDeviceGetFieldValues", handle, list(_FIELD_IDS))
         if values is not _MISSING:
@@ -441,7 +491,17 @@ class Nvml:
         if power is None:
             usage = self._call("nvmlDeviceGetPowerUsage", handle)
             power = None if usage is _MISSING else float(usage)
-        return FieldReadings(power, found.get(FIELD_TOTAL_ENERGY), found.get(FIELD_PCIE_REPLAY))
+        violations = {
+            field: found[field] if field in found else self._violation_ns(handle, policy)
+            for field, policy in _VIOLATION_POLICIES.items()
+        }
+        return FieldReadings(
+            power,
+            found.get(FIELD_TOTAL_ENERGY),
+            found.get(FIELD_PCIE_REPLAY),
+            violations[FIELD_POWER_VIOLATION],
+            violations[FIELD_THERMAL_VIOLATION],
+        )
 
     def utilization_samples(self, handle: Handle, since_us: int) -> tuple[UtilizationSample, ...] | None:
         """Samples newer than ``since_us``; ``()`` when none are new, ``None`` where unsupported."""

@@ -174,6 +174,13 @@ class GpuReader:
             values[f.TOTAL_ENERGY] = batch.energy_mj
         if batch.pcie_replays is not None:
             values[f.PCIE_REPLAY] = batch.pcie_replays
+        if batch.power_violation_ns is not None:
+            values[f.POWER_VIOLATION] = batch.power_violation_ns
+        if batch.thermal_violation_ns is not None:
+            values[f.THERMAL_VIOLATION] = batch.thermal_violation_ns
+        reasons = nvml.clock_event_reasons(handle)
+        if reasons is not None:
+            values[f.CLOCK_THROTTLE_REASONS] = reasons
         _put_gpm(values, nvml.gpm(handle, gpu.uuid))
 
         samples = self._samples(gpu.uuid, handle)

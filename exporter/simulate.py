@@ -8,7 +8,9 @@ server are the production code.
 
 Devices follow a utilization profile ``percent(t)`` (``t`` in seconds since the first ``nvmlInit``);
 NVML's sub-second sample buffer is synthesised on a fixed grid (6 samples per second), and the
-utilization gauge reports the newest sample, as the driver does.
+utilization gauge reports the newest sample, as the driver does. A device may be scripted to throttle
+(:class:`FakeThrottle`): clock-event reason bits, violation counters growing at a fixed share of wall
+time, and the heat and lower SM clock that go with it.
 """
 
 from __future__ import annotations
@@ -22,10 +24,10 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from exporter.nvml import GPM_METRIC_IDS, nvml_error
+from exporter.nvml import GPM_METRIC_IDS, nvml_error, nvml_error_code
 
 #: Scenario names accepted by ``--simulate``.
-SCENARIOS = ("idle", "busy", "sawtooth", "lost-gpu", "mig", "shared")
+SCENARIOS = ("idle", "busy", "sawtooth", "lost-gpu", "mig", "shared", "throttled")
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
@@ -35,10 +37,20 @@ _XID_EVENT = 0x8
 _VALUE_TYPE_DOUBLE = 0
 _VALUE_TYPE_UNSIGNED_INT = 1
 _VALUE_TYPE_UNSIGNED_LONG_LONG = 3
-# Field ids as NVML defines them (power instant, total energy, PCIe replays).
+# Field ids as NVML defines them (power instant, total energy, PCIe replays, perf-policy counters).
 _FIELD_POWER_INSTANT = 186
 _FIELD_TOTAL_ENERGY = 83
 _FIELD_PCIE_REPLAY = 94
+_FIELD_POWER_VIOLATION = 74
+_FIELD_THERMAL_VIOLATION = 75
+# nvmlPerfPolicyType_t and clock-event reason bits, as NVML defines them.
+_PERF_POLICY_POWER = 0
+_PERF_POLICY_THERMAL = 1
+REASON_GPU_IDLE = 0x1
+REASON_SW_POWER_CAP = 0x4
+REASON_SW_THERMAL = 0x20
+REASON_HW_THERMAL = 0x40
+REASON_HW_POWER_BRAKE = 0x80
 # Profile index → (profile id, name, slices, MiB) for an H100 80GB, as NVML reports them.
 _H100_PROFILES = {
     0: (19, "MIG 1g.10gb", 1, 9984),
@@ -95,6 +107,23 @@ class FakeMig:
 
 
 @dataclass(frozen=True)
+class FakeThrottle:
+    """What holds a fake GPU's clocks down while it is busy.
+
+    ``reasons``: clock-event reason bits reported while busy (idle adds 0x1 GPU idle on its own);
+    ``power_share`` / ``thermal_share``: fraction of wall time the power / thermal policy holds the
+    clocks down, which is how fast the violation counters grow; ``extra_celsius``: heat on top of the
+    utilization-driven temperature; ``sm_clock_mhz``: the SM clock while busy (``None``: full boost).
+    """
+
+    reasons: int = 0
+    power_share: float = 0.0
+    thermal_share: float = 0.0
+    extra_celsius: float = 0.0
+    sm_clock_mhz: int | None = None
+
+
+@dataclass(frozen=True)
 class FakeGpu:
     """One simulated physical GPU."""
 
@@ -111,6 +140,7 @@ class FakeGpu:
     xids: tuple[tuple[float, int], ...] = ()
     mig: tuple[FakeMig, ...] = ()
     processes: tuple[FakeProcess, ...] = ()
+    throttle: FakeThrottle = FakeThrottle()
 
     @property
     def uuid(self) -> str:
@@ -190,6 +220,7 @@ class FakeNvmlLibrary:
         self._initialised = False
         self._lock = threading.Lock()
         self._faults: dict[str, list[_Fault]] = {}
+        self._field_faults: dict[int, str] = {}
         self._removed: set[str] = set()
         self._delivered_xids: set[tuple[int, float]] = set()
         self.calls = 0
@@ -200,6 +231,10 @@ class FakeNvmlLibrary:
         """Make ``call`` raise ``NVML_ERROR_<code>`` (for one GPU, and ``times`` times, if given)."""
         with self._lock:
             self._faults.setdefault(call, []).append(_Fault(code, gpu, times))
+
+    def fail_field(self, field_id: int, code: str) -> None:
+        """Make ``nvmlDeviceGetFieldValues`` answer ``NVML_ERROR_<code>`` in the slot of ``field_id``."""
+        self._field_faults[field_id] = code
 
     def remove_function(self, call: str) -> None:
         """Behave like a driver that lacks ``call`` (the binding raises FUNCTION_NOT_FOUND)."""
@@ -322,13 +357,46 @@ class FakeNvmlLibrary:
 
     def nvmlDeviceGetTemperature(self, handle: FakeHandle, sensor: int) -> int:
         gpu = self._gpu("nvmlDeviceGetTemperature", handle)
-        return 31 + round(0.45 * gpu.utilization(self.elapsed()))
+        return 31 + round(0.45 * gpu.utilization(self.elapsed()) + gpu.throttle.extra_celsius)
+
+    def _busy(self, gpu: FakeGpu) -> bool:
+        return gpu.utilization(self.elapsed()) > 10
 
     def nvmlDeviceGetClockInfo(self, handle: FakeHandle, clock_type: int) -> int:
         gpu = self._gpu("nvmlDeviceGetClockInfo", handle)
         if clock_type == 2:  # NVML_CLOCK_MEM
             return 2619
-        return 1980 if gpu.utilization(self.elapsed()) > 10 else 345
+        if not self._busy(gpu):
+            return 345
+        return gpu.throttle.sm_clock_mhz or 1980
+
+    def _clock_event_reasons(self, call: str, handle: FakeHandle) -> int:
+        gpu = self._gpu(call, handle)
+        if handle.mig is not None:
+            raise nvml_error("NOT_SUPPORTED")
+        return gpu.throttle.reasons if self._busy(gpu) else REASON_GPU_IDLE
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: FakeHandle) -> int:
+        return self._clock_event_reasons("nvmlDeviceGetCurrentClocksEventReasons", handle)
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: FakeHandle) -> int:
+        """The name of the same call before driver 535."""
+        return self._clock_event_reasons("nvmlDeviceGetCurrentClocksThrottleReasons", handle)
+
+    def _violation_ns(self, gpu: FakeGpu, policy: int) -> int:
+        share = {
+            _PERF_POLICY_POWER: gpu.throttle.power_share,
+            _PERF_POLICY_THERMAL: gpu.throttle.thermal_share,
+        }
+        return round(share.get(policy, 0.0) * self.elapsed() * 1e9)
+
+    def nvmlDeviceGetViolationStatus(self, handle: FakeHandle, policy: int) -> SimpleNamespace:
+        gpu = self._gpu("nvmlDeviceGetViolationStatus", handle)
+        if handle.mig is not None:
+            raise nvml_error("NOT_SUPPORTED")
+        return SimpleNamespace(
+            referenceTime=round(self._clock() * 1_000_000), violationTime=self._violation_ns(gpu, policy)
+        )
 
     def nvmlDeviceGetEncoderUtilization(self, handle: FakeHandle) -> list[int]:
         self._gpu("nvmlDeviceGetEncoderUtilization", handle)
@@ -357,11 +425,21 @@ class FakeNvmlLibrary:
             ),
             _FIELD_TOTAL_ENERGY: (_VALUE_TYPE_UNSIGNED_LONG_LONG, SimpleNamespace(ullVal=round(energy_mj))),
             _FIELD_PCIE_REPLAY: (_VALUE_TYPE_UNSIGNED_LONG_LONG, SimpleNamespace(ullVal=0)),
+            _FIELD_POWER_VIOLATION: (
+                _VALUE_TYPE_UNSIGNED_LONG_LONG,
+                SimpleNamespace(ullVal=self._violation_ns(gpu, _PERF_POLICY_POWER)),
+            ),
+            _FIELD_THERMAL_VIOLATION: (
+                _VALUE_TYPE_UNSIGNED_LONG_LONG,
+                SimpleNamespace(ullVal=self._violation_ns(gpu, _PERF_POLICY_THERMAL)),
+            ),
         }
         out = []
         for field_id in field_ids:
             value_type, value = known.get(field_id, (_VALUE_TYPE_DOUBLE, SimpleNamespace(dVal=0.0)))
-            status = 0 if field_id in known else 3  # NVML_ERROR_NOT_SUPPORTED in that slot
+            status = 0 if field_id in known else nvml_error_code("NOT_SUPPORTED")
+            if field_id in self._field_faults:
+                status = nvml_error_code(self._field_faults[field_id])
             out.append(
                 SimpleNamespace(fieldId=field_id, nvmlReturn=status, valueType=value_type, value=value)
             )
@@ -559,7 +637,10 @@ def build_scenario(
     Timings scale with the collection interval so that a demo at 5 s and a test at 0.5 s tell the same
     story: the lost GPU (index 1) disappears after 4 intervals, with XID 79, and returns after 12; the
     sawtooth's period equals the interval and its near-idle phase straddles each period boundary, so
-    every cycle's gauge lands on it while the sample histogram sees about 70 % busy time.
+    every cycle's gauge lands on it while the sample histogram sees about 70 % busy time. In
+    ``throttled`` every GPU is busy: GPU 0 overheats (software and hardware thermal slowdown, held down
+    30 % of the time), GPU 1 has its hardware power brake asserted (40 %), the others sit at their
+    software power cap as busy GPUs do (2 %).
     """
 
     def gpu(index: int, **kwargs: Any) -> FakeGpu:
@@ -596,6 +677,20 @@ def build_scenario(
         )
         devices = [gpu(0, utilization=constant(80.0), memory_used_bytes=32 * GIB, processes=processes)]
         devices += [gpu(i, utilization=_BUSY) for i in range(1, gpus)]
+    elif name == "throttled":
+        hot = FakeThrottle(
+            reasons=REASON_SW_THERMAL | REASON_HW_THERMAL,
+            thermal_share=0.3,
+            extra_celsius=14,
+            sm_clock_mhz=1410,
+        )
+        braked = FakeThrottle(reasons=REASON_HW_POWER_BRAKE, power_share=0.4, sm_clock_mhz=990)
+        capped = FakeThrottle(reasons=REASON_SW_POWER_CAP, power_share=0.02)
+        throttles = {0: hot, 1: braked}
+        devices = [
+            gpu(i, utilization=_BUSY, memory_used_bytes=70 * GIB, throttle=throttles.get(i, capped))
+            for i in range(gpus)
+        ]
     else:
         raise ValueError(f"unknown scenario {name!r}; choose one of {', '.join(SCENARIOS)}")
     return FakeNvmlLibrary(devices, clock=clock, sleep=sleep)

@@ -127,6 +127,36 @@ def test_unsupported_readings_are_absent_never_nan(
     )
 
 
+def test_throttling_in_dcgm_units(
+    scenario: Callable[..., FakeNvmlLibrary], harness: Callable[..., Harness]
+) -> None:
+    h = harness(scenario("throttled"))
+    h.run()
+    h.run(advance=10)
+    hot, braked, capped = h.labels(0), h.labels(1), h.labels(2)
+    assert h.value("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", hot) == 0x20 | 0x40
+    assert h.value("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", braked) == 0x80
+    assert h.value("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", capped) == 0x4
+    assert h.value("DCGM_FI_DEV_THERMAL_VIOLATION", hot) == pytest.approx(0.3 * 10 * 1e9)  # ns
+    assert h.value("DCGM_FI_DEV_POWER_VIOLATION", braked) == pytest.approx(0.4 * 10 * 1e9)
+    assert h.value("DCGM_FI_DEV_THERMAL_VIOLATION", braked) == 0
+    assert h.value("DCGM_FI_DEV_GPU_TEMP", hot) == 89
+    assert h.value("DCGM_FI_DEV_SM_CLOCK", hot) == 1410
+    exposition = generate_latest(h.registry).decode()
+    assert "# TYPE DCGM_FI_DEV_THERMAL_VIOLATION untyped" in exposition  # DCGM's name, no _total
+    assert "# TYPE DCGM_FI_DEV_CLOCK_THROTTLE_REASONS gauge" in exposition
+
+
+def test_throttling_is_read_for_whole_gpus_only(
+    scenario: Callable[..., FakeNvmlLibrary], harness: Callable[..., Harness]
+) -> None:
+    h = harness(scenario("mig", gpus=1))
+    h.run()
+    for name in ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "DCGM_FI_DEV_POWER_VIOLATION"):
+        assert [s["gpu"] for s in h.series(name)] == ["0"]
+        assert not any("GPU_I_ID" in s for s in h.series(name))
+
+
 def test_sample_histogram_accumulates_between_cycles(
     scenario: Callable[..., FakeNvmlLibrary], harness: Callable[..., Harness]
 ) -> None:

@@ -23,7 +23,18 @@ from exporter.nvml import (
     _handle_key,
     nvml_error,
 )
-from exporter.simulate import FakeGpu, FakeHandle, FakeMig, FakeNvmlLibrary, FakeProcess, constant
+from exporter.simulate import (
+    REASON_GPU_IDLE,
+    REASON_HW_THERMAL,
+    REASON_SW_THERMAL,
+    FakeGpu,
+    FakeHandle,
+    FakeMig,
+    FakeNvmlLibrary,
+    FakeProcess,
+    FakeThrottle,
+    constant,
+)
 
 GIB = 1024**3
 
@@ -161,6 +172,131 @@ def test_power_falls_back_to_power_usage_without_field_values(nvml: Nvml, librar
     assert readings.power_mw == pytest.approx((70 + 630 * 0.42) * 1000)
     assert readings.energy_mj is None
     assert readings.pcie_replays is None
+
+
+# -- throttling: clock-event reasons and violation counters ---------------------------------------------
+
+HOT = FakeThrottle(reasons=REASON_SW_THERMAL | REASON_HW_THERMAL, power_share=0.1, thermal_share=0.25)
+EVENT_REASONS = "nvmlDeviceGetCurrentClocksEventReasons"
+THROTTLE_REASONS = "nvmlDeviceGetCurrentClocksThrottleReasons"
+VIOLATION_STATUS = "nvmlDeviceGetViolationStatus"
+
+
+@pytest.fixture
+def hot(fake_gpus: Callable[..., FakeNvmlLibrary]) -> FakeNvmlLibrary:
+    """GPU 0 busy and thermally throttled; GPU 1 idle."""
+    return fake_gpus(FakeGpu(0, utilization=constant(97.0), throttle=HOT), FakeGpu(1))
+
+
+@pytest.fixture
+def hot_nvml(hot: FakeNvmlLibrary) -> Nvml:
+    adapter = Nvml(hot)
+    adapter.init()
+    return adapter
+
+
+def test_clock_event_reasons_are_the_raw_bitmask(hot_nvml: Nvml) -> None:
+    assert hot_nvml.clock_event_reasons(GPU0) == 0x20 | 0x40
+    assert hot_nvml.clock_event_reasons(FakeHandle(1)) == REASON_GPU_IDLE
+    assert hot_nvml.error_counts() == {}
+
+
+def test_clock_event_reasons_not_supported_is_absent_without_trying_the_old_name(
+    hot_nvml: Nvml, hot: FakeNvmlLibrary
+) -> None:
+    hot.fail(EVENT_REASONS, "NOT_SUPPORTED")
+    hot.fail(THROTTLE_REASONS, "UNKNOWN")  # would be counted if it were called
+    assert hot_nvml.clock_event_reasons(GPU0) is None
+    assert hot_nvml.error_counts() == {}
+
+
+def test_clock_event_reasons_fall_back_to_the_pre_535_name(
+    hot_nvml: Nvml, hot: FakeNvmlLibrary, caplog: pytest.LogCaptureFixture
+) -> None:
+    hot.remove_function(EVENT_REASONS)
+    with caplog.at_level(logging.WARNING, logger="exporter.nvml"):
+        readings = [hot_nvml.clock_event_reasons(GPU0) for _ in range(3)]
+    assert readings == [0x60, 0x60, 0x60]
+    assert hot_nvml.error_counts() == {(EVENT_REASONS, "FUNCTION_NOT_FOUND"): 1}
+    assert sum(EVENT_REASONS in r.getMessage() for r in caplog.records) == 1
+
+
+def test_clock_event_reasons_absent_when_neither_name_exists(hot_nvml: Nvml, hot: FakeNvmlLibrary) -> None:
+    hot.remove_function(EVENT_REASONS)
+    hot.remove_function(THROTTLE_REASONS)
+    assert hot_nvml.clock_event_reasons(GPU0) is None
+    assert hot_nvml.clock_event_reasons(GPU0) is None
+    assert set(hot_nvml.error_counts()) == {
+        (EVENT_REASONS, "FUNCTION_NOT_FOUND"),
+        (THROTTLE_REASONS, "FUNCTION_NOT_FOUND"),
+    }
+
+
+def test_a_binding_without_the_function_counts_as_function_not_found() -> None:
+    nvml = Nvml(SimpleNamespace())  # an old binding: neither name is an attribute
+    assert nvml.clock_event_reasons(GPU0) is None
+    assert nvml.error_counts() == {
+        (EVENT_REASONS, "FUNCTION_NOT_FOUND"): 1,
+        (THROTTLE_REASONS, "FUNCTION_NOT_FOUND"): 1,
+    }
+
+
+def test_violation_counters_come_with_the_field_values_batch_in_nanoseconds(
+    hot_nvml: Nvml, hot: FakeNvmlLibrary, clock: Any
+) -> None:
+    clock.advance(40.0)
+    calls = hot.calls
+    readings = hot_nvml.fields(GPU0)
+    assert hot.calls == calls + 1  # still one call, now for five readings
+    assert readings.thermal_violation_ns == pytest.approx(0.25 * 40 * 1e9)
+    assert readings.power_violation_ns == pytest.approx(0.1 * 40 * 1e9)
+    idle = hot_nvml.fields(FakeHandle(1))
+    assert (idle.power_violation_ns, idle.thermal_violation_ns) == (0, 0)  # supported, never throttled
+
+
+@pytest.mark.parametrize(
+    "missing",
+    [
+        pytest.param("slot", id="field-slot-not-supported"),
+        pytest.param("function", id="field-values-function-not-found"),
+    ],
+)
+def test_violation_counters_fall_back_to_violation_status(
+    hot_nvml: Nvml, hot: FakeNvmlLibrary, clock: Any, missing: str
+) -> None:
+    if missing == "slot":
+        hot.fail_field(pynvml.NVML_FI_DEV_PERF_POLICY_POWER, "NOT_SUPPORTED")
+        hot.fail_field(pynvml.NVML_FI_DEV_PERF_POLICY_THERMAL, "NOT_SUPPORTED")
+    else:
+        hot.remove_function("nvmlDeviceGetFieldValues")
+    clock.advance(10.0)
+    readings = hot_nvml.fields(GPU0)
+    assert readings.thermal_violation_ns == pytest.approx(0.25 * 10 * 1e9)
+    assert readings.power_violation_ns == pytest.approx(0.1 * 10 * 1e9)
+
+
+def test_violation_counters_not_supported_anywhere_are_absent_not_errors(
+    hot_nvml: Nvml, hot: FakeNvmlLibrary
+) -> None:
+    hot.fail_field(pynvml.NVML_FI_DEV_PERF_POLICY_POWER, "NOT_SUPPORTED")
+    hot.fail_field(pynvml.NVML_FI_DEV_PERF_POLICY_THERMAL, "NOT_SUPPORTED")
+    hot.fail(VIOLATION_STATUS, "NOT_SUPPORTED")
+    readings = hot_nvml.fields(GPU0)
+    assert (readings.power_violation_ns, readings.thermal_violation_ns) == (None, None)
+    assert readings.power_mw is not None  # the rest of the batch is unaffected
+    assert hot_nvml.error_counts() == {}
+
+
+def test_violation_status_function_not_found_is_counted_once(hot_nvml: Nvml, hot: FakeNvmlLibrary) -> None:
+    hot.remove_function("nvmlDeviceGetFieldValues")
+    hot.remove_function(VIOLATION_STATUS)
+    for _ in range(3):
+        readings = hot_nvml.fields(GPU0)
+    assert (readings.power_violation_ns, readings.thermal_violation_ns) == (None, None)
+    assert hot_nvml.error_counts() == {
+        ("nvmlDeviceGetFieldValues", "FUNCTION_NOT_FOUND"): 1,
+        (VIOLATION_STATUS, "FUNCTION_NOT_FOUND"): 1,
+    }
 
 
 def test_utilization_samples_since_a_timestamp(nvml: Nvml, clock: Any) -> None:

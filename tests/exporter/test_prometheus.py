@@ -1,5 +1,6 @@
 """A real Prometheus scrapes ``gpu-exporter --simulate …`` processes; values are read back through its
-HTTP API. ``promtool check metrics`` lints the exposition."""
+HTTP API. ``promtool check metrics`` lints the exposition. The throttling alert rules and node-dashboard
+panels, read from their files, are evaluated against what this exporter serves."""
 
 from __future__ import annotations
 
@@ -18,12 +19,14 @@ from typing import Any
 import pytest
 
 from harness.binaries import require_binary
+from harness.grafana import BUILTINS, DASHBOARDS_DIR, interpolate, load, panels
+from harness.rules import load_rules
 
 pytestmark = pytest.mark.prometheus
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Scenario → collection interval. Timings inside a scenario scale with it (see exporter.simulate).
-SCENARIOS = {"lost-gpu": 0.5, "sawtooth": 1.0, "mig": 0.5, "shared": 0.5}
+SCENARIOS = {"lost-gpu": 0.5, "sawtooth": 1.0, "mig": 0.5, "shared": 0.5, "throttled": 0.5}
 #: What promtool says about names and labels that dcgm-exporter compatibility requires.
 DCGM_COMPATIBILITY_LINTS = (
     "label names should be written in 'snake_case' not 'camelCase'",  # modelName
@@ -218,6 +221,76 @@ def test_mig_instances_and_profiling_ratios_reach_prometheus(
     )
     assert prometheus.value('DCGM_FI_DEV_FB_USED{scenario="mig",GPU_I_PROFILE="1g.10gb"}') == 8192
     assert prometheus.value('count(DCGM_FI_DEV_GPU_UTIL{scenario="mig",GPU_I_ID!=""})') is None
+
+
+# -- throttling: the rules and panels written for dcgm-exporter's series work on ours -------------------
+
+THROTTLED = "sim-throttled"  # the Hostname of the throttled scenario's exporter
+#: GPU index → what the ``throttled`` scenario scripts for it (see exporter.simulate.build_scenario).
+HOT_GPU, BRAKED_GPU = "0", "1"
+THROTTLING_ALERTS = {"GpuThermalThrottling": {HOT_GPU}, "GpuPowerBrakeThrottling": {BRAKED_GPU}}
+THROTTLING_PANELS = ("Throttling (1 = active)", "Time spent throttled")
+#: Grafana variables of the node dashboard: every cluster (its "All" value), the throttled node, and the
+#: rate interval Grafana picks for a short range over 1 s scrapes (a 5 m window would not be full yet).
+NODE_VARIABLES = {**BUILTINS, "__rate_interval": "10s", "cluster": ".*", "node": THROTTLED}
+
+
+def _by_gpu(result: list[dict[str, Any]]) -> dict[str, float]:
+    return {
+        r["metric"]["gpu"]: float(r["value"][1]) for r in result if r["metric"].get("Hostname") == THROTTLED
+    }
+
+
+def _panel_queries(title: str) -> dict[str, str]:
+    """refId → PromQL of a node-dashboard panel, Grafana variables replaced by concrete values."""
+    [panel] = [p for p in panels(load(DASHBOARDS_DIR / "node.json")) if p.get("title") == title]
+    return {t["refId"]: interpolate(t["expr"], NODE_VARIABLES) for t in panel["targets"]}
+
+
+@pytest.mark.parametrize("alert", list(THROTTLING_ALERTS))
+def test_throttling_alert_fires_on_this_exporter(
+    stack: tuple[Prometheus, dict[str, Target]], alert: str
+) -> None:
+    prometheus, _ = stack
+    [rule] = [r for r in load_rules() if r.alert == alert]
+    expected = THROTTLING_ALERTS[alert]
+    prometheus.wait_for(
+        lambda: set(_by_gpu(prometheus.query(rule.expr))) >= expected, 30, f"{alert} to hold on {THROTTLED}"
+    )
+    fired = prometheus.query(rule.expr)
+    assert set(_by_gpu(fired)) == expected, "only the scripted GPU, not the power-capped ones"
+    assert all(r["metric"].get("Hostname") == THROTTLED for r in fired), "no other scenario throttles"
+
+
+def test_throttling_panel_decodes_the_reasons_of_this_exporter(
+    stack: tuple[Prometheus, dict[str, Target]],
+) -> None:
+    prometheus, _ = stack
+    queries = _panel_queries("Throttling (1 = active)")
+    assert set(queries) == {"A", "B", "C"}  # thermal, power brake, power cap
+    prometheus.wait_for(lambda: len(_by_gpu(prometheus.query(queries["A"]))) == 4, 30, "the throttling panel")
+    thermal, brake, cap = (_by_gpu(prometheus.query(queries[ref])) for ref in ("A", "B", "C"))
+    assert thermal == {"0": 1, "1": 0, "2": 0, "3": 0}
+    assert brake == {"0": 0, "1": 1, "2": 0, "3": 0}
+    assert cap == {"0": 0, "1": 0, "2": 1, "3": 1}
+
+
+def test_time_spent_throttled_panel_reads_this_exporters_counters(
+    stack: tuple[Prometheus, dict[str, Target]],
+) -> None:
+    prometheus, targets = stack
+    queries = _panel_queries("Time spent throttled")
+    assert set(queries) == {"A", "B"}  # thermal, power
+    # rate() over a window the target has not been scraped for all along reads low: let it fill.
+    full_window = targets["throttled"].ready_at + 12
+    time.sleep(max(0.0, full_window - time.time()))
+    thermal, power = (_by_gpu(prometheus.query(queries[ref])) for ref in ("A", "B"))
+    assert len(thermal) == len(power) == 4
+    # The shares of wall time the scenario scripts: the counters are nanoseconds, as DCGM's are.
+    assert thermal[HOT_GPU] == pytest.approx(0.3, abs=0.05)
+    assert power[BRAKED_GPU] == pytest.approx(0.4, abs=0.05)
+    assert power["2"] == pytest.approx(0.02, abs=0.01)
+    assert thermal["2"] == 0
 
 
 @pytest.mark.parametrize("scenario", list(SCENARIOS))

@@ -140,16 +140,17 @@ def exporter_series() -> list[Series]:
 def hot_node_series() -> list[Series]:
     """dcgm-exporter on a node with a hot, throttled GPU that reported a critical XID."""
     out = []
-    for i, (temp, reasons, thermal_us_per_s, xid) in enumerate(
-        ((91.0, 0x40 | 0x80, 2e5, 48), (60.0, 0x4, 0.0, 43))
+    # Violation counters are nanoseconds of throttling: 2e8 ns per second is 20 % of the time.
+    for i, (temp, reasons, thermal_ns_per_s, xid) in enumerate(
+        ((91.0, 0x40 | 0x80, 2e8, 48), (60.0, 0x4, 0.0, 43))
     ):
         labels = _gpu("gpu-hot", i, "dcgm-exporter")
         seconds = np.arange(TIMES.size) * STEP_S
         out += [
             _series("DCGM_FI_DEV_GPU_TEMP", labels, temp),
             _series("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", labels, float(reasons)),
-            _series("DCGM_FI_DEV_THERMAL_VIOLATION", labels, seconds * thermal_us_per_s),
-            _series("DCGM_FI_DEV_POWER_VIOLATION", labels, seconds * 1e5),
+            _series("DCGM_FI_DEV_THERMAL_VIOLATION", labels, seconds * thermal_ns_per_s),
+            _series("DCGM_FI_DEV_POWER_VIOLATION", labels, seconds * 1e8),
             _series("DCGM_FI_DEV_XID_ERRORS", labels, _step(0, xid, END_S - 600)),
         ]
     return out
