@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import promql_parser
@@ -25,13 +26,28 @@ def instant(url: str, expr: str, at: float) -> list[dict[str, Any]]:
     return result
 
 
+_LITERAL_NAMES = re.compile(r"^[A-Za-z_:][A-Za-z0-9_:]*(\|[A-Za-z_:][A-Za-z0-9_:]*)*$")
+
+
 def metric_names(expr: str) -> set[str]:
-    """Names of every metric an expression selects (parses it, so a syntax error raises)."""
+    """Names of every metric an expression selects (parses it, so a syntax error raises).
+
+    A ``{__name__=~"A|B"}`` selector of literal alternatives (one series under two exporters' names)
+    contributes both names.
+    """
     names: set[str] = set()
 
     def visit(node: object) -> bool:
-        if isinstance(node, promql_parser.VectorSelector) and node.name:
+        if not isinstance(node, promql_parser.VectorSelector):
+            return True
+        if node.name:
             names.add(node.name)
+        for m in node.matchers.matchers:
+            literal = m.op == promql_parser.MatchOp.Equal or (
+                m.op == promql_parser.MatchOp.Re and _LITERAL_NAMES.match(m.value)
+            )
+            if m.name == "__name__" and literal:
+                names.update(m.value.split("|"))
         return True
 
     promql_parser.walk(promql_parser.parse(expr), visit)
