@@ -20,7 +20,7 @@ if $want_tests; then
     [[ $(id -u) -ne 0 ]] && sudo="sudo"
     echo "setup: installing Debian packages: ${missing[*]}"
     $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
     # The packages' own services are not wanted: tests start private servers on free ports.
     for svc in prometheus prometheus-alertmanager victoria-metrics prometheus-node-exporter; do
       $sudo systemctl disable --now "$svc" >/dev/null 2>&1 || true
