@@ -153,34 +153,23 @@ class GpuReader:
             values[f.GPU_UTIL] = rates.gpu
             values[f.MEM_COPY_UTIL] = rates.memory
         self._put_memory(values, handle)
-        temperature = nvml.temperature_c(handle)
-        if temperature is not None:
-            values[f.GPU_TEMP] = temperature
         clocks = nvml.clocks(handle)
-        if clocks.sm is not None:
-            values[f.SM_CLOCK] = clocks.sm
-        if clocks.memory is not None:
-            values[f.MEM_CLOCK] = clocks.memory
-        encoder = nvml.encoder_percent(handle)
-        if encoder is not None:
-            values[f.ENC_UTIL] = encoder
-        decoder = nvml.decoder_percent(handle)
-        if decoder is not None:
-            values[f.DEC_UTIL] = decoder
         batch = nvml.fields(handle)
-        if batch.power_mw is not None:
-            values[f.POWER_USAGE] = batch.power_mw / 1000
-        if batch.energy_mj is not None:
-            values[f.TOTAL_ENERGY] = batch.energy_mj
-        if batch.pcie_replays is not None:
-            values[f.PCIE_REPLAY] = batch.pcie_replays
-        if batch.power_violation_ns is not None:
-            values[f.POWER_VIOLATION] = batch.power_violation_ns
-        if batch.thermal_violation_ns is not None:
-            values[f.THERMAL_VIOLATION] = batch.thermal_violation_ns
-        reasons = nvml.clock_event_reasons(handle)
-        if reasons is not None:
-            values[f.CLOCK_THROTTLE_REASONS] = reasons
+        # Each reading is None when the GPU does not support it: absent, never NaN.
+        optional: dict[str, float | None] = {
+            f.GPU_TEMP: nvml.temperature_c(handle),
+            f.SM_CLOCK: clocks.sm,
+            f.MEM_CLOCK: clocks.memory,
+            f.ENC_UTIL: nvml.encoder_percent(handle),
+            f.DEC_UTIL: nvml.decoder_percent(handle),
+            f.POWER_USAGE: None if batch.power_mw is None else batch.power_mw / 1000,
+            f.TOTAL_ENERGY: batch.energy_mj,
+            f.PCIE_REPLAY: batch.pcie_replays,
+            f.POWER_VIOLATION: batch.power_violation_ns,
+            f.THERMAL_VIOLATION: batch.thermal_violation_ns,
+            f.CLOCK_THROTTLE_REASONS: nvml.clock_event_reasons(handle),
+        }
+        values.update({k: v for k, v in optional.items() if v is not None})
         _put_gpm(values, nvml.gpm(handle, gpu.uuid))
 
         samples = self._samples(gpu.uuid, handle)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import abc
 import threading
 
 
-class BackgroundThread:
+class BackgroundThread(abc.ABC):
     """Runs :meth:`_run` on a named daemon thread from :meth:`start` until :meth:`stop`.
 
     ``_run`` loops until ``self._stop`` is set and sleeps with ``self._stop.wait(…)``, so a stop is
@@ -27,5 +28,6 @@ class BackgroundThread:
         if self._thread is not None:
             self._thread.join()
 
+    @abc.abstractmethod
     def _run(self) -> None:
-        raise NotImplementedError
+        """The thread's body; each subclass supplies its own loop."""
