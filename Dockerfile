@@ -11,9 +11,12 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY common/ common/
 COPY exporter/ exporter/
 COPY analyzer/ analyzer/
 COPY reaper/ reaper/
+COPY simulation/ simulation/
+COPY cli/ cli/
 # A self-contained virtual environment: the runtime stage copies it and nothing else.
 RUN python -m venv /opt/venv \
  && /opt/venv/bin/pip install . \

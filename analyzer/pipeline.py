@@ -14,14 +14,15 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
-from analyzer import detectors, workloads
-from analyzer.aggregates import FleetSnapshot
-from analyzer.errors import BadInputError, NoDataError
-from analyzer.model import Finding, FindingsReport, TimeWindow
-from analyzer.promql import duration, render_template
-from analyzer.source import MetricsSource
-from analyzer.thresholds import Thresholds
-from analyzer.views import DeviceView, NodeView, RequestRate, WorkloadView
+from analyzer.detection import detectors, workloads
+from analyzer.detection.views import DeviceView, NodeView, RequestRate, WorkloadView
+from analyzer.sources.aggregates import FleetSnapshot
+from analyzer.sources.errors import NoDataError
+from analyzer.sources.metrics_source import MetricsSource
+from analyzer.sources.promql import duration, render_template
+from common.errors import BadInputError
+from common.model import Finding, FindingsReport, TimeWindow
+from common.thresholds import Thresholds
 
 __all__ = ["Analysis", "MetricsSource", "OffenderSeries", "analyze", "analyze_in_detail", "offender_series"]
 
@@ -72,7 +73,7 @@ def analyze(
     now: datetime | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> FindingsReport:
-    """Findings for ``window``; raises DataSourceError subclasses rather than report on bad data."""
+    """Findings for ``window``; raises DataUnavailableError subclasses rather than report on bad data."""
     return analyze_in_detail(source, window, thresholds, now, progress).report
 
 

@@ -37,11 +37,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from analyzer import promql  # noqa: E402
-from analyzer.model import FindingKind, FindingsReport, TimeWindow, WorkloadRef  # noqa: E402
 from analyzer.pipeline import analyze  # noqa: E402
-from analyzer.prometheus import PrometheusClient, PrometheusConfig  # noqa: E402
-from analyzer.prometheus_source import PrometheusSource  # noqa: E402
-from analyzer.simulate import (  # noqa: E402
+from analyzer.sources.prometheus_api import PrometheusClient, PrometheusConfig  # noqa: E402
+from analyzer.sources.prometheus_source import PrometheusSource  # noqa: E402
+from common.model import FindingKind, FindingsReport, TimeWindow, WorkloadRef  # noqa: E402
+from common.thresholds import Thresholds  # noqa: E402
+from harness.binaries import require_binary  # noqa: E402
+from simulation.fleet import (  # noqa: E402
     Fleet,
     Scenario,
     Series,
@@ -50,9 +52,7 @@ from analyzer.simulate import (  # noqa: E402
     simulate,
     write_openmetrics,
 )
-from analyzer.simulated_source import InMemorySource  # noqa: E402
-from analyzer.thresholds import Thresholds  # noqa: E402
-from harness.binaries import require_binary  # noqa: E402
+from simulation.metrics_source import InMemorySource  # noqa: E402
 
 END = datetime(2026, 1, 5, tzinfo=UTC)
 WINDOW = TimeWindow.ending(END, timedelta(hours=6))

@@ -33,14 +33,14 @@ ROOT = Path(__file__).resolve().parents[1]
 # repository root goes first: tests/reaper and tests/analyzer must not shadow the packages.
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from analyzer.model import Finding, FindingKind, FindingsReport, TimeWindow, WorkloadRef  # noqa: E402
+from common.model import Finding, FindingKind, FindingsReport, TimeWindow, WorkloadRef  # noqa: E402
 from harness.kube_emulator import RESOURCES, ApiServer, write_kubeconfig  # noqa: E402
 from reaper.cluster import build_snapshot  # noqa: E402
-from reaper.demo_cluster import manifest  # noqa: E402
 from reaper.kube import KubeClient, KubeSettings  # noqa: E402
 from reaper.planner import plan  # noqa: E402
 from reaper.policy import Policy  # noqa: E402
 from reaper.runner import RunSettings, run  # noqa: E402
+from simulation.cluster import manifest  # noqa: E402
 
 NOW = datetime(2026, 1, 5, tzinfo=UTC)
 WINDOW = TimeWindow.ending(NOW, timedelta(hours=6))

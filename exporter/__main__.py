@@ -2,6 +2,6 @@
 
 import sys
 
-from exporter.cli import main
+from cli.exporter import main
 
 sys.exit(main())

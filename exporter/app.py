@@ -17,7 +17,6 @@ from exporter.loop import CollectionLoop
 from exporter.nvml import Nvml
 from exporter.podresources import PodResourcesClient
 from exporter.pods import PodViewRefresher
-from exporter.simulate import build_scenario
 from exporter.snapshot import SnapshotBuilder
 from exporter.xid import XidCounter, XidWatcher
 
@@ -39,11 +38,7 @@ class Exporter:
 
     def __init__(self, config: ExporterConfig, nvml: Nvml | None = None) -> None:
         if nvml is None:
-            nvml = (
-                Nvml(build_scenario(config.simulate, interval_s=config.interval_s))
-                if config.simulate
-                else Nvml()
-            )
+            nvml = Nvml()
         self.nvml = nvml
         self.pods = (
             None

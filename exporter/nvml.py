@@ -14,7 +14,7 @@ Every NVML call goes through :meth:`Nvml._call`, which decides what an error mea
 Readings come back as NamedTuples in NVML's own units; each docstring names the matching
 ``nvidia-smi --query-gpu=`` field where one exists. Constants (error codes, field ids, sampling types)
 are read from the real binding; functions and the GPM struct come from ``library``, so a fake with
-the same calls (``exporter.simulate``) can stand in for the driver while everything above runs as in
+the same calls (``simulation.fake_nvml``) can stand in for the driver while everything above runs as in
 production.
 """
 

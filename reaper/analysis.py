@@ -1,7 +1,9 @@
-"""Where a run's findings come from: the analyzer over Prometheus, a findings file, or a simulated fleet.
+"""The reaper's one adapter to the analyzer: where a run's findings come from.
 
-Each returns a ``FindingsSource`` for the runner; every data problem surfaces as a
-DataSourceError / DataUnavailableError so the run does nothing and exits 3.
+The analyzer over Prometheus, over any other metrics source (the demo's simulated fleet), or a
+findings file. Each returns a ``FindingsSource`` for the runner; every data problem surfaces as a
+``DataUnavailableError`` so the run does nothing and exits 3. No other reaper module imports the
+analyzer (an import-linter contract in pyproject.toml).
 """
 
 from __future__ import annotations
@@ -10,13 +12,11 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from analyzer.errors import BadInputError as AnalyzerBadInput
-from analyzer.model import FindingsReport, TimeWindow
 from analyzer.pipeline import analyze
-from analyzer.simulate import Fleet
-from analyzer.simulated_source import SimulatedSource
-from analyzer.thresholds import Thresholds
-from reaper.errors import BadInputError, DataUnavailableError
+from analyzer.sources.metrics_source import MetricsSource
+from common.errors import BadInputError, DataUnavailableError
+from common.model import FindingsReport, TimeWindow
+from common.thresholds import Thresholds
 from reaper.runner import FindingsSource
 
 TOKEN_ENV = "GPU_REAPER_PROMETHEUS_TOKEN"  # noqa: S105 - the name of a variable, not a secret
@@ -68,45 +68,32 @@ class PrometheusAccess:
         )
 
 
-def _guarded(source: FindingsSource) -> FindingsSource:
-    def call(window: TimeWindow, thresholds: Thresholds) -> FindingsReport:
-        try:
-            return source(window, thresholds)
-        except AnalyzerBadInput as e:
-            raise BadInputError(str(e)) from e
-
-    return call
-
-
 def prometheus_source(access: PrometheusAccess) -> FindingsSource:
-    from analyzer.prometheus import PrometheusConfig
-    from analyzer.prometheus_source import PrometheusSource
+    from analyzer.sources.prometheus_api import PrometheusConfig
+    from analyzer.sources.prometheus_source import PrometheusSource
 
-    try:
-        config = PrometheusConfig(
-            url=access.url,
-            bearer_token=access.bearer_token,
-            basic_auth=access.basic_auth,
-            verify_tls=access.verify_tls,
-            ca_file=str(access.ca_file) if access.ca_file else None,
-            tenant=access.tenant,
-        )
-    except AnalyzerBadInput as e:
-        raise BadInputError(str(e)) from e
+    config = PrometheusConfig(
+        url=access.url,
+        bearer_token=access.bearer_token,
+        basic_auth=access.basic_auth,
+        verify_tls=access.verify_tls,
+        ca_file=str(access.ca_file) if access.ca_file else None,
+        tenant=access.tenant,
+    )
 
     def run(window: TimeWindow, thresholds: Thresholds) -> FindingsReport:
         return analyze(PrometheusSource(config), window, thresholds, now=window.end)
 
-    return _guarded(run)
+    return run
 
 
-def simulated_source(fleet: Fleet) -> FindingsSource:
-    source = SimulatedSource(fleet)
+def metrics_source(source: MetricsSource) -> FindingsSource:
+    """The analyzer over any metrics source: the demo hands its simulated fleet in here."""
 
     def run(window: TimeWindow, thresholds: Thresholds) -> FindingsReport:
         return analyze(source, window, thresholds, now=window.end)
 
-    return _guarded(run)
+    return run
 
 
 def file_source(path: Path) -> FindingsSource:
@@ -126,12 +113,13 @@ def file_source(path: Path) -> FindingsSource:
     return run
 
 
-def write_html_report(fleet: Fleet, window: TimeWindow, thresholds: Thresholds, output: Path) -> None:
-    """The analyzer's HTML report (with its plots) for a simulated fleet: what the demo hands over."""
+def write_html_report(
+    source: MetricsSource, window: TimeWindow, thresholds: Thresholds, output: Path
+) -> None:
+    """The analyzer's HTML report (with its plots) for a metrics source: what the demo hands over."""
     from analyzer.pipeline import analyze_in_detail, offender_series
-    from analyzer.report_html import render_html
+    from analyzer.report.html import render_html
 
-    source = SimulatedSource(fleet)
     result = analyze_in_detail(source, window, thresholds, now=window.end)
     offenders = offender_series(source, result, top=6)
     html = render_html(

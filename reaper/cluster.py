@@ -12,8 +12,8 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any, Protocol
 
-from analyzer.model import WorkloadRef
-from analyzer.timeutil import parse_time
+from common.model import WorkloadRef
+from common.timeutil import parse_time
 from reaper import names
 from reaper.state import ReaperState
 

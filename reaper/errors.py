@@ -1,37 +1,18 @@
-"""The reaper's own exceptions. Adapters translate library errors into these, keyed on HTTP status.
+"""The reaper's adapter errors: Kubernetes keyed on HTTP status, the Lease, Slack and the Pushgateway.
 
-The CLI maps them to exit codes: ``BadInputError`` → 2, ``DataUnavailableError`` → 3; a failed
-action is recorded in the run's outcome (exit 1) rather than raised.
+All derive from the project's one root (``common.errors``); bad input and unavailable data use its
+``BadInputError`` and ``DataUnavailableError``. A failed action is recorded in the run's outcome
+(exit 1) rather than raised.
 """
 
 from __future__ import annotations
 
-
-class ReaperError(Exception):
-    """Base of every error the reaper raises on purpose."""
-
-
-class BadInputError(ReaperError):
-    """Flags, policy or credentials that cannot be used. Exit code 2."""
-
-
-class PolicyError(BadInputError):
-    """A policy file that does not validate. The message names the file, the field and the problem."""
-
-    def __init__(self, source: str, problems: list[str]) -> None:
-        self.source = source
-        self.problems = tuple(problems)
-        super().__init__("\n".join(f"{source}: {p}" for p in problems))
-
-
-class DataUnavailableError(ReaperError):
-    """Findings or the cluster snapshot cannot be trusted for this run. Exit code 3: act on nothing."""
-
+from common.errors import GpuToolError
 
 # --- Kubernetes API ---------------------------------------------------------------------------------
 
 
-class KubeError(ReaperError):
+class KubeError(GpuToolError):
     """A Kubernetes API call failed. ``status`` is the HTTP status, 0 when no answer came back."""
 
     status: int = 0
@@ -107,7 +88,7 @@ def kube_error_for(status: int, message: str, reason: str = "") -> KubeError:
     return cls(message, status=status, reason=reason)
 
 
-class LeaseHeldError(ReaperError):
+class LeaseHeldError(GpuToolError):
     """Another reaper run holds the coordination Lease."""
 
     def __init__(self, holder: str, expires: str) -> None:
@@ -119,9 +100,9 @@ class LeaseHeldError(ReaperError):
 # --- Slack and Pushgateway ---------------------------------------------------------------------------
 
 
-class SlackError(ReaperError):
+class SlackError(GpuToolError):
     """Slack refused or could not be reached; logged and counted, never fatal to a run."""
 
 
-class PushgatewayError(ReaperError):
+class PushgatewayError(GpuToolError):
     """The Pushgateway could not be reached or refused the push; logged, never fatal."""

@@ -17,10 +17,10 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, Protocol, TypeVar
 
-from analyzer.timeutil import parse_time, rfc3339
+from common.errors import BadInputError
+from common.timeutil import parse_time, rfc3339
 from reaper import names
 from reaper.errors import (
-    BadInputError,
     ConflictError,
     KubeError,
     KubeUnavailableError,

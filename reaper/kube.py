@@ -25,9 +25,10 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
+from common.errors import BadInputError
 from reaper import names
 from reaper.cluster import ClusterSnapshot, read_snapshot
-from reaper.errors import BadInputError, KubeError, KubeUnavailableError, NotFoundError, kube_error_for
+from reaper.errors import KubeError, KubeUnavailableError, NotFoundError, kube_error_for
 
 log = logging.getLogger(__name__)
 

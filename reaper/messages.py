@@ -10,8 +10,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from analyzer.model import WorkloadRef
-from analyzer.timeutil import rfc3339
+from common.model import WorkloadRef
+from common.timeutil import rfc3339
 from reaper import names
 from reaper.executor import ActionResult, Outcome
 from reaper.planner import Plan, Skip, summarize

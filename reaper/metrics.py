@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from analyzer.model import FindingKind
+from common.model import FindingKind
 
 ACTIONS = ("notify", "scale_to_zero", "cordon")
 OUTCOMES = ("applied", "dry_run", "skipped", "failed")

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from analyzer.model import Finding, FindingsReport, TimeWindow, WorkloadRef
-from analyzer.timeutil import format_duration, parse_time, rfc3339
+from common.model import Finding, FindingsReport, TimeWindow, WorkloadRef
+from common.timeutil import format_duration, parse_time, rfc3339
 from reaper import names
 from reaper.cluster import ClusterSnapshot, Namespace, Node, Workload
 from reaper.policy import SCALABLE_KINDS, Action, Policy, Rule, glob_match

@@ -29,11 +29,11 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from analyzer.durations import Duration, PositiveDuration, format_setting
-from analyzer.model import FindingKind
-from analyzer.thresholds import Thresholds
+from common.durations import Duration, PositiveDuration, format_setting
+from common.errors import PolicyError
+from common.model import FindingKind
+from common.thresholds import Thresholds
 from reaper import names
-from reaper.errors import PolicyError
 
 # --- field types ------------------------------------------------------------------------------------
 

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from analyzer.errors import DataSourceError
-from analyzer.model import FindingsReport, TimeWindow
-from analyzer.thresholds import Thresholds
+from common.errors import DataUnavailableError
+from common.model import FindingsReport, TimeWindow
+from common.thresholds import Thresholds
 from reaper.cluster import ClusterSnapshot
-from reaper.errors import DataUnavailableError, KubeError, LeaseHeldError, SlackError
+from reaper.errors import KubeError, LeaseHeldError, SlackError
 from reaper.executor import ActionResult, Executor, Kube, Outcome, utc_now
 from reaper.messages import Message, build_messages
 from reaper.metrics import RunMetrics
@@ -157,7 +157,7 @@ def _run(
     log.info("analysing %s → %s (mode %s)", window.start.isoformat(), window.end.isoformat(), settings.mode)
     try:
         findings_report = findings(window, policy.thresholds)
-    except (DataSourceError, DataUnavailableError) as e:
+    except DataUnavailableError as e:
         # Silence or garbage from the metrics source never means "all idle": do nothing.
         log.error("metrics unavailable, nothing will be done: %s", e)
         report.exit_code, report.error = EXIT_DATA_UNAVAILABLE, str(e)

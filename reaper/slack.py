@@ -18,7 +18,8 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.http_retry.builtin_handlers import ConnectionErrorRetryHandler, RateLimitErrorRetryHandler
 from slack_sdk.webhook import WebhookClient
 
-from reaper.errors import BadInputError, SlackError
+from common.errors import BadInputError
+from reaper.errors import SlackError
 from reaper.messages import Message
 
 log = logging.getLogger(__name__)

@@ -12,8 +12,8 @@ from datetime import datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from analyzer.model import AwareDatetime
-from analyzer.timeutil import rfc3339
+from common.model import AwareDatetime
+from common.timeutil import rfc3339
 
 STATE_VERSION = 1
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.simulate import Fleet, load_scenario, simulate
 from harness.servers import PrometheusServer, VictoriaMetricsServer, backfill_blocks
+from simulation.fleet import Fleet, load_scenario, simulate
 
 
 @pytest.fixture(scope="session")

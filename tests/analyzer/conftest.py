@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.model import FindingKind
 from analyzer.pipeline import Analysis, analyze_in_detail
-from analyzer.prometheus import PrometheusConfig
-from analyzer.prometheus_source import PrometheusSource
-from analyzer.simulate import Fleet, expected_findings, load_scenario, score, simulate
-from analyzer.simulate.scenario import LabelStyle
-from analyzer.simulate.truth import window_of
-from analyzer.simulated_source import SimulatedSource
-from analyzer.thresholds import Thresholds
+from analyzer.sources.prometheus_api import PrometheusConfig
+from analyzer.sources.prometheus_source import PrometheusSource
+from common.model import FindingKind
+from common.thresholds import Thresholds
 from harness.servers import PrometheusServer, VictoriaMetricsServer
+from simulation.fleet import Fleet, expected_findings, load_scenario, score, simulate
+from simulation.fleet.scenario import LabelStyle
+from simulation.fleet.truth import window_of
+from simulation.metrics_source import SimulatedSource
 
 # (label, kind) → (precision, recall, tp, fp, fn); filled by the end-to-end tests.
 SCORES: dict[tuple[str, str], tuple[float, float, int, int, int]] = {}

@@ -23,13 +23,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from analyzer.pipeline import analyze
-from analyzer.prometheus import PrometheusClient, PrometheusConfig, PrometheusSession
-from analyzer.prometheus_source import PrometheusSource
-from analyzer.simulate import load_scenario, simulate
-from analyzer.simulate.truth import window_of
-from analyzer.thresholds import Thresholds
+from analyzer.sources.prometheus_api import PrometheusClient, PrometheusConfig, PrometheusSession
+from analyzer.sources.prometheus_source import PrometheusSource
+from common.thresholds import Thresholds
 from harness.recorded import FIXTURES, record
 from harness.servers import PrometheusServer, backfill_blocks
+from simulation.fleet import load_scenario, simulate
+from simulation.fleet.truth import window_of
 
 NAME = "standard_fleet_analysis"
 

@@ -17,13 +17,13 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from exporter.config import from_args as exporter_args
+from cli.exporter import from_args as exporter_args
+from cli.reaper import _build_parser as reaper_parser
 from harness.binaries import require_binary
 from harness.chart import CHART_DIR, NAMESPACE, Manifest, lint, only, render, values_file
 from harness.crd_schemas import SCHEMAS
 from harness.grafana import dashboard_files
 from harness.rules import RULE_FILES
-from reaper.cli import _build_parser as reaper_parser
 from reaper.policy import parse_policy
 
 VALUE_SETS = {"default-values": {}, "all-enabled": values_file("all-enabled-values.yaml")}

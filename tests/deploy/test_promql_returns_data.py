@@ -21,7 +21,6 @@ from typing import Any
 
 import pytest
 
-from analyzer.simulate import Fleet, load_scenario, simulate
 from harness.extra_fleet import END_S
 from harness.grafana import (
     PanelQuery,
@@ -38,6 +37,7 @@ from harness.grafana import (
 from harness.promql import instant, metric_names
 from harness.rules import AlertRule, load_rules
 from harness.servers import PrometheusServer
+from simulation.fleet import Fleet, load_scenario, simulate
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.slow]
 

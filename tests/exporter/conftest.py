@@ -17,7 +17,8 @@ import pytest
 
 from exporter._proto import podresources_pb2 as pb
 from exporter._proto import podresources_pb2_grpc as pb_grpc
-from exporter.simulate import FakeGpu, FakeNvmlLibrary, build_scenario
+from simulation.fake_nvml import FakeGpu, FakeNvmlLibrary
+from simulation.gpu_scenarios import build_scenario
 
 
 class FakeClock:

@@ -16,10 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from exporter.app import Exporter
-from exporter.cli import main
-from exporter.config import ConfigError, ExporterConfig, from_args, parse_listen
-from exporter.simulate import SCENARIOS
+from cli.exporter import build_exporter, from_args, main
+from exporter.config import ConfigError, ExporterConfig, parse_listen
+from simulation.gpu_scenarios import SCENARIOS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -131,13 +130,13 @@ def test_bad_usage_exits_2(argv: list[str], capsys: pytest.CaptureFixture[str]) 
 
 def test_port_in_use_exits_1() -> None:
     config = from_args(["--listen", "127.0.0.1:0", "--no-kubernetes", "--simulate", "idle"])
-    first = Exporter(config)
+    first = build_exporter(config)
     try:
         taken = from_args(
             ["--listen", f"127.0.0.1:{first.server.port}", "--no-kubernetes", "--simulate", "idle"]
         )
         with pytest.raises(OSError):
-            Exporter(taken)
+            build_exporter(taken)
         assert (
             main(["--listen", f"127.0.0.1:{first.server.port}", "--no-kubernetes", "--simulate", "idle"]) == 1
         )
@@ -169,7 +168,7 @@ def _wait_healthy(port: int, timeout: float = 20.0) -> None:
 def test_every_scenario_runs_the_production_path(name: str, tmp_path: Path) -> None:
     # Kubernetes on, with no kubelet: attribution fails softly, which is part of the production path.
     argv = ["--listen", "127.0.0.1:0", "--simulate", name, "--interval", "0.1", "--hostname", "sim"]
-    exporter = Exporter(from_args([*argv, "--kubelet-socket", str(tmp_path / "absent.sock")]))
+    exporter = build_exporter(from_args([*argv, "--kubelet-socket", str(tmp_path / "absent.sock")]))
     exporter.start()
     try:
         _wait_healthy(exporter.server.port)
@@ -199,5 +198,5 @@ def test_runs_as_a_process_and_stops_on_sigterm(free_port: Callable[[], int]) ->
         _, stderr = process.communicate(timeout=15)
     assert process.returncode == 0
     records = [json.loads(line) for line in stderr.splitlines() if line.strip()]
-    assert records and all({"ts", "level", "logger", "msg"} <= record.keys() for record in records)
-    assert any("stopping" in record["msg"] for record in records)
+    assert records and all({"time", "level", "logger", "message"} <= record.keys() for record in records)
+    assert any("stopping" in record["message"] for record in records)

@@ -18,9 +18,9 @@ from exporter.cycle import Cycle
 from exporter.nvml import Nvml
 from exporter.podresources import PodResourcesClient
 from exporter.pods import PodViewRefresher
-from exporter.simulate import FakeNvmlLibrary
 from exporter.snapshot import Snapshot, SnapshotBuilder
 from exporter.xid import XidCounter, XidWatcher
+from simulation.fake_nvml import FakeNvmlLibrary
 
 HOST = "node-a"
 BUCKETS = ("5.0", "10.0", "25.0", "50.0", "75.0", "90.0", "95.0", "+Inf")

@@ -21,8 +21,8 @@ from exporter.loop import CollectionLoop
 from exporter.nvml import Nvml
 from exporter.podresources import PodResourcesClient
 from exporter.pods import PodViewRefresher
-from exporter.simulate import FakeNvmlLibrary
 from exporter.snapshot import Snapshot, SnapshotBuilder
+from simulation.fake_nvml import FakeNvmlLibrary
 
 
 class Served:

@@ -23,7 +23,7 @@ from exporter.nvml import (
     _handle_key,
     nvml_error,
 )
-from exporter.simulate import (
+from simulation.fake_nvml import (
     REASON_GPU_IDLE,
     REASON_HW_THERMAL,
     REASON_SW_THERMAL,
@@ -33,8 +33,8 @@ from exporter.simulate import (
     FakeNvmlLibrary,
     FakeProcess,
     FakeThrottle,
-    constant,
 )
+from simulation.gpu_profiles import constant
 
 GIB = 1024**3
 

@@ -25,7 +25,7 @@ from harness.rules import load_rules
 pytestmark = pytest.mark.prometheus
 
 ROOT = Path(__file__).resolve().parents[2]
-#: Scenario → collection interval. Timings inside a scenario scale with it (see exporter.simulate).
+#: Scenario → collection interval. Timings inside a scenario scale with it (see simulation.gpu_scenarios).
 SCENARIOS = {"lost-gpu": 0.5, "sawtooth": 1.0, "mig": 0.5, "shared": 0.5, "throttled": 0.5}
 #: What promtool says about names and labels that dcgm-exporter compatibility requires.
 DCGM_COMPATIBILITY_LINTS = (
@@ -226,7 +226,7 @@ def test_mig_instances_and_profiling_ratios_reach_prometheus(
 # -- throttling: the rules and panels written for dcgm-exporter's series work on ours -------------------
 
 THROTTLED = "sim-throttled"  # the Hostname of the throttled scenario's exporter
-#: GPU index → what the ``throttled`` scenario scripts for it (see exporter.simulate.build_scenario).
+#: GPU index → what the ``throttled`` scenario scripts for it (see simulation.gpu_scenarios.build_scenario).
 HOT_GPU, BRAKED_GPU = "0", "1"
 THROTTLING_ALERTS = {"GpuThermalThrottling": {HOT_GPU}, "GpuPowerBrakeThrottling": {BRAKED_GPU}}
 THROTTLING_PANELS = ("Throttling (1 = active)", "Time spent throttled")

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from typing import Any
 
 from exporter.nvml import Nvml
-from exporter.simulate import FakeGpu, FakeHandle, FakeNvmlLibrary
 from exporter.xid import XidCounter, XidWatcher
+from simulation.fake_nvml import FakeGpu, FakeHandle, FakeNvmlLibrary
 
 
 def watched(library: FakeNvmlLibrary, wait_ms: int = 100) -> tuple[Nvml, XidCounter, XidWatcher]:

@@ -23,9 +23,9 @@ from datetime import UTC, datetime
 import numpy as np
 from prometheus_client.samples import Sample
 
-from analyzer.simulate import Scenario, Series, gpu_uuid, simulate
 from exporter import fields
 from reaper.metrics import RunMetrics, registry_for
+from simulation.fleet import Scenario, Series, gpu_uuid, simulate
 
 END = datetime(2026, 1, 5, tzinfo=UTC)
 END_S = END.timestamp()

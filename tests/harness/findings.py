@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from analyzer.model import Finding, FindingKind, FindingsReport, TimeWindow, WorkloadRef
+from common.model import Finding, FindingKind, FindingsReport, TimeWindow, WorkloadRef
 
 NOW = datetime(2026, 1, 5, tzinfo=UTC)
 WINDOW = TimeWindow.ending(NOW, timedelta(hours=6))

@@ -19,8 +19,8 @@ from typing import Self
 
 import requests
 
-from analyzer.simulate import Series, prometheus_text_chunks, write_openmetrics
 from harness.binaries import require_binary
+from simulation.fleet import Series, prometheus_text_chunks, write_openmetrics
 
 
 def free_port() -> int:

@@ -1,0 +1,1 @@
+"""From aggregates to verdicts: workload resolution, per-workload views and the detectors. Pure."""

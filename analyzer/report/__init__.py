@@ -1,0 +1,1 @@
+"""How findings are shown: the terminal table, the HTML report and its plots."""

@@ -1,0 +1,166 @@
+"""The PromQL the Prometheus-backed source sends: a fixed set of fleet-wide queries per run.
+
+Every aggregate is evaluated by the TSDB once for the whole fleet, grouped by the few labels that
+identify a device holder (``UUID``, ``GPU_I_ID``, namespace, pod) so answers carry no label the
+analyzer does not use. Kubernetes-side queries are restricted to pods that hold or request GPUs,
+so a cluster's thousands of CPU-only pods cost nothing. Text is built with ``analyzer.sources.promql``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+
+from analyzer.sources import dcgm, promql
+from analyzer.sources.aggregates import DeviceKey
+from analyzer.sources.dcgm import Capabilities, PodLabels
+from analyzer.sources.promql import Matcher, eq, ne, one_of
+
+CANONICAL = PodLabels()  # namespace / pod, as cAdvisor names them
+_REAL_CONTAINERS = (ne("container", ""), ne("container", "POD"))
+
+
+def copy_label(expr: str, target: str, source: str) -> str:
+    if target == source:
+        return expr
+    target, source = promql.check_label_name(target), promql.check_label_name(source)
+    return f'label_replace({expr}, "{target}", "$1", "{source}", "(.+)")'
+
+
+def canonical(expr: str, style: PodLabels) -> str:
+    """Copy a family's pod labels onto ``namespace``/``pod`` so families can be joined."""
+    return copy_label(copy_label(expr, "pod", style.pod), "namespace", style.namespace)
+
+
+@dataclass(frozen=True)
+class FleetQueries:
+    caps: Capabilities
+    window: timedelta
+
+    # --- discovery ------------------------------------------------------------------------------
+
+    @staticmethod
+    def names_match() -> str:
+        return "{" + str(one_of("__name__", dcgm.KNOWN_METRICS)) + "}"
+
+    @staticmethod
+    def util_match() -> str:
+        return "{" + str(one_of("__name__", dcgm.UTIL_METRICS)) + "}"
+
+    # --- per device -----------------------------------------------------------------------------
+
+    def _over(
+        self, func: str, metric: str, matchers: Sequence[Matcher] = (), param: float | None = None
+    ) -> str:
+        return promql.over_time(func, promql.ranged(promql.selector(metric, matchers), self.window), param)
+
+    def device_count(self, metric: str) -> str:
+        """Samples per device holder, with the labels that describe the device (one query)."""
+        return promql.aggregate("sum", self.caps.identity_labels(), self._over("count_over_time", metric))
+
+    def device_sum(self, metric: str) -> str:
+        return promql.aggregate("sum", self.caps.device_labels(), self._over("sum_over_time", metric))
+
+    def device_max(self, metric: str) -> str:
+        return promql.aggregate("max", self.caps.device_labels(), self._over("max_over_time", metric))
+
+    def device_quantile(self, metric: str, q: float) -> str:
+        return promql.aggregate(
+            "max", self.caps.device_labels(), self._over("quantile_over_time", metric, param=q)
+        )
+
+    def histogram_increase(self) -> str:
+        labels = (*self.caps.device_labels(), dcgm.LE)
+        matchers = [one_of(dcgm.LE, self.caps.histogram_le)]
+        return promql.aggregate("sum", labels, self._over("increase", dcgm.SAMPLE_HISTOGRAM_BUCKET, matchers))
+
+    def device_raw(self, metric: str, uuids: Sequence[str], window: timedelta) -> str:
+        """Raw samples of a few GPUs (filtered to the exact holders afterwards)."""
+        return promql.ranged(promql.selector(metric, [one_of(dcgm.UUID, uuids)]), window)
+
+    def bucket_raw(self, uuids: Sequence[str], window: timedelta) -> str:
+        matchers = [one_of(dcgm.UUID, uuids), one_of(dcgm.LE, self.caps.histogram_le)]
+        return promql.ranged(promql.selector(dcgm.SAMPLE_HISTOGRAM_BUCKET, matchers), window)
+
+    def one_device_raw(self, metric: str, key: DeviceKey, job: str) -> str:
+        """Every sample of one device holder: how the scrape interval is measured."""
+        matchers = [eq(dcgm.UUID, key.uuid), eq(self.caps.gpu_pod.pod, key.pod), eq(dcgm.JOB, job)]
+        if self.caps.mig:
+            matchers.append(eq(dcgm.MIG_INSTANCE, key.mig_instance))
+        return promql.ranged(promql.selector(metric, matchers), self.window)
+
+    def memory(self, uuids: Sequence[str]) -> str:
+        return promql.aggregate(
+            "max",
+            self.caps.device_labels(),
+            self._over("avg_over_time", dcgm.DEV_FB_USED, [one_of(dcgm.UUID, uuids)]),
+        )
+
+    # --- pods -----------------------------------------------------------------------------------
+
+    def gpu_pods(self) -> str:
+        """(namespace, pod) of every pod that requests GPUs or holds one at the evaluation time.
+
+        Instant selectors only: the Kubernetes-side queries ask about pods alive at the window's
+        end, and re-reading every GPU series over the whole window in each of them would double a
+        run's cost.
+        """
+        ksm = self.caps.ksm_pod
+        requested = promql.selector(
+            dcgm.KUBE_POD_REQUESTS, [Matcher("resource", "=~", dcgm.GPU_RESOURCE_REGEX)]
+        )
+        parts = []
+        if self.caps.kube_state_metrics:
+            parts.append(promql.aggregate("group", CANONICAL.names, canonical(f"{requested} > 0", ksm)))
+        held = [ne(self.caps.gpu_pod.pod, "")]
+        parts += [
+            promql.aggregate(
+                "group", CANONICAL.names, canonical(promql.selector(metric, held), self.caps.gpu_pod)
+            )
+            for metric in self.caps.util_metrics
+        ]
+        return " or ".join(f"({p})" for p in parts)
+
+    def _ksm(self, expr: str) -> str:
+        return f"({canonical(expr, self.caps.ksm_pod)}) and on (namespace, pod) ({self.gpu_pods()})"
+
+    def pod_owners(self) -> str:
+        labels = (*CANONICAL.names, "owner_kind", "owner_name", "owner_is_controller")
+        return promql.aggregate("max", labels, self._ksm(dcgm.KUBE_POD_OWNER))
+
+    def pod_start_times(self) -> str:
+        return promql.aggregate("max", CANONICAL.names, self._ksm(dcgm.KUBE_POD_START_TIME))
+
+    def pod_gpu_requests(self) -> str:
+        """GPUs each pod requests, and its node (kube-state-metrics labels requests with it)."""
+        requested = promql.selector(
+            dcgm.KUBE_POD_REQUESTS, [Matcher("resource", "=~", dcgm.GPU_RESOURCE_REGEX)]
+        )
+        return promql.aggregate("sum", (*CANONICAL.names, "node"), canonical(requested, self.caps.ksm_pod))
+
+    def replicaset_owners(self) -> str:
+        ns = self.caps.ksm_pod.namespace
+        owners = promql.selector(dcgm.KUBE_POD_OWNER, [eq("owner_kind", "ReplicaSet")])
+        gpu_replicasets = f'label_replace({self._ksm(owners)}, "replicaset", "$1", "owner_name", "(.+)")'
+        rs = promql.over_time("last_over_time", promql.ranged(dcgm.KUBE_REPLICASET_OWNER, self.window))
+        labels = ("namespace", "replicaset", "owner_kind", "owner_name", "owner_is_controller")
+        joined = f"({copy_label(rs, 'namespace', ns)}) and on (namespace, replicaset) ({gpu_replicasets})"
+        return promql.aggregate("max", labels, joined)
+
+    def cpu_usage(self) -> str:
+        rate = self._over("rate", dcgm.CPU_USAGE, _REAL_CONTAINERS)
+        return promql.aggregate("sum", CANONICAL.names, f"{rate} and on (namespace, pod) ({self.gpu_pods()})")
+
+    def cpu_limits(self) -> str:
+        limits = self._over("max_over_time", dcgm.KUBE_POD_LIMITS, [eq("resource", "cpu")])
+        return promql.aggregate("sum", CANONICAL.names, self._ksm(limits))
+
+    def cpu_throttled_ratio(self) -> str:
+        def total(metric: str) -> str:
+            inc = self._over("increase", metric, _REAL_CONTAINERS)
+            return promql.aggregate(
+                "sum", CANONICAL.names, f"{inc} and on (namespace, pod) ({self.gpu_pods()})"
+            )
+
+        return f"{total(dcgm.CPU_THROTTLED)} / {total(dcgm.CPU_PERIODS)}"

@@ -1,0 +1,45 @@
+"""The one interface the pipeline reads metrics through.
+
+Two implementations: ``analyzer.sources.prometheus_source.PrometheusSource`` (PromQL over HTTP; the TSDB
+does the arithmetic) and ``simulation.metrics_source.SimulatedSource`` (numpy over an in-memory
+simulated fleet). Both return the same aggregates for the same data, so the same findings.
+Every method raises ``common.errors.DataUnavailableError`` subclasses when the data cannot be trusted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Protocol
+
+from analyzer.sources.aggregates import DeviceKey, DeviceSamples, FleetSnapshot
+from common.model import TimeWindow
+from common.thresholds import Thresholds
+
+
+class MetricsSource(Protocol):
+    @property
+    def description(self) -> str:
+        """Where the data came from, for the report (a URL or a scenario name)."""
+        ...
+
+    def snapshot(self, window: TimeWindow, thresholds: Thresholds) -> FleetSnapshot:
+        """Discover what the source holds, then every per-device and per-pod aggregate over ``window``."""
+        ...
+
+    def device_samples(
+        self, snapshot: FleetSnapshot, keys: Sequence[DeviceKey], bucket_keys: Sequence[DeviceKey] = ()
+    ) -> dict[DeviceKey, DeviceSamples]:
+        """Raw utilization samples (percent) over the snapshot's window for a few devices.
+
+        ``bucket_keys`` also get the raw histogram counters of the stalled / busy / +Inf buckets.
+        """
+        ...
+
+    def memory_used(self, snapshot: FleetSnapshot, keys: Sequence[DeviceKey]) -> dict[DeviceKey, float]:
+        """Mean framebuffer memory used (MiB) over the window, for devices that report it."""
+        ...
+
+    def instant_value(self, promql: str, at: datetime) -> float | None:
+        """Sum of an instant query's result; None when it returned no series (no data is not zero)."""
+        ...

@@ -1,0 +1,406 @@
+"""The HTTP adapter for the Prometheus query API (Prometheus, Thanos, Mimir, VictoriaMetrics).
+
+prometheus-api-client's ``PrometheusConnect`` sends every request: instant queries through
+``custom_query``, range queries through ``custom_query_range``, label names and values through
+``get_label_names`` / ``get_label_values``, with our per-request timeout, bearer-token or basic auth,
+the Mimir tenant header and TLS verification (or a CA bundle), on a session where it mounts a urllib3
+``Retry`` with exponential backoff on connection errors, timeouts and 429/5xx answers.
+
+The library judges an answer by ``status_code == 200`` alone and reports anything else as text, and
+it keeps only ``data.result`` of a success. So a response hook on our session checks each answer
+before the library sees it — the whole API envelope (status, ``errorType``, ``warnings``) — and
+raises the analyzer's own errors, keyed on the HTTP status and the envelope's fields, never on text:
+
+* ``SourceUnreachableError`` — connection refused, DNS, TLS, or timeouts after the retries;
+* ``QueryError`` — the server rejected the query (400/422, or ``errorType`` timeout/execution);
+* ``BadResponseError`` — anything else that is not a well-formed success: 5xx after the retries,
+  HTML from a proxy, malformed JSON, an unexpected result type, or warnings (partial data).
+
+A checked answer reaches the library already parsed (it is decoded once), with ``data.result``
+remembering the envelope's ``resultType``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, TypeVar
+from urllib.parse import parse_qs, urlsplit, urlunsplit
+
+import numpy as np
+import requests
+from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
+from urllib3.util.retry import Retry
+
+from analyzer.sources.errors import BadResponseError, QueryError, SourceUnreachableError
+from common.errors import BadInputError
+
+log = logging.getLogger(__name__)
+
+_RETRY_STATUSES = (429, 500, 502, 503, 504)
+# errorType values of the API envelope that mean "your query", not "my server".
+_QUERY_ERROR_TYPES = frozenset({"bad_data", "execution", "timeout", "canceled", "422"})
+# Endpoints whose data is {resultType, result}.
+_QUERY_PATHS = ("/api/v1/query", "/api/v1/query_range")
+# Mimir tenant IDs (several joined by "|" for tenant federation): no spaces, no control characters.
+_TENANT = re.compile(r"[A-Za-z0-9!\-_.*'()|]+")
+TENANT_HEADER = "X-Scope-OrgID"
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class PrometheusConfig:
+    """How to reach the query API. Secrets never appear in ``repr`` or logs."""
+
+    url: str
+    bearer_token: str | None = field(default=None, repr=False)
+    basic_auth: tuple[str, str] | None = field(default=None, repr=False)
+    verify_tls: bool = True
+    ca_file: str | None = None
+    timeout_s: float = 60.0
+    retries: int = 3
+    backoff_s: float = 0.5
+    # Mimir (and Cortex, Loki-style multi-tenant gateways): the tenant sent as X-Scope-OrgID.
+    tenant: str | None = None
+
+    def __post_init__(self) -> None:
+        parts = urlsplit(self.url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise BadInputError(f"--prometheus-url {self.url!r}: expected http(s)://host[:port][/prefix]")
+        if self.bearer_token is not None and self.basic_auth is not None:
+            raise BadInputError("use either a bearer token or basic auth, not both")
+        if self.timeout_s <= 0 or self.retries < 0 or self.backoff_s < 0:
+            raise BadInputError("timeout must be positive; retries and backoff cannot be negative")
+        if self.tenant is not None and not _TENANT.fullmatch(self.tenant):
+            raise BadInputError(
+                f"--tenant {self.tenant!r}: a tenant ID is letters, digits and !-_.*'() "
+                "(several joined by |), without spaces"
+            )
+
+    @property
+    def base_url(self) -> str:
+        return self.url.rstrip("/")
+
+    @property
+    def display_url(self) -> str:
+        """The URL without any user:password part."""
+        parts = urlsplit(self.base_url)
+        host = parts.hostname or ""
+        netloc = f"{host}:{parts.port}" if parts.port else host
+        return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+@dataclass(frozen=True)
+class VectorSample:
+    labels: Mapping[str, str]
+    value: float
+
+
+@dataclass(frozen=True)
+class RangeSeries:
+    labels: Mapping[str, str]
+    timestamps: np.ndarray
+    values: np.ndarray
+
+
+@dataclass
+class QueryStats:
+    """What this client asked and received: the benchmark's and the logs' numbers."""
+
+    requests: int = 0
+    body_bytes: int = 0
+    wire_bytes: int = 0
+
+
+class PrometheusSession(requests.Session):
+    """The session prometheus-api-client sends on: a POST carries its parameters in a form body.
+
+    The library puts every parameter in the URL, POST included. PromQL that names a few hundred GPUs
+    outgrows the 8 KiB request line many reverse proxies accept (nginx, ingress controllers), while
+    Prometheus, Thanos, Mimir and VictoriaMetrics all read a POST's form body.
+    """
+
+    def request(self, method: str | bytes, url: str | bytes, *args: Any, **kwargs: Any) -> requests.Response:
+        verb = method.decode() if isinstance(method, bytes) else method
+        if verb.upper() == "POST" and kwargs.get("params") and kwargs.get("data") is None:
+            kwargs["data"] = kwargs.pop("params")
+        return super().request(method, url, *args, **kwargs)
+
+
+class _Result(list[Any]):
+    """``data.result`` as the library hands it back, still knowing the envelope's ``resultType``."""
+
+    def __init__(self, items: Iterable[Any], result_type: str) -> None:
+        super().__init__(items)
+        self.result_type = result_type
+
+
+class _CheckedResponse(requests.Response):
+    """An answer the hook has parsed and checked: ``json()`` returns that envelope, not a re-parse."""
+
+    def __init__(self, response: requests.Response, envelope: dict[str, Any]) -> None:
+        super().__init__()
+        self.__dict__.update(response.__dict__)
+        self._envelope = envelope
+
+    def json(self, **kwargs: Any) -> Any:
+        del kwargs
+        return self._envelope
+
+
+class PrometheusClient:
+    """One method per API endpoint the analyzer uses; every answer checked in one place."""
+
+    def __init__(self, config: PrometheusConfig, session: PrometheusSession | None = None) -> None:
+        self.config = config
+        self.session = session if session is not None else PrometheusSession()
+        self.session.verify = config.ca_file if config.ca_file else config.verify_tls
+        self.stats = QueryStats()
+        self.session.hooks["response"].extend([self._count, self._check])
+        retry = Retry(
+            total=config.retries,
+            connect=config.retries,
+            read=config.retries,
+            status=config.retries,
+            backoff_factor=config.backoff_s,
+            status_forcelist=_RETRY_STATUSES,
+            # Queries are reads: POST is only used to fit long PromQL, so retrying it is safe.
+            allowed_methods=frozenset({"GET", "POST"}),
+            raise_on_status=False,
+            respect_retry_after_header=True,
+        )
+        headers = {"Accept": "application/json"}
+        if config.bearer_token is not None:
+            headers["Authorization"] = f"Bearer {config.bearer_token}"
+        if config.tenant is not None:
+            headers[TENANT_HEADER] = config.tenant
+        # Mounts the retrying adapter on our session for the base URL; sends headers, auth and the
+        # timeout with every request.
+        self.connect = PrometheusConnect(
+            url=config.base_url,
+            headers=headers,
+            retry=retry,
+            auth=config.basic_auth,
+            session=self.session,
+            timeout=config.timeout_s,
+            method="POST",
+        )
+
+    def _count(self, response: requests.Response, *args: object, **kwargs: object) -> None:
+        body = len(response.content)
+        self.stats.requests += 1
+        self.stats.body_bytes += body
+        wire = body
+        if response.headers.get("Content-Encoding"):
+            # urllib3 counts the compressed bytes it read; chunked answers may leave it at 0.
+            tell = getattr(getattr(response, "raw", None), "tell", None)
+            read = tell() if callable(tell) else 0
+            if isinstance(read, int) and read > 0:
+                wire = read
+        self.stats.wire_bytes += wire
+
+    def close(self) -> None:
+        self.connect.close()
+
+    # --- endpoints ------------------------------------------------------------------------------
+
+    def vector(self, promql: str, at: datetime) -> list[VectorSample]:
+        """An instant query whose result is a vector (or a scalar, returned as one unlabelled sample)."""
+        kind, result = self._typed(self._ask(promql, self.connect.custom_query, promql, {"time": _ts(at)}))
+        if kind == "scalar":
+            return [VectorSample({}, _value(result, promql))]
+        if kind != "vector":
+            raise BadResponseError(f"{self._where()}: expected a vector for {promql!r}, got {kind}")
+        return [
+            VectorSample(_labels(item, promql), _value(_field(item, "value", promql), promql))
+            for item in result
+        ]
+
+    def matrix(self, promql: str, at: datetime) -> list[RangeSeries]:
+        """An instant query over a range selector: the raw samples of each series."""
+        kind, result = self._typed(self._ask(promql, self.connect.custom_query, promql, {"time": _ts(at)}))
+        if kind != "matrix":
+            raise BadResponseError(f"{self._where()}: expected a matrix for {promql!r}, got {kind}")
+        return [_series(item, promql) for item in result]
+
+    def query_range(self, promql: str, start: datetime, end: datetime, step_s: float) -> list[RangeSeries]:
+        """A range query (start and end go out in whole seconds, as prometheus-api-client sends them)."""
+        kind, result = self._typed(
+            self._ask(promql, self.connect.custom_query_range, promql, start, end, f"{step_s:g}")
+        )
+        if kind != "matrix":
+            raise BadResponseError(f"{self._where()}: expected a matrix for {promql!r}, got {kind}")
+        return [_series(item, promql) for item in result]
+
+    def label_names(self, match: str, start: datetime, end: datetime) -> list[str]:
+        params = {"match[]": match, "start": _ts(start), "end": _ts(end)}
+        return _strings(self._ask("/api/v1/labels", self.connect.get_label_names, params), "/api/v1/labels")
+
+    def label_values(self, label: str, match: str, start: datetime, end: datetime) -> list[str]:
+        path = f"/api/v1/label/{label}/values"
+        params = {"match[]": match, "start": _ts(start), "end": _ts(end)}
+        return _strings(self._ask(path, self.connect.get_label_values, label, params), path)
+
+    # --- the one place that talks HTTP ----------------------------------------------------------
+
+    def _where(self) -> str:
+        return self.config.display_url
+
+    def _typed(self, result: Any) -> tuple[str, list[Any]]:
+        if not isinstance(result, _Result):  # the hook wraps every query answer
+            raise BadResponseError(f"{self._where()}: malformed query data: {str(result)[:200]}")
+        return result.result_type, result
+
+    def _ask(self, what: str, call: Callable[..., T], *args: Any) -> T:
+        """Run one prometheus-api-client call; transport failures become the analyzer's errors.
+
+        Answers are judged by ``_check`` before the library reads them.
+        """
+        try:
+            return call(*args)
+        except requests.exceptions.SSLError as e:
+            raise SourceUnreachableError(f"{self._where()}: TLS handshake failed: {e}") from e
+        except requests.exceptions.Timeout as e:
+            raise SourceUnreachableError(
+                f"{self._where()}: no answer within {self.config.timeout_s:g}s "
+                f"after {self.config.retries} retries ({what!r})"
+            ) from e
+        except requests.exceptions.ConnectionError as e:
+            raise SourceUnreachableError(
+                f"{self._where()}: cannot connect ({_root_cause(e)}) after {self.config.retries} retries"
+            ) from e
+        except requests.exceptions.RequestException as e:
+            raise SourceUnreachableError(f"{self._where()}: request failed: {e}") from e
+        except PrometheusApiClientException as e:  # only if an answer slipped past _check
+            raise BadResponseError(f"{self._where()}: unexpected answer for {what!r}") from e
+
+    def _check(self, response: requests.Response, *args: object, **kwargs: object) -> requests.Response:
+        """Response hook: a well-formed success goes on to the library, anything else raises here."""
+        if response.is_redirect:
+            return response  # requests follows it; the final answer is checked
+        path = urlsplit(response.url).path
+        what = _query_text(response.request) or path
+        body = _json_body(response)
+        status = response.status_code
+        if status == 200 and isinstance(body, dict) and body.get("status") == "success":
+            warnings = body.get("warnings") or []
+            if warnings:
+                # Partial data (a Thanos store down, a Mimir shard timing out) can hide busy periods:
+                # better no report than a report that calls a busy GPU idle.
+                raise BadResponseError(
+                    f"{self._where()}: answered with warnings (partial data?) for {what!r}: "
+                    + "; ".join(str(w) for w in warnings)
+                )
+            if "data" not in body:
+                raise BadResponseError(f"{self._where()}: success without data for {what!r}")
+            data = body["data"]
+            if path.endswith(_QUERY_PATHS):
+                if not isinstance(data, dict) or not isinstance(data.get("result"), list):
+                    raise BadResponseError(f"{self._where()}: malformed query data: {str(data)[:200]}")
+                typed = _Result(data["result"], str(data.get("resultType", "")))
+                body = {**body, "data": {**data, "result": typed}}
+            return _CheckedResponse(response, body)
+
+        error_type = str(body.get("errorType", "")) if isinstance(body, dict) else ""
+        error = str(body.get("error", "")) if isinstance(body, dict) else ""
+        detail = f"{error_type}: {error}" if error_type or error else _snippet(response)
+        if status in (400, 422) or error_type in _QUERY_ERROR_TYPES:
+            raise QueryError(f"{self._where()}: query rejected (HTTP {status}) {detail} — {what!r}")
+        if status in (401, 403):
+            raise BadResponseError(
+                f"{self._where()}: HTTP {status}: credentials missing or refused "
+                "(see --bearer-token-file / --basic-auth-user; Mimir also needs --tenant)"
+            )
+        if status == 404:
+            raise BadResponseError(
+                f"{self._where()}: HTTP 404 for {path}: not a Prometheus query API at this URL "
+                "(Thanos/Mimir/VictoriaMetrics cluster URLs often need a path prefix such as /prometheus)"
+            )
+        if status >= 500:
+            raise BadResponseError(
+                f"{self._where()}: HTTP {status} after {self.config.retries} retries: {detail}"
+            )
+        raise BadResponseError(f"{self._where()}: unexpected answer (HTTP {status}): {detail}")
+
+
+def _query_text(request: requests.PreparedRequest) -> str | None:
+    """The PromQL a request carried, from its form body or its URL."""
+    body = request.body
+    text = body.decode(errors="replace") if isinstance(body, bytes) else (body or "")
+    for source in (text, urlsplit(request.url or "").query):
+        values = parse_qs(source).get("query")
+        if values:
+            return values[0]
+    return None
+
+
+def _ts(at: datetime) -> str:
+    return f"{at.timestamp():.3f}"
+
+
+def _snippet(response: requests.Response) -> str:
+    text = response.text.strip().replace("\n", " ")
+    return text[:200] + ("…" if len(text) > 200 else "")
+
+
+def _json_body(response: requests.Response) -> Any:
+    try:
+        return response.json()
+    except (ValueError, json.JSONDecodeError) as e:
+        if response.status_code == 200:
+            raise BadResponseError(
+                f"{response.url}: HTTP 200 but not JSON ({response.headers.get('Content-Type', '?')}): "
+                f"{_snippet(response)}"
+            ) from e
+        return None
+
+
+def _field(item: Any, name: str, promql: str) -> Any:
+    if not isinstance(item, dict) or name not in item:
+        raise BadResponseError(f"malformed result item for {promql!r}: {str(item)[:200]}")
+    return item[name]
+
+
+def _labels(item: Any, promql: str) -> dict[str, str]:
+    metric = _field(item, "metric", promql)
+    if not isinstance(metric, dict):
+        raise BadResponseError(f"malformed labels for {promql!r}: {str(metric)[:200]}")
+    return {str(k): str(v) for k, v in metric.items()}
+
+
+def _value(pair: Any, promql: str) -> float:
+    try:
+        return float(pair[1])
+    except (TypeError, ValueError, IndexError, KeyError) as e:
+        raise BadResponseError(f"malformed sample for {promql!r}: {str(pair)[:200]}") from e
+
+
+def _series(item: Any, promql: str) -> RangeSeries:
+    values = _field(item, "values", promql)
+    try:
+        ts = np.fromiter((float(p[0]) for p in values), dtype=float, count=len(values))
+        vs = np.fromiter((float(p[1]) for p in values), dtype=float, count=len(values))
+    except (TypeError, ValueError, IndexError, KeyError) as e:
+        raise BadResponseError(f"malformed samples for {promql!r}") from e
+    return RangeSeries(_labels(item, promql), ts, vs)
+
+
+def _strings(data: Any, path: str) -> list[str]:
+    if not isinstance(data, list) or not all(isinstance(x, str) for x in data):
+        raise BadResponseError(f"{path}: expected a list of strings, got {str(data)[:200]}")
+    return list(data)
+
+
+def _root_cause(error: BaseException) -> str:
+    """The reason a connection failed ("[Errno 111] Connection refused"), without urllib3's retry
+    wrapper, which repeats the whole query URL."""
+    reason: object = error.args[0] if error.args else error
+    reason = getattr(reason, "reason", reason)  # urllib3's MaxRetryError wraps the real failure
+    text = str(reason)
+    marker = "Failed to establish a new connection: "
+    return text.split(marker, 1)[1].rstrip("')\"") if marker in text else text

@@ -1,0 +1,386 @@
+"""``MetricsSource`` over the Prometheus query API: the TSDB computes, the analyzer reads numbers.
+
+One run costs a fixed number of queries whatever the fleet size: discovery (three or four label
+API calls), one raw series per scrape job to measure its interval, five aggregates per
+utilization metric (sample count with the device's labels, sum, max, two quantiles; the unit of
+``DCGM_FI_DEV_GPU_UTIL`` follows from the maxima), one histogram query, four kube-state-metrics
+queries and three cAdvisor queries. Raw samples are pulled later only for the few devices the
+pipeline asks about, in chunks that stay under the server's per-series point limit and a
+per-query sample budget.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+from functools import partial
+
+import numpy as np
+
+from analyzer.sources import dcgm
+from analyzer.sources.aggregates import (
+    CpuUsage,
+    DeviceAggregate,
+    DeviceInfo,
+    DeviceKey,
+    DeviceSamples,
+    FleetSnapshot,
+    KsmRow,
+    PodId,
+    PodRecord,
+    UtilStats,
+    histogram_shares,
+    pod_records,
+    quantile_levels,
+)
+from analyzer.sources.dcgm import Capabilities, PodLabels
+from analyzer.sources.errors import NoDataError
+from analyzer.sources.fleet_queries import FleetQueries
+from analyzer.sources.prometheus_api import PrometheusClient, PrometheusConfig, RangeSeries, VectorSample
+from common.model import TimeWindow
+from common.thresholds import Thresholds
+
+log = logging.getLogger(__name__)
+
+# Prometheus refuses range queries over 11,000 points per series; stay under it for raw pulls too.
+MAX_POINTS_PER_SERIES = 10_000
+# Samples one raw pull may return (series × points): far below Prometheus' default 50 M query limit.
+MAX_SAMPLES_PER_QUERY = 2_000_000
+
+
+class PrometheusSource:
+    """Analyzer data from Prometheus, Thanos, Mimir or VictoriaMetrics."""
+
+    def __init__(
+        self,
+        client: PrometheusClient | PrometheusConfig,
+        util_scale: str = "auto",
+        max_points_per_series: int = MAX_POINTS_PER_SERIES,
+        max_samples_per_query: int = MAX_SAMPLES_PER_QUERY,
+    ) -> None:
+        self.client = client if isinstance(client, PrometheusClient) else PrometheusClient(client)
+        if util_scale not in ("auto", "percent", "ratio"):
+            raise ValueError(f"util_scale must be auto, percent or ratio, not {util_scale!r}")
+        self.util_scale = util_scale
+        self.max_points_per_series = max_points_per_series
+        self.max_samples_per_query = max_samples_per_query
+
+    @property
+    def description(self) -> str:
+        return self.client.config.display_url
+
+    # --- discovery ------------------------------------------------------------------------------
+
+    def discover(self, window: TimeWindow, t: Thresholds) -> Capabilities:
+        """What the source holds over the window, decided once per run."""
+        start, end = window.start, window.end
+        present = set(self.client.label_values("__name__", FleetQueries.names_match(), start, end))
+        util = tuple(m for m in dcgm.UTIL_METRICS if m in present)
+        if not util:
+            raise NoDataError(
+                f"{self.description}: no GPU utilization series ({', '.join(dcgm.UTIL_METRICS)}) between "
+                f"{start.isoformat()} and {end.isoformat()}: is dcgm-exporter or gpu-exporter scraped?"
+            )
+        gpu_labels = set(self.client.label_names(FleetQueries.util_match(), start, end))
+        ksm = dcgm.KUBE_POD_OWNER in present
+        ksm_labels = set(self.client.label_names(dcgm.KUBE_POD_OWNER, start, end)) if ksm else set()
+        histogram_le: tuple[str, ...] = ()
+        if dcgm.SAMPLE_HISTOGRAM_BUCKET in present:
+            les = self.client.label_values(dcgm.LE, dcgm.SAMPLE_HISTOGRAM_BUCKET, start, end)
+            bounds = {le: v for le in les if (v := dcgm.parse_le(le)) is not None}
+            try:
+                histogram_le = dcgm.pick_buckets(bounds, t.starvation_idle_percent, t.starvation_busy_percent)
+            except ValueError as e:
+                log.warning("ignoring %s: %s", dcgm.SAMPLE_HISTOGRAM_BUCKET, e)
+        caps = Capabilities(
+            util_metrics=util,
+            host_label=dcgm.choose_host_label(gpu_labels),
+            gpu_pod=dcgm.choose_pod_labels(gpu_labels),
+            mig=dcgm.MIG_INSTANCE in gpu_labels,
+            histogram_le=histogram_le,
+            memory=dcgm.DEV_FB_USED in present,
+            kube_state_metrics=ksm,
+            replicaset_owner=dcgm.KUBE_REPLICASET_OWNER in present,
+            ksm_pod=dcgm.choose_pod_labels(ksm_labels) if ksm else PodLabels(),
+            cpu_usage=dcgm.CPU_USAGE in present,
+            cpu_limits=dcgm.KUBE_POD_LIMITS in present,
+            cpu_throttling=dcgm.CPU_THROTTLED in present and dcgm.CPU_PERIODS in present,
+        )
+        return caps
+
+    def _dev_scales(self, device_max: Mapping[str, list[float]]) -> dict[str, float]:
+        """Unit of DCGM_FI_DEV_GPU_UTIL per scrape job, from its devices' maxima (or as forced)."""
+        if self.util_scale != "auto":
+            forced = dcgm.RATIO if self.util_scale == "ratio" else dcgm.PERCENT
+            return dict.fromkeys(device_max, forced)
+        return dcgm.scales_by_job(device_max)
+
+    # --- the snapshot ---------------------------------------------------------------------------
+
+    def snapshot(self, window: TimeWindow, thresholds: Thresholds) -> FleetSnapshot:
+        caps = self.discover(window, thresholds)
+        q = FleetQueries(caps, window.duration)
+        q_low, q_high = quantile_levels(thresholds.starvation_min_share)
+        span_s = window.duration.total_seconds()
+        at = window.end
+
+        counts: dict[DeviceKey, tuple[str, VectorSample]] = {}
+        for metric in caps.util_metrics:
+            for s in self.client.vector(q.device_count(metric), at):
+                key = self._key(s.labels, caps)
+                if key is not None and key not in counts and s.value > 0:
+                    counts[key] = (metric, s)  # the first metric in preference order wins
+        if not counts:
+            raise NoDataError(f"{self.description}: GPU series exist but hold no samples in the window")
+        intervals = self._intervals(caps, q, counts, thresholds, at)
+
+        numbers: dict[str, dict[DeviceKey, float]] = defaultdict(dict)
+        for metric in caps.util_metrics:
+            if not any(m == metric for m, _ in counts.values()):
+                continue
+            for name, query in (
+                ("sum", q.device_sum(metric)),
+                ("max", q.device_max(metric)),
+                ("q_low", q.device_quantile(metric, q_low)),
+                ("q_high", q.device_quantile(metric, q_high)),
+            ):
+                for s in self.client.vector(query, at):
+                    key = self._key(s.labels, caps)
+                    if key is not None and key in counts and counts[key][0] == metric:
+                        numbers[name][key] = s.value
+
+        # The DEV gauge's unit per scrape job follows from the per-device maxima just read.
+        dev_max: dict[str, list[float]] = defaultdict(list)
+        for key, (metric, sample) in counts.items():
+            if metric == dcgm.DEV_GPU_UTIL and key in numbers["max"]:
+                dev_max[sample.labels.get(dcgm.JOB, "")].append(numbers["max"][key])
+        caps = replace(caps, interval_s=intervals, dev_scale=self._dev_scales(dev_max))
+
+        devices: dict[DeviceKey, DeviceAggregate] = {}
+        for key, (metric, sample) in counts.items():
+            job = sample.labels.get(dcgm.JOB, "")
+            scale = caps.scale(metric, job)
+            n = round(sample.value)
+            if not all(key in numbers[name] for name in ("sum", "max", "q_low", "q_high")):
+                # Series came and went between two queries; judge the device on the next run.
+                log.info("device %s missing from an aggregate; skipped this run", key.device_id)
+                continue
+            devices[key] = DeviceAggregate(
+                key=key,
+                info=DeviceInfo(
+                    node=sample.labels.get(caps.host_label, ""),
+                    metric=metric,
+                    job=job,
+                    index=sample.labels.get(dcgm.GPU_INDEX),
+                    model=sample.labels.get(dcgm.MODEL),
+                    mig_profile=sample.labels.get(dcgm.MIG_PROFILE),
+                ),
+                stats=UtilStats(
+                    samples=n,
+                    mean=numbers["sum"][key] / n * scale,
+                    max=numbers["max"][key] * scale,
+                    q_low=numbers["q_low"][key] * scale,
+                    q_high=numbers["q_high"][key] * scale,
+                    q_level=q_low,
+                ),
+                span_s=span_s,
+                interval_s=intervals.get(job, 0.0),
+            )
+        if caps.histogram:
+            devices = self._with_histograms(devices, q, caps, at)
+        return FleetSnapshot(
+            window=window,
+            capabilities=caps,
+            devices=devices,
+            pods=self._pods(q, caps, at) if caps.kube_state_metrics else {},
+            replicasets=self._replicasets(q, at) if caps.replicaset_owner else {},
+            cpu=self._cpu(q, caps, at),
+        )
+
+    def _key(self, labels: Mapping[str, str], caps: Capabilities) -> DeviceKey | None:
+        uuid = labels.get(dcgm.UUID)
+        if not uuid:
+            return None
+        pod = labels.get(caps.gpu_pod.pod, "")
+        return DeviceKey(
+            uuid=uuid,
+            mig_instance=labels.get(dcgm.MIG_INSTANCE, "") if caps.mig else "",
+            namespace=labels.get(caps.gpu_pod.namespace, "") if pod else "",
+            pod=pod,
+        )
+
+    def _intervals(
+        self,
+        caps: Capabilities,
+        q: FleetQueries,
+        counts: Mapping[DeviceKey, tuple[str, VectorSample]],
+        t: Thresholds,
+        end: datetime,
+    ) -> dict[str, float]:
+        """Per scrape job, the median gap between samples of its best-covered device."""
+        best: dict[str, tuple[float, DeviceKey, str]] = {}
+        for key, (metric, s) in counts.items():
+            job = s.labels.get(dcgm.JOB, "")
+            if job not in best or s.value > best[job][0]:
+                best[job] = (s.value, key, metric)
+        if t.scrape_interval is not None:
+            return {job: t.scrape_interval.total_seconds() for job in best}
+        out = {}
+        for job, (_, key, metric) in sorted(best.items()):
+            series = self.client.matrix(q.one_device_raw(metric, key, job), end)
+            stamps = np.concatenate([s.timestamps for s in series]) if series else np.empty(0)
+            interval = dcgm.median_interval(stamps)
+            if interval is None:
+                # Its devices get no coverage, hence `unknown`: reported, never acted on.
+                log.warning(
+                    "cannot measure the sample interval of job %r from %d samples; its GPUs are "
+                    "reported as unknown (set detection.scrapeInterval to override)",
+                    job,
+                    stamps.size,
+                )
+                continue
+            out[job] = interval
+        return out
+
+    def _with_histograms(
+        self, devices: dict[DeviceKey, DeviceAggregate], q: FleetQueries, caps: Capabilities, at: datetime
+    ) -> dict[DeviceKey, DeviceAggregate]:
+        increases: dict[DeviceKey, dict[str, float]] = defaultdict(dict)
+        for s in self.client.vector(q.histogram_increase(), at):
+            key = self._key(s.labels, caps)
+            le = s.labels.get(dcgm.LE)
+            if key is not None and le is not None and np.isfinite(s.value):
+                increases[key][le] = s.value
+        idle_le, busy_le, total_le = caps.histogram_le
+        out = dict(devices)
+        for key, inc in increases.items():
+            if key in out and all(le in inc for le in caps.histogram_le):
+                out[key] = replace(
+                    out[key], histogram=histogram_shares(inc[idle_le], inc[busy_le], inc[total_le])
+                )
+        return out
+
+    def _pods(self, q: FleetQueries, caps: Capabilities, at: datetime) -> dict[PodId, PodRecord]:
+        def rows(query: str) -> list[KsmRow]:
+            return [(_pid(s), s.labels, s.value) for s in self.client.vector(query, at)]
+
+        return pod_records(rows(q.pod_owners()), rows(q.pod_start_times()), rows(q.pod_gpu_requests()))
+
+    def _replicasets(self, q: FleetQueries, at: datetime) -> dict[PodId, tuple[str, str]]:
+        out: dict[PodId, tuple[str, str]] = {}
+        for s in self.client.vector(q.replicaset_owners(), at):
+            rs = (s.labels.get("namespace", ""), s.labels.get("replicaset", ""))
+            if s.labels.get("owner_is_controller") == "true" or rs not in out:
+                out[rs] = (s.labels.get("owner_kind", ""), s.labels.get("owner_name", ""))
+        return out
+
+    def _cpu(self, q: FleetQueries, caps: Capabilities, at: datetime) -> dict[PodId, CpuUsage]:
+        def values(enabled: bool, query: Callable[[], str]) -> dict[PodId, float]:
+            if not enabled:
+                return {}
+            return {_pid(s): s.value for s in self.client.vector(query(), at) if np.isfinite(s.value)}
+
+        usage = values(caps.cpu_usage, q.cpu_usage)
+        limits = values(caps.cpu_limits and caps.kube_state_metrics, q.cpu_limits)
+        throttled = values(caps.cpu_throttling, q.cpu_throttled_ratio)
+        return {
+            pid: CpuUsage(
+                usage_cores=usage.get(pid), limit_cores=limits.get(pid), throttled_ratio=throttled.get(pid)
+            )
+            for pid in set(usage) | set(limits) | set(throttled)
+        }
+
+    # --- closer looks ---------------------------------------------------------------------------
+
+    def device_samples(
+        self, snapshot: FleetSnapshot, keys: Sequence[DeviceKey], bucket_keys: Sequence[DeviceKey] = ()
+    ) -> dict[DeviceKey, DeviceSamples]:
+        caps = snapshot.capabilities
+        q = FleetQueries(caps, snapshot.window.duration)
+        wanted = {k: snapshot.devices[k] for k in set(keys) | set(bucket_keys) if k in snapshot.devices}
+        util: dict[DeviceKey, list[RangeSeries]] = defaultdict(list)
+        by_metric: dict[str, list[DeviceAggregate]] = defaultdict(list)
+        for dev in wanted.values():
+            by_metric[dev.info.metric].append(dev)
+        for metric, devs in by_metric.items():
+            for series in self._pull(snapshot, devs, partial(q.device_raw, metric)):
+                key = self._key(series.labels, caps)
+                if key in wanted:
+                    scale = caps.scale(metric, series.labels.get(dcgm.JOB, ""))
+                    util[key].append(RangeSeries(series.labels, series.timestamps, series.values * scale))
+        buckets: dict[DeviceKey, dict[str, list[RangeSeries]]] = defaultdict(lambda: defaultdict(list))
+        bucket_devs = [snapshot.devices[k] for k in bucket_keys if k in snapshot.devices]
+        if bucket_devs and caps.histogram:
+            for series in self._pull(snapshot, bucket_devs, q.bucket_raw, per_series=len(caps.histogram_le)):
+                key = self._key(series.labels, caps)
+                le = series.labels.get(dcgm.LE)
+                if key in wanted and le is not None:
+                    buckets[key][le].append(series)
+        return {
+            key: DeviceSamples(
+                key,
+                *_merge(util.get(key, [])),
+                {le: _merge(parts) for le, parts in buckets.get(key, {}).items()},
+            )
+            for key in wanted
+        }
+
+    def _pull(
+        self,
+        snapshot: FleetSnapshot,
+        devs: Sequence[DeviceAggregate],
+        build: Callable[[Sequence[str], timedelta], str],
+        per_series: int = 1,
+    ) -> Iterator[RangeSeries]:
+        """Raw series of ``devs`` over the window, in chunks of time and of devices."""
+        window = snapshot.window
+        interval = min((d.interval_s for d in devs if d.interval_s > 0), default=15.0)
+        points = window.duration.total_seconds() / interval
+        time_chunks = max(1, int(np.ceil(points / self.max_points_per_series)))
+        chunk = window.duration / time_chunks
+        points_per_chunk = points / time_chunks
+        # Several holders of one GPU share a UUID: count series generously per device.
+        per_query = max(1, int(self.max_samples_per_query // (points_per_chunk * per_series * 2)))
+        uuids = sorted({d.key.uuid for d in devs})
+        for i in range(0, len(uuids), per_query):
+            batch = uuids[i : i + per_query]
+            for c in range(time_chunks):
+                yield from self.client.matrix(build(batch, chunk), window.start + chunk * (c + 1))
+
+    def memory_used(self, snapshot: FleetSnapshot, keys: Sequence[DeviceKey]) -> dict[DeviceKey, float]:
+        caps = snapshot.capabilities
+        if not keys or not caps.memory:
+            return {}
+        q = FleetQueries(caps, snapshot.window.duration)
+        wanted = set(keys)
+        out = {}
+        uuids = sorted({k.uuid for k in keys})
+        for i in range(0, len(uuids), 200):
+            for s in self.client.vector(q.memory(uuids[i : i + 200]), snapshot.window.end):
+                key = self._key(s.labels, caps)
+                if key in wanted and np.isfinite(s.value):
+                    out[key] = s.value
+        return out
+
+    def instant_value(self, promql: str, at: datetime) -> float | None:
+        samples = self.client.vector(promql, at)
+        if not samples:
+            return None
+        return float(sum(s.value for s in samples))
+
+
+def _pid(s: VectorSample) -> PodId:
+    return (s.labels.get("namespace", ""), s.labels.get("pod", ""))
+
+
+def _merge(parts: Sequence[RangeSeries]) -> tuple[np.ndarray, np.ndarray]:
+    """One time-ordered series from pieces (time chunks overlap by one sample at their edges)."""
+    if not parts:
+        return np.empty(0), np.empty(0)
+    t = np.concatenate([p.timestamps for p in parts])
+    v = np.concatenate([p.values for p in parts])
+    t, first = np.unique(t, return_index=True)
+    return t, v[first]

@@ -1,0 +1,109 @@
+"""``gpu-exporter``: the command-line entry point."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import FrameType
+
+from common.logs import LOG_FORMATS, configure
+from exporter.app import Exporter
+from exporter.config import ConfigError, ExporterConfig, parse_duration, parse_listen
+from exporter.nvml import Nvml
+from exporter.podresources import DEFAULT_SOCKET
+from exporter.pods import DEFAULT_POD_LOG_DIR
+from simulation.gpu_scenarios import SCENARIOS, build_scenario
+
+log = logging.getLogger("exporter")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="gpu-exporter",
+        description="DCGM-compatible GPU metrics from NVML, with pod attribution, for Prometheus.",
+    )
+    p.add_argument(
+        "--listen", default=":9400", help="address to serve /metrics and /healthz on (default :9400)"
+    )
+    p.add_argument("--interval", default="5s", help="time between collections: 5, 5s, 500ms (default 5s)")
+    p.add_argument("--kubelet-socket", type=Path, default=DEFAULT_SOCKET, help=f"default {DEFAULT_SOCKET}")
+    p.add_argument("--no-kubernetes", action="store_true", help="no pod attribution (not on Kubernetes)")
+    p.add_argument(
+        "--hostname", default=None, help="Hostname label (default: $NODE_NAME, else the host name)"
+    )
+    p.add_argument(
+        "--simulate", metavar="SCENARIO", choices=SCENARIOS, help=f"fake GPUs: {', '.join(SCENARIOS)}"
+    )
+    p.add_argument("--log-format", choices=LOG_FORMATS, default="text")
+    p.add_argument(
+        "--pod-log-dir",
+        type=Path,
+        default=DEFAULT_POD_LOG_DIR,
+        help=f"kubelet pod log directory: pod UID to name, for shared GPUs (default {DEFAULT_POD_LOG_DIR})",
+    )
+    p.add_argument("--proc-root", type=Path, default=Path("/proc"), help="host /proc, for process cgroups")
+    return p
+
+
+def from_args(argv: Sequence[str], env: Mapping[str, str] = os.environ) -> ExporterConfig:
+    """Parse and validate; raises :class:`ConfigError` (and argparse's SystemExit for unknown options)."""
+    args = parser().parse_args(list(argv))
+    host, port = parse_listen(args.listen)
+    interval_s = parse_duration(args.interval)
+    if not 0.05 <= interval_s <= 3600:
+        raise ConfigError(f"--interval {args.interval}: expected 50ms to 1h")
+    return ExporterConfig(
+        listen_host=host,
+        listen_port=port,
+        interval_s=interval_s,
+        kubelet_socket=None if args.no_kubernetes else args.kubelet_socket,
+        hostname=args.hostname or env.get("NODE_NAME") or socket.gethostname(),
+        simulate=args.simulate,
+        log_format=args.log_format,
+        pod_log_dir=args.pod_log_dir,
+        proc_root=args.proc_root,
+    )
+
+
+def build_exporter(config: ExporterConfig) -> Exporter:
+    """The exporter for ``config``: over the real NVML, or over a scripted fake with ``--simulate``."""
+    if config.simulate:
+        return Exporter(config, Nvml(build_scenario(config.simulate, interval_s=config.interval_s)))
+    return Exporter(config)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run until SIGTERM or SIGINT. Exit status: 0 stopped cleanly, 1 could not start, 2 bad usage."""
+    try:
+        config = from_args(sys.argv[1:] if argv is None else argv)
+    except ConfigError as exc:
+        print(f"gpu-exporter: {exc}", file=sys.stderr)
+        return 2
+    except SystemExit as exc:  # argparse has printed the usage error (or --help)
+        return exc.code if isinstance(exc.code, int) else 2
+    configure(config.log_format)
+
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("received %s, stopping", signal.Signals(signum).name)
+        stop.set()
+
+    try:
+        exporter = build_exporter(config)
+    except OSError as exc:
+        log.error("cannot listen on %s:%d: %s", config.listen_host, config.listen_port, exc)
+        return 1
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, on_signal)
+    exporter.start()
+    stop.wait()
+    exporter.stop()
+    return 0

@@ -1,0 +1,205 @@
+"""The plain, immutable data that flows from the analyzer to the reaper.
+
+The analyzer owns findings; the reaper consumes them (from memory or from the JSON the
+``gpu-analyzer analyze --format json`` command writes). The JSON shape is a stable contract:
+fields are only ever added, never renamed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+from common.timeutil import rfc3339
+
+SCHEMA_VERSION = 1
+
+
+def _require_aware_utc(value: datetime) -> datetime:
+    # Naive datetimes are the classic source of off-by-hours bugs in cron tools: refuse them.
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError("timestamp must carry a timezone (RFC 3339, e.g. 2026-01-01T00:00:00Z)")
+    return value.astimezone(UTC)
+
+
+AwareDatetime = Annotated[datetime, AfterValidator(_require_aware_utc)]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class FindingKind(StrEnum):
+    """What a detector concluded about a workload's GPUs."""
+
+    IDLE_ENDPOINT = "idle_endpoint"
+    LOW_UTILIZATION = "low_utilization"
+    DATALOADER_STARVATION = "dataloader_starvation"
+    UNKNOWN = "unknown"
+
+    @property
+    def actionable(self) -> bool:
+        """Only verdicts backed by enough data may ever lead to an action."""
+        return self is not FindingKind.UNKNOWN
+
+
+class GpuRef(_Frozen):
+    """One physical GPU, or one MIG instance of it (``mig_instance`` set)."""
+
+    uuid: str = Field(min_length=1)
+    node: str
+    index: int | None = None
+    model: str | None = None
+    mig_instance: int | None = None
+    mig_profile: str | None = None
+
+
+class WorkloadRef(_Frozen):
+    """What holds GPUs: the pods' controller, ``Pod`` for bare pods, or ``Node`` for unallocated nodes."""
+
+    kind: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+    namespace: str = ""  # empty for cluster-scoped kinds (Node)
+
+    def key(self) -> str:
+        return f"{self.namespace}/{self.kind}/{self.name}"
+
+
+class TimeWindow(_Frozen):
+    """A closed time range in UTC."""
+
+    start: AwareDatetime
+    end: AwareDatetime
+
+    @model_validator(mode="after")
+    def _ordered(self) -> TimeWindow:
+        if self.end <= self.start:
+            raise ValueError(f"window end {self.end.isoformat()} is not after start {self.start.isoformat()}")
+        return self
+
+    @classmethod
+    def ending(cls, end: datetime, duration: timedelta) -> TimeWindow:
+        return cls(start=end - duration, end=end)
+
+    @property
+    def duration(self) -> timedelta:
+        return self.end - self.start
+
+    @property
+    def hours(self) -> float:
+        return self.duration.total_seconds() / 3600.0
+
+
+EvidenceValue = float | int | str | bool | None
+
+
+class _WorkloadJSON(_Frozen):
+    kind: str
+    name: str
+
+
+class Finding(_Frozen):
+    """A verdict about one workload over one window, with the numbers behind it."""
+
+    kind: FindingKind
+    workload: WorkloadRef
+    pods: tuple[str, ...] = ()
+    nodes: tuple[str, ...] = ()
+    gpus: tuple[str, ...] = ()
+    window: TimeWindow
+    evidence: Mapping[str, EvidenceValue] = Field(default_factory=dict)
+    confidence: float = Field(ge=0.0, le=1.0)
+    wasted_gpu_hours: float = Field(ge=0.0, default=0.0)
+    estimated_cost: float | None = None
+    recommendation: str = ""
+
+    @property
+    def namespace(self) -> str:
+        return self.workload.namespace
+
+    @property
+    def gpu_count(self) -> int:
+        return len(self.gpus)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stable JSON shape (see docs/findings.md)."""
+        return {
+            "kind": self.kind.value,
+            "namespace": self.workload.namespace,
+            "workload": {"kind": self.workload.kind, "name": self.workload.name},
+            "pods": list(self.pods),
+            "nodes": list(self.nodes),
+            "gpus": list(self.gpus),
+            "gpu_count": self.gpu_count,
+            "window": {"start": rfc3339(self.window.start), "end": rfc3339(self.window.end)},
+            "evidence": dict(self.evidence),
+            "confidence": self.confidence,
+            "wasted_gpu_hours": self.wasted_gpu_hours,
+            "estimated_cost": self.estimated_cost,
+            "recommendation": self.recommendation,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Finding:
+        """Parse the stable JSON shape; raises ``pydantic.ValidationError`` naming the bad field."""
+        payload = dict(data)
+        workload = _WorkloadJSON.model_validate(payload.pop("workload", None))
+        namespace = payload.pop("namespace", None)
+        gpu_count = payload.pop("gpu_count", None)
+        finding = cls.model_validate(
+            {**payload, "workload": {"kind": workload.kind, "name": workload.name, "namespace": namespace}}
+        )
+        if gpu_count is not None and gpu_count != finding.gpu_count:
+            raise ValueError(f"gpu_count {gpu_count} disagrees with {finding.gpu_count} listed gpus")
+        return finding
+
+
+class FindingsReport(_Frozen):
+    """Everything one analysis produced: the JSON document ``--format json`` writes."""
+
+    window: TimeWindow
+    generated_at: AwareDatetime
+    source: str = ""
+    findings: tuple[Finding, ...] = ()
+
+    def to_json(self, indent: int | None = 2) -> str:
+        doc = {
+            "schema_version": SCHEMA_VERSION,
+            "generated_at": rfc3339(self.generated_at),
+            "source": self.source,
+            "window": {"start": rfc3339(self.window.start), "end": rfc3339(self.window.end)},
+            "findings": [f.to_dict() for f in self.findings],
+        }
+        return json.dumps(doc, indent=indent, sort_keys=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> FindingsReport:
+        doc = json.loads(text)
+        if not isinstance(doc, dict):
+            raise ValueError("findings document must be a JSON object")
+        version = doc.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise ValueError(f"unsupported findings schema_version {version!r} (expected {SCHEMA_VERSION})")
+        findings = doc.get("findings", [])
+        if not isinstance(findings, list):
+            raise ValueError("findings: must be a JSON array")
+        return cls.model_validate(
+            {
+                "window": doc.get("window"),
+                "generated_at": doc.get("generated_at"),
+                "source": doc.get("source", ""),
+                "findings": tuple(Finding.from_dict(f) for f in findings),
+            }
+        )
+
+    def by_kind(self, kind: FindingKind) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.kind is kind)
+
+
+def workload_keys(findings: Iterable[Finding]) -> set[str]:
+    return {f.workload.key() for f in findings}

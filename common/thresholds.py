@@ -1,0 +1,140 @@
+"""Detection settings: the numbers the detectors compare against, with documented defaults.
+
+They live in the policy file the reaper also reads, under the top-level ``detection:`` key, in the
+same camelCase spelling as the rest of that file (``idlePercent: 2``); snake_case names are accepted
+too. ``load_thresholds`` reads only that key, so the analyzer never depends on the reaper's part of
+the file.
+"""
+
+from __future__ import annotations
+
+import string
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from common.durations import Duration
+from common.errors import BadInputError
+
+# Placeholders a request-rate query template may use (see docs/detectors.md).
+REQUEST_RATE_PLACEHOLDERS = frozenset({"namespace", "kind", "workload", "pods", "window"})
+
+
+Percent = Annotated[float, Field(ge=0.0, le=100.0)]
+Ratio = Annotated[float, Field(ge=0.0, le=1.0)]
+
+
+class Thresholds(BaseModel):
+    """Every setting the detectors use. Utilization is in percent (0-100) whatever the exporter's unit."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
+
+    # A GPU at or below this is idle. NVML's gauge reads 0-1 % on a GPU that only answers health checks.
+    idle_percent: Percent = 2.0
+    # Mean utilization below this over the window is low utilization.
+    low_utilization_percent: Percent = 30.0
+    # Share of the expected samples a GPU must have delivered before any verdict is given.
+    min_coverage: Ratio = 0.9
+    # An idle endpoint holds its model in GPU memory: mean framebuffer used (MiB) over the window, per
+    # GPU that reports it, must reach this. Below it nothing is loaded (low utilization, not an endpoint);
+    # GPUs without memory data do not block the verdict.
+    idle_min_memory_mib: float = Field(default=256.0, ge=0.0)
+    # Model loading keeps a fresh pod's GPU at 0 %: its first minutes are never judged.
+    warmup_grace: Duration = timedelta(minutes=30)
+
+    # Starvation, bimodal pattern: at least `starvation_min_share` of the samples at or below
+    # `starvation_idle_percent` and as many above `starvation_busy_percent`.
+    starvation_idle_percent: Percent = 10.0
+    starvation_busy_percent: Percent = 75.0
+    starvation_min_share: Annotated[float, Field(gt=0.0, le=0.5)] = 0.2
+    # Starvation, CPU-bound pattern: mean inside [min, max], flat (the central 80 % of samples within
+    # `starvation_flat_spread_percent` points) while the pod uses ≥ `cpu_saturation_ratio` of its CPU
+    # limit or is throttled in ≥ `cpu_throttling_ratio` of its CFS periods.
+    starvation_middling_min_percent: Percent = 20.0
+    starvation_middling_max_percent: Percent = 75.0
+    starvation_flat_spread_percent: Percent = 25.0
+    cpu_saturation_ratio: Ratio = 0.9
+    cpu_throttling_ratio: Ratio = 0.25
+
+    # Turns wasted GPU-hours into money in findings and reports; no cost is shown without it.
+    price_per_gpu_hour: float | None = Field(default=None, ge=0.0)
+    # Optional PromQL template that must evaluate to 0 before a workload is called an idle endpoint.
+    request_rate_query: str | None = None
+    # Sample interval of the GPU series; detected from the data when not given.
+    scrape_interval: Duration | None = None
+
+    @field_validator("request_rate_query")
+    @classmethod
+    def _known_placeholders(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        if not value.strip():
+            raise ValueError("empty query; leave the key out to skip the request-rate check")
+        template = string.Template(value)
+        if not template.is_valid():
+            raise ValueError("a '$' that starts no placeholder; write $$ for a literal dollar sign")
+        names = set(template.get_identifiers())
+        unknown = names - REQUEST_RATE_PLACEHOLDERS
+        if unknown:
+            known = ", ".join(f"${n}" for n in sorted(REQUEST_RATE_PLACEHOLDERS))
+            raise ValueError(f"unknown placeholder(s) {', '.join(sorted(unknown))}; known: {known}")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Thresholds:
+        if self.starvation_idle_percent >= self.starvation_busy_percent:
+            raise ValueError("starvationIdlePercent must be below starvationBusyPercent")
+        if self.starvation_middling_min_percent >= self.starvation_middling_max_percent:
+            raise ValueError("starvationMiddlingMinPercent must be below starvationMiddlingMaxPercent")
+        if self.idle_percent >= self.low_utilization_percent:
+            raise ValueError("idlePercent must be below lowUtilizationPercent")
+        if self.scrape_interval is not None and self.scrape_interval <= timedelta(0):
+            raise ValueError("scrapeInterval must be positive")
+        return self
+
+
+def load_thresholds(path: str | Path) -> Thresholds:
+    """Read the ``detection:`` block of a policy file; raises BadInputError naming file, field and problem."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise BadInputError(f"{path}: cannot read policy file ({e.strerror or e})") from e
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise BadInputError(f"{path}: not valid YAML: {e}") from e
+    if doc is None:
+        return Thresholds()
+    if not isinstance(doc, dict):
+        raise BadInputError(f"{path}: a policy file is a YAML mapping, got {type(doc).__name__}")
+    section = doc.get("detection")
+    if section is None:
+        return Thresholds()
+    if not isinstance(section, dict):
+        raise BadInputError(f"{path}: detection: must be a mapping, got {type(section).__name__}")
+    try:
+        return Thresholds.model_validate(section)
+    except ValidationError as e:
+        raise BadInputError(f"{path}: {describe_errors(e, prefix='detection')}") from e
+
+
+def describe_errors(error: ValidationError, prefix: str = "") -> str:
+    """``detection.idlePercent: Input should be less than or equal to 100`` for each problem."""
+    parts = []
+    for err in error.errors():
+        loc = ".".join(str(p) for p in (prefix, *err["loc"]) if p != "")
+        message = err["msg"].removeprefix("Value error, ")
+        parts.append(f"{loc or '(top level)'}: {message}")
+    return "; ".join(parts)

@@ -1,0 +1,221 @@
+"""A cluster built from a simulated fleet: the Kubernetes objects its workloads and nodes would be.
+
+``fleet_objects`` returns plain manifests (Namespaces, Deployments, StatefulSets, Nodes) that seed
+the in-memory cluster of ``gpu-reaper demo`` and the Kubernetes emulator in tests, so both see the
+same cluster as the analyzer sees in the metrics.
+"""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from common.timeutil import rfc3339
+from reaper import names
+from reaper.cluster import ClusterSnapshot, read_snapshot
+from reaper.errors import ConflictError, NotFoundError
+from simulation.fleet import Fleet
+from simulation.fleet.scenario import WorkloadKind
+
+_SCALABLE = {WorkloadKind.DEPLOYMENT: "Deployment", WorkloadKind.STATEFULSET: "StatefulSet"}
+_API_VERSION = {
+    "Deployment": "apps/v1",
+    "StatefulSet": "apps/v1",
+    "Node": "v1",
+    "Namespace": "v1",
+    "ConfigMap": "v1",
+    "Event": "v1",
+    "Lease": "coordination.k8s.io/v1",
+    "HorizontalPodAutoscaler": "autoscaling/v2",
+}
+_NS_UUID = uuid.UUID("0b5e4c1e-9a43-4d8f-8f39-6c2f3b1f4a10")
+
+
+def _uid(*parts: str) -> str:
+    return str(uuid.uuid5(_NS_UUID, "/".join(parts)))
+
+
+def manifest(
+    kind: str,
+    name: str,
+    namespace: str | None = None,
+    *,
+    labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
+    created: datetime | None = None,
+    spec: Mapping[str, Any] | None = None,
+    status: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "uid": _uid(kind, namespace or "", name), "resourceVersion": "1"}
+    if namespace:
+        meta["namespace"] = namespace
+    if labels:
+        meta["labels"] = dict(labels)
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    if created is not None:
+        meta["creationTimestamp"] = rfc3339(created.replace(microsecond=0))
+    obj: dict[str, Any] = {"apiVersion": _API_VERSION.get(kind, "v1"), "kind": kind, "metadata": meta}
+    if spec is not None:
+        obj["spec"] = dict(spec)
+    if status is not None:
+        obj["status"] = dict(status)
+    return obj
+
+
+def fleet_objects(
+    fleet: Fleet,
+    *,
+    workload_annotations: Mapping[str, Mapping[str, str]] | None = None,
+    namespace_annotations: Mapping[str, Mapping[str, str]] | None = None,
+    reaper_namespace: str = names.DEFAULT_REAPER_NAMESPACE,
+) -> list[dict[str, Any]]:
+    """Manifests for the fleet's namespaces, Deployments, StatefulSets and GPU nodes.
+
+    ``workload_annotations`` adds annotations by ``namespace/name`` (e.g. an opt-out) on top of the
+    scenario's own; ``namespace_annotations`` likewise by namespace name.
+    """
+    sc = fleet.scenario
+    extra = workload_annotations or {}
+    ns_extra = namespace_annotations or {}
+    first_start: dict[tuple[str, str], float] = {}
+    for pod in fleet.pods:
+        key = (pod.namespace, pod.workload.name)
+        first_start[key] = min(first_start.get(key, pod.start), pod.start)
+
+    objects: list[dict[str, Any]] = []
+    namespaces = sorted({w.namespace for w in sc.workloads} | {"default", "kube-system", reaper_namespace})
+    for ns in namespaces:
+        objects.append(
+            manifest("Namespace", ns, annotations=ns_extra.get(ns), created=sc.start - timedelta(days=90))
+        )
+    for w in sc.workloads:
+        kind = _SCALABLE.get(w.kind)
+        if kind is None:
+            continue  # Jobs and bare Pods: the reaper only ever notifies about them
+        key = (w.namespace, w.name)
+        created = datetime.fromtimestamp(first_start.get(key, sc.start.timestamp()), tz=UTC)
+        labels = {**w.labels, "app.kubernetes.io/name": w.labels.get("app", w.name)}
+        annotations = {**w.annotations, **extra.get(f"{w.namespace}/{w.name}", {})}
+        selector = {"matchLabels": {"app.kubernetes.io/name": labels["app.kubernetes.io/name"]}}
+        spec: dict[str, Any] = {"replicas": w.replicas, "selector": selector}
+        if kind == "StatefulSet":
+            spec["serviceName"] = w.name
+        objects.append(
+            manifest(
+                kind,
+                w.name,
+                w.namespace,
+                labels=labels,
+                annotations=annotations,
+                created=created,
+                spec=spec,
+                status={"replicas": w.replicas, "readyReplicas": w.replicas},
+            )
+        )
+    for node in sc.nodes:
+        resource = f"nvidia.com/mig-{node.mig_profile}" if node.mig_profile else "nvidia.com/gpu"
+        capacity = {resource: str(node.slots), "cpu": "64", "memory": "512Gi"}
+        objects.append(
+            manifest(
+                "Node",
+                node.name,
+                labels={
+                    "nvidia.com/gpu.product": node.model.replace(" ", "-"),
+                    "kubernetes.io/hostname": node.name,
+                },
+                created=sc.start - timedelta(days=30),
+                spec={},
+                status={"capacity": capacity, "allocatable": capacity},
+            )
+        )
+    return objects
+
+
+def _merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch: mappings merge recursively, null deletes, anything else replaces."""
+    if not isinstance(patch, Mapping):
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, Mapping) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = _merge_patch(result.get(key), value)
+    return result
+
+
+class InMemoryCluster:
+    """A tiny API server in memory with merge patches and resourceVersion checks: the demo's cluster.
+
+    Implements the same calls as ``reaper.kube.KubeClient`` (reads, conditional patches, creates).
+    """
+
+    def __init__(self, objects: Iterable[Mapping[str, Any]] = ()) -> None:
+        self._objects: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self._version = 1
+        for obj in objects:
+            self._put(copy.deepcopy(dict(obj)))
+
+    @staticmethod
+    def _key(kind: str, namespace: str | None, name: str) -> tuple[str, str, str]:
+        return (kind, namespace or "", name)
+
+    def _put(self, obj: dict[str, Any]) -> dict[str, Any]:
+        self._version += 1
+        meta = obj.setdefault("metadata", {})
+        meta["resourceVersion"] = str(self._version)
+        self._objects[self._key(obj["kind"], meta.get("namespace"), meta["name"])] = obj
+        return copy.deepcopy(obj)
+
+    def get(self, kind: str, namespace: str | None, name: str) -> dict[str, Any]:
+        obj = self._objects.get(self._key(kind, namespace, name))
+        if obj is None:
+            raise NotFoundError(f"{kind} {namespace or ''}/{name} not found")
+        return copy.deepcopy(obj)
+
+    def get_optional(self, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        try:
+            return self.get(kind, namespace, name)
+        except NotFoundError:
+            return None
+
+    def list_objects(self, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        return [
+            copy.deepcopy(o)
+            for (k, ns, _), o in sorted(self._objects.items())
+            if k == kind and (namespace is None or ns == namespace)
+        ]
+
+    def patch(self, kind: str, namespace: str | None, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        key = self._key(kind, namespace, name)
+        current = self._objects.get(key)
+        if current is None:
+            raise NotFoundError(f"{kind} {namespace or ''}/{name} not found")
+        wanted = (body.get("metadata") or {}).get("resourceVersion")
+        if wanted and wanted != current["metadata"]["resourceVersion"]:
+            raise ConflictError(f"{kind} {name}: the object has been modified", status=409)
+        return self._put(_merge_patch(current, body))
+
+    def create(self, kind: str, namespace: str | None, body: Mapping[str, Any]) -> dict[str, Any]:
+        obj = copy.deepcopy(dict(body))
+        obj.setdefault("kind", kind)
+        meta = obj.setdefault("metadata", {})
+        if namespace:
+            meta.setdefault("namespace", namespace)
+        if self._key(kind, meta.get("namespace"), meta["name"]) in self._objects:
+            raise ConflictError(f"{kind} {meta['name']} already exists", status=409)
+        return self._put(obj)
+
+    def list_optional(self, kind: str) -> list[dict[str, Any]]:
+        return self.list_objects(kind)  # every kind exists here; one with no objects lists empty
+
+    def snapshot(self, reaper_namespace: str) -> ClusterSnapshot:
+        return read_snapshot(self, reaper_namespace)
+
+    def objects(self, kind: str) -> list[dict[str, Any]]:
+        """For assertions: the stored objects of a kind, uncounted."""
+        return [copy.deepcopy(o) for (k, _, _), o in sorted(self._objects.items()) if k == kind]

@@ -1,0 +1,593 @@
+"""A scripted stand-in for the NVML binding, so the exporter runs without a GPU.
+
+:class:`FakeNvmlLibrary` offers the subset of ``pynvml`` functions that :class:`exporter.nvml.Nvml`
+calls, with the same argument order, return shapes and exceptions (the real ``pynvml`` classes,
+built through :func:`exporter.nvml.nvml_error`). Only this boundary is fake: with
+``gpu-exporter --simulate SCENARIO`` the adapter, the collection loop, pod attribution and the HTTP
+server are the production code.
+
+Devices follow a utilization profile ``percent(t)`` (``t`` in seconds since the first ``nvmlInit``);
+NVML's sub-second sample buffer is synthesised on a fixed grid (6 samples per second), and the
+utilization gauge reports the newest sample, as the driver does. A device may be scripted to throttle
+(:class:`FakeThrottle`): clock-event reason bits, violation counters growing at a fixed share of wall
+time, and the heat and lower SM clock that go with it.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+import uuid as uuidlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+from exporter.nvml import GPM_METRIC_IDS, nvml_error, nvml_error_code
+from simulation.gpu_profiles import Profile, constant, jitter
+
+MIB = 1024 * 1024
+GIB = 1024 * MIB
+_SAMPLE_PERIOD_S = 1 / 6
+_SAMPLE_BUFFER = 120
+_XID_EVENT = 0x8
+_VALUE_TYPE_DOUBLE = 0
+_VALUE_TYPE_UNSIGNED_INT = 1
+_VALUE_TYPE_UNSIGNED_LONG_LONG = 3
+# Field ids as NVML defines them (power instant, total energy, PCIe replays, perf-policy counters).
+_FIELD_POWER_INSTANT = 186
+_FIELD_TOTAL_ENERGY = 83
+_FIELD_PCIE_REPLAY = 94
+_FIELD_POWER_VIOLATION = 74
+_FIELD_THERMAL_VIOLATION = 75
+# nvmlPerfPolicyType_t and clock-event reason bits, as NVML defines them.
+_PERF_POLICY_POWER = 0
+_PERF_POLICY_THERMAL = 1
+REASON_GPU_IDLE = 0x1
+REASON_SW_POWER_CAP = 0x4
+REASON_SW_THERMAL = 0x20
+REASON_HW_THERMAL = 0x40
+REASON_HW_POWER_BRAKE = 0x80
+# Profile index → (profile id, name, slices, MiB) for an H100 80GB, as NVML reports them.
+_H100_PROFILES = {
+    0: (19, "MIG 1g.10gb", 1, 9984),
+    1: (14, "MIG 2g.20gb", 2, 19968),
+    2: (9, "MIG 3g.40gb", 3, 40192),
+    3: (5, "MIG 4g.40gb", 4, 40192),
+    4: (0, "MIG 7g.80gb", 7, 80896),
+}
+
+
+@dataclass(frozen=True)
+class FakeProcess:
+    """A compute process on a fake GPU: its memory and share of the device's SM activity."""
+
+    pid: int
+    used_bytes: int
+    sm_share: float
+
+
+@dataclass(frozen=True)
+class FakeMig:
+    """A MIG device on a fake GPU."""
+
+    gpu_instance_id: int
+    profile_index: int
+    memory_used_bytes: int
+    activity: float = 0.5
+    processes: tuple[FakeProcess, ...] = ()
+
+
+@dataclass(frozen=True)
+class FakeThrottle:
+    """What holds a fake GPU's clocks down while it is busy.
+
+    ``reasons``: clock-event reason bits reported while busy (idle adds 0x1 GPU idle on its own);
+    ``power_share`` / ``thermal_share``: fraction of wall time the power / thermal policy holds the
+    clocks down, which is how fast the violation counters grow; ``extra_celsius``: heat on top of the
+    utilization-driven temperature; ``sm_clock_mhz``: the SM clock while busy (``None``: full boost).
+    """
+
+    reasons: int = 0
+    power_share: float = 0.0
+    thermal_share: float = 0.0
+    extra_celsius: float = 0.0
+    sm_clock_mhz: int | None = None
+
+
+@dataclass(frozen=True)
+class FakeGpu:
+    """One simulated physical GPU."""
+
+    index: int
+    name: str = "NVIDIA H100 80GB HBM3"
+    memory_total_bytes: int = 81559 * MIB
+    memory_used_bytes: int = 20 * GIB
+    utilization: Profile = field(default=constant(0.0))
+    noise: float = 0.0  # spread of the deterministic jitter added to utilization samples, in points
+    idle_watts: float = 70.0
+    max_watts: float = 700.0
+    gpm: bool = True
+    lost_between: tuple[float, float] | None = None
+    xids: tuple[tuple[float, int], ...] = ()
+    mig: tuple[FakeMig, ...] = ()
+    processes: tuple[FakeProcess, ...] = ()
+    throttle: FakeThrottle = FakeThrottle()
+
+    @property
+    def uuid(self) -> str:
+        return f"GPU-{uuidlib.UUID(int=0x5EED_0000_0000_4000_8000_0000_0000_0000 + self.index)}"
+
+    @property
+    def pci_bus_id(self) -> str:
+        return f"00000000:{0x18 + self.index * 0x10:02X}:00.0"
+
+    def mig_uuid(self, slot: int) -> str:
+        return f"MIG-{uuidlib.UUID(int=0x00DE_0000_0000_4000_8000_0000_0000_0000 + self.index * 64 + slot)}"
+
+
+@dataclass(frozen=True)
+class FakeHandle:
+    """A device handle: a physical GPU, or one of its MIG devices when ``mig`` is set."""
+
+    gpu: int
+    mig: int | None = None
+
+
+@dataclass
+class _Fault:
+    code: str
+    gpu: int | None
+    remaining: int | None
+
+
+class _GpmMetric:
+    def __init__(self) -> None:
+        self.metricId = 0
+        self.nvmlReturn = 0
+        self.value = 0.0
+
+
+class FakeGpmMetricsGet:
+    """Stands in for ``pynvml.c_nvmlGpmMetricsGet_t``."""
+
+    def __init__(self) -> None:
+        self.version = 0
+        self.numMetrics = 0
+        self.sample1: Any = None
+        self.sample2: Any = None
+        self.metrics = [_GpmMetric() for _ in range(len(GPM_METRIC_IDS))]
+
+
+@dataclass
+class _GpmSample:
+    t: float = math.nan
+    gpu: int = -1
+    gpu_instance: int | None = None
+
+
+@dataclass
+class _EventSet:
+    handles: set[int] = field(default_factory=set)
+
+
+class FakeNvmlLibrary:
+    """The fake binding. Only the calls the adapter makes exist; each behaves as the driver documents."""
+
+    c_nvmlGpmMetricsGet_t = FakeGpmMetricsGet
+
+    def __init__(
+        self,
+        gpus: Iterable[FakeGpu],
+        *,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+        driver_version: str = "550.54.15",
+    ) -> None:
+        self.gpus = tuple(gpus)
+        self._clock = clock
+        self._sleep = sleep
+        self._driver_version = driver_version
+        self._epoch: float | None = None
+        self._initialised = False
+        self._lock = threading.Lock()
+        self._faults: dict[str, list[_Fault]] = {}
+        self._field_faults: dict[int, str] = {}
+        self._removed: set[str] = set()
+        self._delivered_xids: set[tuple[int, float]] = set()
+        self.calls = 0
+
+    # -- test controls --------------------------------------------------------------------------------
+
+    def fail(self, call: str, code: str, *, gpu: int | None = None, times: int | None = None) -> None:
+        """Make ``call`` raise ``NVML_ERROR_<code>`` (for one GPU, and ``times`` times, if given)."""
+        with self._lock:
+            self._faults.setdefault(call, []).append(_Fault(code, gpu, times))
+
+    def fail_field(self, field_id: int, code: str) -> None:
+        """Make ``nvmlDeviceGetFieldValues`` answer ``NVML_ERROR_<code>`` in the slot of ``field_id``."""
+        self._field_faults[field_id] = code
+
+    def remove_function(self, call: str) -> None:
+        """Behave like a driver that lacks ``call`` (the binding raises FUNCTION_NOT_FOUND)."""
+        self._removed.add(call)
+
+    def elapsed(self) -> float:
+        """Seconds since the first nvmlInit (the scenario clock)."""
+        return 0.0 if self._epoch is None else self._clock() - self._epoch
+
+    # -- plumbing -------------------------------------------------------------------------------------
+
+    def _enter(
+        self, call: str, handle: FakeHandle | None = None, gpu_index: int | None = None
+    ) -> FakeGpu | None:
+        self.calls += 1
+        if call in self._removed:
+            raise nvml_error("FUNCTION_NOT_FOUND")
+        if self._faults:
+            self._injected(call, gpu_index if handle is None else handle.gpu)
+        if call not in ("nvmlInit", "nvmlShutdown") and not self._initialised:
+            raise nvml_error("UNINITIALIZED")
+        index = gpu_index if handle is None else handle.gpu
+        if index is None:
+            return None
+        if not 0 <= index < len(self.gpus):
+            raise nvml_error("INVALID_ARGUMENT")
+        gpu = self.gpus[index]
+        if gpu.lost_between is not None:
+            start, end = gpu.lost_between
+            if start <= self.elapsed() < end:
+                raise nvml_error("GPU_IS_LOST")
+        return gpu
+
+    def _injected(self, call: str, gpu: int | None) -> None:
+        with self._lock:
+            for fault in self._faults.get(call, ()):
+                if fault.gpu is not None and fault.gpu != gpu:
+                    continue
+                if fault.remaining is not None:
+                    if fault.remaining <= 0:
+                        continue
+                    fault.remaining -= 1
+                raise nvml_error(fault.code)
+
+    def _gpu(self, call: str, handle: FakeHandle) -> FakeGpu:
+        gpu = self._enter(call, handle)
+        assert gpu is not None
+        return gpu
+
+    def _k_now(self) -> int:
+        return math.floor(self.elapsed() / _SAMPLE_PERIOD_S)
+
+    def _sample_us(self, k: int) -> int:
+        assert self._epoch is not None
+        return round((self._epoch + k * _SAMPLE_PERIOD_S) * 1_000_000)
+
+    def _percent(self, gpu: FakeGpu, k: int) -> int:
+        value = gpu.utilization(k * _SAMPLE_PERIOD_S)
+        if gpu.noise:
+            value += jitter(gpu.index, k, gpu.noise)
+        return max(0, min(100, round(value)))
+
+    def _mig(self, gpu: FakeGpu, handle: FakeHandle) -> FakeMig | None:
+        return None if handle.mig is None else gpu.mig[handle.mig]
+
+    # -- lifecycle and inventory ----------------------------------------------------------------------
+
+    def nvmlInit(self) -> None:
+        self._enter("nvmlInit")
+        if self._epoch is None:
+            self._epoch = self._clock()
+        self._initialised = True
+
+    def nvmlShutdown(self) -> None:
+        self._enter("nvmlShutdown")
+        self._initialised = False
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        self._enter("nvmlSystemGetDriverVersion")
+        return self._driver_version
+
+    def nvmlDeviceGetCount(self) -> int:
+        self._enter("nvmlDeviceGetCount")
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeHandle:
+        self._enter("nvmlDeviceGetHandleByIndex", gpu_index=index)
+        return FakeHandle(index)
+
+    def nvmlDeviceGetUUID(self, handle: FakeHandle) -> str:
+        gpu = self._gpu("nvmlDeviceGetUUID", handle)
+        return gpu.uuid if handle.mig is None else gpu.mig_uuid(handle.mig)
+
+    def nvmlDeviceGetName(self, handle: FakeHandle) -> str:
+        return self._gpu("nvmlDeviceGetName", handle).name
+
+    def nvmlDeviceGetPciInfo(self, handle: FakeHandle) -> SimpleNamespace:
+        # The real binding returns a struct whose busId is a C char array (bytes).
+        return SimpleNamespace(busId=self._gpu("nvmlDeviceGetPciInfo", handle).pci_bus_id.encode())
+
+    # -- readings -------------------------------------------------------------------------------------
+
+    def nvmlDeviceGetUtilizationRates(self, handle: FakeHandle) -> SimpleNamespace:
+        gpu = self._gpu("nvmlDeviceGetUtilizationRates", handle)
+        if handle.mig is not None or gpu.mig:
+            raise nvml_error("NOT_SUPPORTED")
+        percent = self._percent(gpu, self._k_now())
+        return SimpleNamespace(gpu=percent, memory=percent // 3)
+
+    def nvmlDeviceGetMemoryInfo(self, handle: FakeHandle) -> SimpleNamespace:
+        gpu = self._gpu("nvmlDeviceGetMemoryInfo", handle)
+        mig = self._mig(gpu, handle)
+        if mig is not None:
+            total = _H100_PROFILES[mig.profile_index][3] * MIB
+            used = mig.memory_used_bytes
+        else:
+            total = gpu.memory_total_bytes
+            used = sum(m.memory_used_bytes for m in gpu.mig) if gpu.mig else gpu.memory_used_bytes
+        return SimpleNamespace(total=total, used=used, free=total - used)
+
+    def nvmlDeviceGetTemperature(self, handle: FakeHandle, sensor: int) -> int:
+        gpu = self._gpu("nvmlDeviceGetTemperature", handle)
+        return 31 + round(0.45 * gpu.utilization(self.elapsed()) + gpu.throttle.extra_celsius)
+
+    def _busy(self, gpu: FakeGpu) -> bool:
+        return gpu.utilization(self.elapsed()) > 10
+
+    def nvmlDeviceGetClockInfo(self, handle: FakeHandle, clock_type: int) -> int:
+        gpu = self._gpu("nvmlDeviceGetClockInfo", handle)
+        if clock_type == 2:  # NVML_CLOCK_MEM
+            return 2619
+        if not self._busy(gpu):
+            return 345
+        return gpu.throttle.sm_clock_mhz or 1980
+
+    def _clock_event_reasons(self, call: str, handle: FakeHandle) -> int:
+        gpu = self._gpu(call, handle)
+        if handle.mig is not None:
+            raise nvml_error("NOT_SUPPORTED")
+        return gpu.throttle.reasons if self._busy(gpu) else REASON_GPU_IDLE
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: FakeHandle) -> int:
+        return self._clock_event_reasons("nvmlDeviceGetCurrentClocksEventReasons", handle)
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: FakeHandle) -> int:
+        """The name of the same call before driver 535."""
+        return self._clock_event_reasons("nvmlDeviceGetCurrentClocksThrottleReasons", handle)
+
+    def _violation_ns(self, gpu: FakeGpu, policy: int) -> int:
+        share = {
+            _PERF_POLICY_POWER: gpu.throttle.power_share,
+            _PERF_POLICY_THERMAL: gpu.throttle.thermal_share,
+        }
+        return round(share.get(policy, 0.0) * self.elapsed() * 1e9)
+
+    def nvmlDeviceGetViolationStatus(self, handle: FakeHandle, policy: int) -> SimpleNamespace:
+        gpu = self._gpu("nvmlDeviceGetViolationStatus", handle)
+        if handle.mig is not None:
+            raise nvml_error("NOT_SUPPORTED")
+        return SimpleNamespace(
+            referenceTime=round(self._clock() * 1_000_000), violationTime=self._violation_ns(gpu, policy)
+        )
+
+    def nvmlDeviceGetEncoderUtilization(self, handle: FakeHandle) -> list[int]:
+        self._gpu("nvmlDeviceGetEncoderUtilization", handle)
+        return [0, 167000]
+
+    def nvmlDeviceGetDecoderUtilization(self, handle: FakeHandle) -> list[int]:
+        self._gpu("nvmlDeviceGetDecoderUtilization", handle)
+        return [0, 167000]
+
+    def _watts(self, gpu: FakeGpu, t: float) -> float:
+        return gpu.idle_watts + (gpu.max_watts - gpu.idle_watts) * gpu.utilization(t) / 100
+
+    def nvmlDeviceGetPowerUsage(self, handle: FakeHandle) -> int:
+        gpu = self._gpu("nvmlDeviceGetPowerUsage", handle)
+        return round(self._watts(gpu, self.elapsed()) * 1000)
+
+    def nvmlDeviceGetFieldValues(self, handle: FakeHandle, field_ids: list[int]) -> list[SimpleNamespace]:
+        gpu = self._gpu("nvmlDeviceGetFieldValues", handle)
+        t = self.elapsed()
+        # Energy grows with the mean of idle and the current power: monotonic, roughly plausible.
+        energy_mj = 5.0e9 + t * 1000 * (gpu.idle_watts + self._watts(gpu, t)) / 2
+        known: dict[int, tuple[int, SimpleNamespace]] = {
+            _FIELD_POWER_INSTANT: (
+                _VALUE_TYPE_UNSIGNED_INT,
+                SimpleNamespace(uiVal=round(self._watts(gpu, t) * 1000)),
+            ),
+            _FIELD_TOTAL_ENERGY: (_VALUE_TYPE_UNSIGNED_LONG_LONG, SimpleNamespace(ullVal=round(energy_mj))),
+            _FIELD_PCIE_REPLAY: (_VALUE_TYPE_UNSIGNED_LONG_LONG, SimpleNamespace(ullVal=0)),
+            _FIELD_POWER_VIOLATION: (
+                _VALUE_TYPE_UNSIGNED_LONG_LONG,
+                SimpleNamespace(ullVal=self._violation_ns(gpu, _PERF_POLICY_POWER)),
+            ),
+            _FIELD_THERMAL_VIOLATION: (
+                _VALUE_TYPE_UNSIGNED_LONG_LONG,
+                SimpleNamespace(ullVal=self._violation_ns(gpu, _PERF_POLICY_THERMAL)),
+            ),
+        }
+        out = []
+        for field_id in field_ids:
+            value_type, value = known.get(field_id, (_VALUE_TYPE_DOUBLE, SimpleNamespace(dVal=0.0)))
+            status = 0 if field_id in known else nvml_error_code("NOT_SUPPORTED")
+            if field_id in self._field_faults:
+                status = nvml_error_code(self._field_faults[field_id])
+            out.append(
+                SimpleNamespace(fieldId=field_id, nvmlReturn=status, valueType=value_type, value=value)
+            )
+        return out
+
+    def nvmlDeviceGetSamples(
+        self, handle: FakeHandle, sampling_type: int, since_us: int
+    ) -> tuple[int, list[Any]]:
+        gpu = self._gpu("nvmlDeviceGetSamples", handle)
+        if handle.mig is not None or gpu.mig or sampling_type != 1:
+            raise nvml_error("NOT_SUPPORTED")
+        k_now = self._k_now()
+        first = max(0, k_now - _SAMPLE_BUFFER + 1)
+        samples = []
+        for k in range(first, k_now + 1):
+            stamp = self._sample_us(k)
+            if stamp > since_us:
+                samples.append(
+                    SimpleNamespace(timeStamp=stamp, sampleValue=SimpleNamespace(uiVal=self._percent(gpu, k)))
+                )
+        if not samples:
+            raise nvml_error("NOT_FOUND")
+        return _VALUE_TYPE_UNSIGNED_INT, samples
+
+    # -- processes ------------------------------------------------------------------------------------
+
+    def _processes(self, gpu: FakeGpu, handle: FakeHandle) -> tuple[FakeProcess, ...]:
+        mig = self._mig(gpu, handle)
+        return gpu.processes if mig is None else mig.processes
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: FakeHandle) -> list[SimpleNamespace]:
+        gpu = self._gpu("nvmlDeviceGetComputeRunningProcesses", handle)
+        return [SimpleNamespace(pid=p.pid, usedGpuMemory=p.used_bytes) for p in self._processes(gpu, handle)]
+
+    def nvmlDeviceGetProcessUtilization(self, handle: FakeHandle, since_us: int) -> list[SimpleNamespace]:
+        gpu = self._gpu("nvmlDeviceGetProcessUtilization", handle)
+        if handle.mig is not None:
+            raise nvml_error("NOT_SUPPORTED")
+        k = self._k_now()
+        stamp = self._sample_us(k)
+        processes = self._processes(gpu, handle)
+        if stamp <= since_us or not processes:
+            raise nvml_error("NOT_FOUND")
+        percent = self._percent(gpu, k)
+        return [
+            SimpleNamespace(pid=p.pid, timeStamp=stamp, smUtil=round(percent * p.sm_share), memUtil=0)
+            for p in processes
+        ]
+
+    # -- MIG ------------------------------------------------------------------------------------------
+
+    def nvmlDeviceGetMigMode(self, handle: FakeHandle) -> list[int]:
+        gpu = self._gpu("nvmlDeviceGetMigMode", handle)
+        if not gpu.mig:
+            raise nvml_error("NOT_SUPPORTED")
+        return [1, 1]
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: FakeHandle) -> int:
+        self._gpu("nvmlDeviceGetMaxMigDeviceCount", handle)
+        return 7
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: FakeHandle, slot: int) -> FakeHandle:
+        gpu = self._gpu("nvmlDeviceGetMigDeviceHandleByIndex", handle)
+        if slot >= len(gpu.mig):
+            raise nvml_error("NOT_FOUND")
+        return FakeHandle(handle.gpu, slot)
+
+    def nvmlDeviceGetGpuInstanceId(self, handle: FakeHandle) -> int:
+        gpu = self._gpu("nvmlDeviceGetGpuInstanceId", handle)
+        mig = self._mig(gpu, handle)
+        if mig is None:
+            raise nvml_error("INVALID_ARGUMENT")
+        return mig.gpu_instance_id
+
+    def nvmlDeviceGetComputeInstanceId(self, handle: FakeHandle) -> int:
+        self._gpu("nvmlDeviceGetComputeInstanceId", handle)
+        return 0
+
+    def nvmlDeviceGetGpuInstanceById(self, handle: FakeHandle, gpu_instance_id: int) -> tuple[int, int]:
+        gpu = self._gpu("nvmlDeviceGetGpuInstanceById", handle)
+        for mig in gpu.mig:
+            if mig.gpu_instance_id == gpu_instance_id:
+                return (handle.gpu, gpu_instance_id)
+        raise nvml_error("NOT_FOUND")
+
+    def nvmlGpuInstanceGetInfo(self, instance: tuple[int, int]) -> SimpleNamespace:
+        gpu = self._gpu("nvmlGpuInstanceGetInfo", FakeHandle(instance[0]))
+        mig = next(m for m in gpu.mig if m.gpu_instance_id == instance[1])
+        return SimpleNamespace(id=mig.gpu_instance_id, profileId=_H100_PROFILES[mig.profile_index][0])
+
+    def nvmlDeviceGetGpuInstanceProfileInfo(self, handle: FakeHandle, profile: int) -> SimpleNamespace:
+        self._gpu("nvmlDeviceGetGpuInstanceProfileInfo", handle)
+        if profile not in _H100_PROFILES:
+            raise nvml_error("INVALID_ARGUMENT")
+        profile_id, name, slices, mib = _H100_PROFILES[profile]
+        return SimpleNamespace(id=profile_id, name=name.encode(), sliceCount=slices, memorySizeMB=mib)
+
+    def nvmlDeviceGetAttributes(self, handle: FakeHandle) -> SimpleNamespace:
+        gpu = self._gpu("nvmlDeviceGetAttributes", handle)
+        mig = self._mig(gpu, handle)
+        if mig is None:
+            return SimpleNamespace(gpuInstanceSliceCount=7, memorySizeMB=gpu.memory_total_bytes // MIB)
+        _, _, slices, mib = _H100_PROFILES[mig.profile_index]
+        return SimpleNamespace(gpuInstanceSliceCount=slices, memorySizeMB=mib)
+
+    # -- GPM ------------------------------------------------------------------------------------------
+
+    def nvmlGpmQueryDeviceSupport(self, handle: FakeHandle) -> SimpleNamespace:
+        gpu = self._gpu("nvmlGpmQueryDeviceSupport", handle)
+        return SimpleNamespace(version=1, isSupportedDevice=int(gpu.gpm))
+
+    def nvmlGpmSampleAlloc(self) -> _GpmSample:
+        self._enter("nvmlGpmSampleAlloc")
+        return _GpmSample()
+
+    def nvmlGpmSampleFree(self, sample: _GpmSample) -> None:
+        self._enter("nvmlGpmSampleFree")
+
+    def nvmlGpmSampleGet(self, handle: FakeHandle, sample: _GpmSample) -> _GpmSample:
+        gpu = self._gpu("nvmlGpmSampleGet", handle)
+        if not gpu.gpm:
+            raise nvml_error("NOT_SUPPORTED")
+        sample.t, sample.gpu, sample.gpu_instance = self.elapsed(), handle.gpu, None
+        return sample
+
+    def nvmlGpmMigSampleGet(self, handle: FakeHandle, gpu_instance_id: int, sample: _GpmSample) -> _GpmSample:
+        gpu = self._gpu("nvmlGpmMigSampleGet", handle)
+        if not gpu.gpm:
+            raise nvml_error("NOT_SUPPORTED")
+        sample.t, sample.gpu, sample.gpu_instance = self.elapsed(), handle.gpu, gpu_instance_id
+        return sample
+
+    def nvmlGpmMetricsGet(self, request: FakeGpmMetricsGet) -> FakeGpmMetricsGet:
+        self._enter("nvmlGpmMetricsGet")
+        second: _GpmSample = request.sample2
+        gpu = self.gpus[second.gpu]
+        if second.gpu_instance is None:
+            activity = gpu.utilization(second.t) / 100
+        else:
+            activity = next(m.activity for m in gpu.mig if m.gpu_instance_id == second.gpu_instance)
+        # Graphics engine, SM active, SM occupancy, tensor pipes, DRAM: plausible shares of activity.
+        shares = (1.0, 0.85, 0.45, 0.6, 0.5)
+        for slot in range(request.numMetrics):
+            request.metrics[slot].nvmlReturn = 0
+            request.metrics[slot].value = 100 * activity * shares[slot % len(shares)]
+        return request
+
+    # -- events ---------------------------------------------------------------------------------------
+
+    def nvmlEventSetCreate(self) -> _EventSet:
+        self._enter("nvmlEventSetCreate")
+        return _EventSet()
+
+    def nvmlDeviceRegisterEvents(self, handle: FakeHandle, event_types: int, event_set: _EventSet) -> None:
+        self._gpu("nvmlDeviceRegisterEvents", handle)
+        if event_types & _XID_EVENT:
+            event_set.handles.add(handle.gpu)
+
+    def nvmlEventSetFree(self, event_set: _EventSet) -> None:
+        self._enter("nvmlEventSetFree")
+
+    def nvmlEventSetWait(self, event_set: _EventSet, timeout_ms: int) -> SimpleNamespace:
+        self._enter("nvmlEventSetWait")
+        deadline = self._clock() + timeout_ms / 1000
+        while True:
+            now = self.elapsed()
+            for index in sorted(event_set.handles):
+                for at, xid in self.gpus[index].xids:
+                    with self._lock:
+                        due = at <= now and (index, at) not in self._delivered_xids
+                        if due:
+                            self._delivered_xids.add((index, at))
+                    if due:
+                        return SimpleNamespace(device=FakeHandle(index), eventType=_XID_EVENT, eventData=xid)
+            remaining = deadline - self._clock()
+            if remaining <= 0:
+                raise nvml_error("TIMEOUT")
+            self._sleep(min(remaining, 0.05))

@@ -1,0 +1,222 @@
+"""Scenario descriptions for the fleet simulator: nodes, GPUs, workloads and the faults they meet.
+
+Offsets (``start``, gap bounds, ...) are durations from the scenario's start, or negative durations
+counted back from its end (``-20m`` means twenty minutes before the end), so a scenario reads the
+way people describe incidents ("the exporter was down for an hour, three hours ago").
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+
+from common.model import AwareDatetime
+from common.timeutil import parse_duration, parse_time
+
+
+class Behaviour(StrEnum):
+    """How a workload uses its GPUs once warmed up."""
+
+    TRAINING = "training"  # busy, ~90 %+
+    SERVING = "serving"  # healthy endpoint with a daily traffic curve, 35-80 %
+    IDLE = "idle"  # memory held, ~0 % utilization
+    LOW_UTILIZATION = "low_utilization"  # steady 5-25 %, never idle, never busy
+    STARVATION_SAWTOOTH = "starvation_sawtooth"  # busy / stalled phases of 1-3 min
+    STARVATION_SUBSECOND = "starvation_subsecond"  # sub-second stalls: gauge flat ~50 %, samples bimodal
+    STARVATION_CPU = "starvation_cpu"  # flat ~45 % while the pod's CPU is pinned at its limit
+
+
+def _offset(value: Any) -> Any:
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("-"):
+            return -parse_duration(text[1:])
+        return parse_duration(text) if text not in ("0", "0s") else timedelta(0)
+    if isinstance(value, int | float):
+        return timedelta(seconds=value)
+    return value
+
+
+def _duration(value: Any) -> Any:
+    return parse_duration(value) if isinstance(value, str) else value
+
+
+def _time(value: Any) -> Any:
+    return parse_time(value) if isinstance(value, str) else value
+
+
+Offset = Annotated[timedelta, BeforeValidator(_offset)]
+Duration = Annotated[timedelta, BeforeValidator(_duration)]
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Interval(_Spec):
+    start: Offset
+    end: Offset
+
+
+class GpuLoss(_Spec):
+    """GPU ``gpu`` (index on its node) falls off the bus at ``at`` and never returns."""
+
+    gpu: int = Field(ge=0)
+    at: Offset
+
+
+class NodeSpec(_Spec):
+    name: str = Field(min_length=1)
+    gpus: int = Field(ge=1, le=16)
+    model: str = "NVIDIA H100 80GB HBM3"
+    memory_mib: int = Field(default=81559, gt=0)
+    tdp_watts: float = Field(default=700.0, gt=0)
+    exporter: Literal["dcgm-exporter", "gpu-exporter"] = "dcgm-exporter"
+    profiling: bool = False  # emits DCGM_FI_PROF_* ratios (dcgm-exporter with profiling, or ours on Hopper)
+    mig_profile: str | None = None  # e.g. "3g.40gb": every GPU is split into instances of this profile
+    mig_instances: int = Field(default=2, ge=1, le=7)
+    gaps: tuple[Interval, ...] = ()  # the exporter on this node was down
+    exporter_restarts: tuple[Offset, ...] = ()  # counters the exporter owns start again from zero
+    gpu_losses: tuple[GpuLoss, ...] = ()
+
+    @model_validator(mode="after")
+    def _checks(self) -> NodeSpec:
+        for loss in self.gpu_losses:
+            if loss.gpu >= self.gpus:
+                raise ValueError(f"gpu_losses: gpu {loss.gpu} does not exist on a node with {self.gpus} GPUs")
+        if self.mig_profile is not None and self.profiling is False:
+            raise ValueError("MIG nodes need profiling: true (DEV_GPU_UTIL is not reported per MIG instance)")
+        return self
+
+    @property
+    def slots(self) -> int:
+        """Allocatable GPU devices: whole GPUs, or MIG instances."""
+        return self.gpus * (self.mig_instances if self.mig_profile else 1)
+
+
+class WorkloadKind(StrEnum):
+    DEPLOYMENT = "Deployment"
+    STATEFULSET = "StatefulSet"
+    JOB = "Job"
+    POD = "Pod"
+
+
+class WorkloadSpec(_Spec):
+    namespace: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+    kind: WorkloadKind = WorkloadKind.DEPLOYMENT
+    behaviour: Behaviour
+    replicas: int = Field(default=1, ge=1)
+    gpus_per_pod: int = Field(default=1, ge=1)
+    start: Offset = timedelta(0)
+    end: Offset | None = None
+    warmup: Duration = timedelta(minutes=10)  # model loading: memory climbs, GPU at 0 %
+    node: str | None = None  # pin to a node; otherwise first fit in node order
+    cpu_limit_cores: float = Field(default=4.0, gt=0)
+    memory_fraction: float = Field(default=0.7, gt=0, le=1)  # framebuffer share held once loaded
+    container_restarts: tuple[Offset, ...] = ()  # cAdvisor counters reset
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _checks(self) -> WorkloadSpec:
+        if self.kind is WorkloadKind.POD and self.replicas != 1:
+            raise ValueError("a bare Pod has exactly one replica")
+        return self
+
+
+class LabelStyle(_Spec):
+    """How the scrape path named the labels: dcgm-exporter's own, or relabelled by Prometheus."""
+
+    hostname: Literal["Hostname", "hostname"] = "Hostname"
+    pod_prefix: Literal["", "exported_"] = ""
+
+
+class Scenario(_Spec):
+    name: str
+    seed: int = 0
+    end: Annotated[AwareDatetime, BeforeValidator(_time)]
+    duration: Duration = timedelta(hours=24)
+    step: Duration = timedelta(seconds=60)
+    analysis_window: Duration = timedelta(hours=6)
+    metrics: Literal["minimal", "standard"] = "standard"
+    util_scale: Literal["percent", "ratio"] = "percent"
+    labels: LabelStyle = LabelStyle()
+    nvml_sample_hz: float = Field(default=6.0, gt=0)
+    driver_version: str = "550.54.15"
+    nodes: tuple[NodeSpec, ...] = Field(min_length=1)
+    workloads: tuple[WorkloadSpec, ...] = ()
+
+    @model_validator(mode="after")
+    def _checks(self) -> Scenario:
+        if self.step.total_seconds() < 1 or self.duration < self.step * 2:
+            raise ValueError("step must be ≥ 1s and duration at least two steps")
+        if self.analysis_window > self.duration:
+            raise ValueError("analysis_window cannot be longer than duration")
+        names = [n.name for n in self.nodes]
+        if len(set(names)) != len(names):
+            raise ValueError("node names must be unique")
+        keys = [(w.namespace, w.name) for w in self.workloads]
+        if len(set(keys)) != len(keys):
+            raise ValueError("workload namespace/name pairs must be unique")
+        for w in self.workloads:
+            if w.node is not None and w.node not in names:
+                raise ValueError(f"workload {w.namespace}/{w.name} is pinned to unknown node {w.node!r}")
+            pinned = next((n for n in self.nodes if n.name == w.node), None)
+            if w.behaviour is Behaviour.STARVATION_SUBSECOND and (
+                pinned is None or pinned.exporter != "gpu-exporter"
+            ):
+                raise ValueError(
+                    f"workload {w.namespace}/{w.name}: starvation_subsecond is only visible in "
+                    "gpu-exporter's sample histogram; pin it to a gpu-exporter node"
+                )
+        return self
+
+    @property
+    def start(self) -> datetime:
+        return self.end - self.duration
+
+    def at(self, offset: timedelta) -> datetime:
+        """Absolute time of an offset (negative offsets count back from the end)."""
+        return (self.end if offset < timedelta(0) else self.start) + offset
+
+
+class ScenarioError(ValueError):
+    """A scenario file that cannot be used; the message names the file and the field."""
+
+
+BUILTIN_DIR = Path(__file__).with_name("scenarios")
+
+
+def builtin_scenarios() -> list[str]:
+    return sorted(p.stem for p in BUILTIN_DIR.glob("*.yaml"))
+
+
+def load_scenario(name_or_path: str | Path) -> Scenario:
+    """Load a built-in scenario by name (``standard``) or a YAML file by path."""
+    path = Path(name_or_path)
+    if not path.suffix and not path.exists():
+        path = BUILTIN_DIR / f"{name_or_path}.yaml"
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        known = ", ".join(builtin_scenarios())
+        raise ScenarioError(
+            f"{path}: cannot read scenario ({e.strerror}); built-in scenarios: {known}"
+        ) from e
+    except yaml.YAMLError as e:
+        raise ScenarioError(f"{path}: not valid YAML: {e}") from e
+    if not isinstance(raw, dict):
+        raise ScenarioError(f"{path}: a scenario is a YAML mapping, got {type(raw).__name__}")
+    try:
+        return Scenario.model_validate(raw)
+    except ValidationError as e:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '(top level)'}: {err['msg']}" for err in e.errors()
+        )
+        raise ScenarioError(f"{path}: {problems}") from e

@@ -1,0 +1,485 @@
+"""Turn a scenario into the series a real cluster's Prometheus would hold.
+
+Series carry the names and labels of dcgm-exporter (``DCGM_FI_*``), of our exporter (its sample
+histogram), of kube-state-metrics (``kube_pod_*``) and of cAdvisor (``container_cpu_*``), so the
+analyzer cannot tell the simulator from a cluster.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from common.model import WorkloadRef
+from simulation.fleet import behaviours
+from simulation.fleet.scenario import NodeSpec, Scenario, ScenarioError, WorkloadKind, WorkloadSpec
+
+UTIL_BUCKETS = (5.0, 10.0, 25.0, 50.0, 75.0, 90.0, 95.0)
+_K8S_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+_CFS_PERIODS_PER_SECOND = 10.0  # the default 100 ms CFS period
+_NAMESPACE_UUID = uuid.UUID("6f1c2f8e-1d1e-4c55-9a0c-5b0f3f0a9d11")
+
+
+@dataclass(frozen=True)
+class Series:
+    name: str
+    labels: tuple[tuple[str, str], ...]
+    timestamps: np.ndarray  # unix seconds, ascending
+    values: np.ndarray
+
+    def label(self, key: str) -> str | None:
+        return dict(self.labels).get(key)
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One allocatable GPU device: a whole GPU, or a MIG instance of one."""
+
+    node: str
+    gpu: int
+    uuid: str
+    mig_instance: int | None = None
+
+
+@dataclass(frozen=True)
+class Pod:
+    namespace: str
+    name: str
+    uid: str
+    node: str
+    workload: WorkloadRef
+    owner_kind: str  # what kube_pod_owner says: ReplicaSet, StatefulSet, Job or <none>
+    owner_name: str
+    start: float
+    end: float  # unix seconds; the scenario end for pods still running
+    slots: tuple[Slot, ...]
+    spec: WorkloadSpec
+
+
+@dataclass
+class Fleet:
+    scenario: Scenario
+    times: np.ndarray
+    pods: list[Pod]
+    series: list[Series] = field(default_factory=list)
+
+    @property
+    def sample_count(self) -> int:
+        return sum(s.values.size for s in self.series)
+
+    def series_named(self, name: str) -> Iterator[Series]:
+        return (s for s in self.series if s.name == name)
+
+
+def _stable_id(*parts: str) -> uuid.UUID:
+    return uuid.uuid5(_NAMESPACE_UUID, "/".join(parts))
+
+
+def _k8s_suffix(length: int, *parts: str) -> str:
+    digest = hashlib.sha256("/".join(parts).encode()).digest()
+    return "".join(_K8S_ALPHABET[b % len(_K8S_ALPHABET)] for b in digest[:length])
+
+
+def gpu_uuid(node: str, index: int) -> str:
+    return f"GPU-{_stable_id('gpu', node, str(index))}"
+
+
+def replicaset_name(w: WorkloadSpec) -> str:
+    return f"{w.name}-{_k8s_suffix(10, w.namespace, w.name, 'rs')}"
+
+
+def _pod_names(w: WorkloadSpec) -> list[tuple[str, str, str]]:
+    """(pod name, owner kind, owner name) per replica, named the way controllers name them."""
+    match w.kind:
+        case WorkloadKind.DEPLOYMENT:
+            rs = replicaset_name(w)
+            return [
+                (f"{rs}-{_k8s_suffix(5, w.namespace, w.name, str(i))}", "ReplicaSet", rs)
+                for i in range(w.replicas)
+            ]
+        case WorkloadKind.STATEFULSET:
+            return [(f"{w.name}-{i}", "StatefulSet", w.name) for i in range(w.replicas)]
+        case WorkloadKind.JOB:
+            return [
+                (f"{w.name}-{_k8s_suffix(5, w.namespace, w.name, str(i))}", "Job", w.name)
+                for i in range(w.replicas)
+            ]
+        case WorkloadKind.POD:
+            return [(w.name, "<none>", "<none>")]
+
+
+def _slots(node: NodeSpec) -> list[Slot]:
+    out: list[Slot] = []
+    for i in range(node.gpus):
+        instances = range(node.mig_instances) if node.mig_profile else [None]
+        out.extend(Slot(node.name, i, gpu_uuid(node.name, i), m) for m in instances)
+    return out
+
+
+def place(scenario: Scenario) -> list[Pod]:
+    """First-fit placement of every replica, each pod's GPUs on one node, no slot shared in time."""
+    taken: dict[Slot, list[tuple[float, float]]] = {}
+    slots_by_node = {n.name: _slots(n) for n in scenario.nodes}
+    end_ts = scenario.end.timestamp()
+    pods = []
+    for w in scenario.workloads:
+        start = scenario.at(w.start).timestamp()
+        stop = scenario.at(w.end).timestamp() if w.end is not None else end_ts
+        if stop <= start:
+            raise ScenarioError(f"workload {w.namespace}/{w.name}: end is not after start")
+        ref = WorkloadRef(kind=w.kind.value, name=w.name, namespace=w.namespace)
+        candidates = [w.node] if w.node else [n.name for n in scenario.nodes]
+        for pod_name, owner_kind, owner_name in _pod_names(w):
+            chosen = None
+            for node_name in candidates:
+                free = [
+                    s
+                    for s in slots_by_node[node_name]
+                    if all(stop <= a or start >= b for a, b in taken.get(s, []))
+                ]
+                if len(free) >= w.gpus_per_pod:
+                    chosen = free[: w.gpus_per_pod]
+                    break
+            if chosen is None:
+                raise ScenarioError(
+                    f"workload {w.namespace}/{w.name}: no node has {w.gpus_per_pod} free GPU(s) "
+                    f"for {pod_name}"
+                )
+            for s in chosen:
+                taken.setdefault(s, []).append((start, stop))
+            pods.append(
+                Pod(
+                    namespace=w.namespace,
+                    name=pod_name,
+                    uid=str(_stable_id("pod", w.namespace, pod_name)),
+                    node=chosen[0].node,
+                    workload=ref,
+                    owner_kind=owner_kind,
+                    owner_name=owner_name,
+                    start=start,
+                    end=stop,
+                    slots=tuple(chosen),
+                    spec=w,
+                )
+            )
+    return pods
+
+
+def simulate(scenario: Scenario) -> Fleet:
+    """Generate every series of the scenario. Deterministic for a given scenario (seed included)."""
+    step = scenario.step.total_seconds()
+    count = int(scenario.duration.total_seconds() // step)
+    times = scenario.start.timestamp() + step * np.arange(1, count + 1, dtype=float)
+    pods = place(scenario)
+    fleet = Fleet(scenario=scenario, times=times, pods=pods)
+    rng = np.random.default_rng(scenario.seed)
+    traces = {p.uid: _pod_trace(scenario, p, times, rng) for p in pods}
+    for node in scenario.nodes:
+        fleet.series.extend(_gpu_series(scenario, node, times, pods, traces, rng))
+    fleet.series.extend(_kube_state_series(scenario, times, pods))
+    fleet.series.extend(_cadvisor_series(scenario, times, pods, traces))
+    return fleet
+
+
+def _alive(times: np.ndarray, pod: Pod) -> np.ndarray:
+    return (times > pod.start) & (times <= pod.end)
+
+
+def _pod_trace(scenario: Scenario, pod: Pod, times: np.ndarray, rng: np.random.Generator) -> behaviours.Trace:
+    pod_rng = np.random.default_rng([scenario.seed, *pod.uid.encode()])
+    del rng  # each pod has its own stream so adding a workload does not reshuffle the others
+    return behaviours.trace(
+        pod.spec.behaviour,
+        pod_rng,
+        times,
+        scenario.step.total_seconds(),
+        pod.start,
+        pod.spec.warmup.total_seconds(),
+    )
+
+
+def present_mask(scenario: Scenario, node: NodeSpec, gpu: int, times: np.ndarray) -> np.ndarray:
+    """Samples the node's exporter actually delivered for one GPU."""
+    mask = np.ones(times.size, dtype=bool)
+    for gap in node.gaps:
+        a, b = scenario.at(gap.start).timestamp(), scenario.at(gap.end).timestamp()
+        mask &= ~((times > a) & (times <= b))
+    for loss in node.gpu_losses:
+        if loss.gpu == gpu:
+            mask &= times <= scenario.at(loss.at).timestamp()
+    return mask
+
+
+def _restart_counter(increments: np.ndarray, times: np.ndarray, resets: list[float]) -> np.ndarray:
+    """Cumulative sum that starts again from zero after each reset time."""
+    total = np.cumsum(increments, axis=0)
+    for r in sorted(resets):
+        after = times > r
+        if after.any():
+            first = int(np.argmax(after))
+            base = total[first - 1] if first > 0 else 0.0
+            total[after] = total[after] - base
+    return total
+
+
+def _gpu_series(
+    scenario: Scenario,
+    node: NodeSpec,
+    times: np.ndarray,
+    pods: list[Pod],
+    traces: dict[str, behaviours.Trace],
+    rng: np.random.Generator,
+) -> Iterator[Series]:
+    style = scenario.labels
+    util_scale = 0.01 if scenario.util_scale == "ratio" else 1.0
+    step = scenario.step.total_seconds()
+    n = times.size
+    standard = scenario.metrics == "standard"
+    restarts = [scenario.at(r).timestamp() for r in node.exporter_restarts]
+    instances = node.mig_instances if node.mig_profile else 1
+    slot_mem = node.memory_mib / instances
+
+    for gpu in range(node.gpus):
+        uuid_ = gpu_uuid(node.name, gpu)
+        present = present_mask(scenario, node, gpu, times)
+        base = {
+            "gpu": str(gpu),
+            "UUID": uuid_,
+            "pci_bus_id": f"00000000:{0x18 + 0x10 * gpu:02X}:00.0",
+            "device": f"nvidia{gpu}",
+            "modelName": node.model,
+            style.hostname: node.name,
+            "DCGM_FI_DRIVER_VERSION": scenario.driver_version,
+            "instance": f"{node.name}:9400",
+            "job": node.exporter,
+        }
+        gpu_util = np.zeros(n)
+        for inst in range(instances):
+            # Per device (GPU or MIG instance): who holds it when, and what it does.
+            owner = np.full(n, -1)
+            util = np.where(rng.random(n) < 0.02, 1.0, 0.0)  # unallocated: idle but for driver blips
+            frac, hi, lo = np.ones(n), util.copy(), np.zeros(n)
+            sd = 0.4
+            fb = np.zeros(n)
+            for idx, pod in enumerate(pods):
+                if not any(
+                    s.node == node.name and s.gpu == gpu and (s.mig_instance or 0) == inst for s in pod.slots
+                ):
+                    continue
+                alive = _alive(times, pod)
+                tr = traces[pod.uid]
+                owner[alive] = idx
+                util[alive] = tr.gauge[alive]
+                frac[alive], hi[alive], lo[alive] = tr.frac_hi[alive], tr.mean_hi[alive], tr.mean_lo[alive]
+                sd = max(sd, tr.sd)
+                fb[alive] = slot_mem * pod.spec.memory_fraction * tr.loaded[alive]
+            gpu_util += util / instances
+            labels = dict(base)
+            if node.mig_profile:
+                labels |= {"GPU_I_ID": str(inst), "GPU_I_PROFILE": node.mig_profile}
+            per_device: dict[str, np.ndarray] = {}
+            if not node.mig_profile:
+                per_device["DCGM_FI_DEV_GPU_UTIL"] = util * util_scale
+            per_device["DCGM_FI_DEV_FB_USED"] = np.round(fb)
+            per_device["DCGM_FI_DEV_FB_FREE"] = np.round(slot_mem - fb)
+            if node.profiling:
+                gr = np.clip(util / 100.0 * 0.97, 0.0, 1.0)
+                per_device["DCGM_FI_PROF_GR_ENGINE_ACTIVE"] = gr
+                if standard:
+                    per_device["DCGM_FI_PROF_SM_ACTIVE"] = gr * 0.85
+                    per_device["DCGM_FI_PROF_DRAM_ACTIVE"] = gr * 0.4
+            if standard and not node.mig_profile:
+                per_device["DCGM_FI_DEV_MEM_COPY_UTIL"] = np.clip(util * 0.4, 0.0, 100.0) * util_scale
+            if node.exporter == "gpu-exporter":
+                counts, sums = behaviours.histogram_increments(
+                    frac, hi, lo, sd, step * scenario.nvml_sample_hz, UTIL_BUCKETS
+                )
+                cum_counts = np.floor(_restart_counter(counts, times, restarts))
+                cum_sums = _restart_counter(sums, times, restarts)
+                for col, le in enumerate([*UTIL_BUCKETS, float("inf")]):
+                    le_text = "+Inf" if le == float("inf") else f"{le:g}"
+                    yield from _split_by_owner(
+                        "gpu_utilization_samples_percent_bucket",
+                        labels | {"le": le_text},
+                        times,
+                        cum_counts[:, col],
+                        owner,
+                        present,
+                        pods,
+                        style.pod_prefix,
+                    )
+                yield from _split_by_owner(
+                    "gpu_utilization_samples_percent_count",
+                    labels,
+                    times,
+                    cum_counts[:, -1],
+                    owner,
+                    present,
+                    pods,
+                    style.pod_prefix,
+                )
+                yield from _split_by_owner(
+                    "gpu_utilization_samples_percent_sum",
+                    labels,
+                    times,
+                    cum_sums,
+                    owner,
+                    present,
+                    pods,
+                    style.pod_prefix,
+                )
+            for name, values in per_device.items():
+                yield from _split_by_owner(
+                    name, labels, times, values, owner, present, pods, style.pod_prefix
+                )
+
+        if standard:
+            # Whole-GPU physics, reported once per GPU without pod labels.
+            power = node.tdp_watts * (0.1 + 0.85 * gpu_util / 100.0) + rng.normal(0.0, 3.0, n)
+            whole = {
+                "DCGM_FI_DEV_POWER_USAGE": np.round(power, 3),
+                "DCGM_FI_DEV_GPU_TEMP": np.round(32.0 + 40.0 * gpu_util / 100.0 + rng.normal(0.0, 0.7, n)),
+                "DCGM_FI_DEV_SM_CLOCK": np.where(gpu_util > 1.0, 1980.0, 345.0),
+                "DCGM_FI_DEV_MEM_CLOCK": np.full(n, 2619.0),
+                "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": np.round(np.cumsum(power * step * 1000.0)),
+                "DCGM_FI_DEV_XID_ERRORS": np.zeros(n),
+            }
+            for name, values in whole.items():
+                yield Series(name, _sorted(base), times[present], values[present])
+
+
+def _split_by_owner(
+    name: str,
+    labels: dict[str, str],
+    times: np.ndarray,
+    values: np.ndarray,
+    owner: np.ndarray,
+    present: np.ndarray,
+    pods: list[Pod],
+    pod_prefix: str,
+) -> Iterator[Series]:
+    """One series per holder of the device: the labels change when the pod does."""
+    for idx in np.unique(owner):
+        mask = (owner == idx) & present
+        if not mask.any():
+            continue
+        own = dict(labels)
+        if idx >= 0:
+            pod = pods[int(idx)]
+            own |= {
+                f"{pod_prefix}pod": pod.name,
+                f"{pod_prefix}namespace": pod.namespace,
+                f"{pod_prefix}container": "main",
+            }
+        yield Series(name, _sorted(own), times[mask], values[mask])
+
+
+def _sorted(labels: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(labels.items()))
+
+
+def _kube_state_series(scenario: Scenario, times: np.ndarray, pods: list[Pod]) -> Iterator[Series]:
+    ksm = {"job": "kube-state-metrics", "instance": "kube-state-metrics:8080"}
+    seen_rs = set()
+    for pod in pods:
+        alive = _alive(times, pod)
+        t = times[alive]
+        if t.size == 0:
+            continue
+        ones = np.ones(t.size)
+        common = ksm | {"namespace": pod.namespace, "pod": pod.name, "uid": pod.uid}
+        yield Series(
+            "kube_pod_owner",
+            _sorted(
+                common
+                | {
+                    "owner_kind": pod.owner_kind,
+                    "owner_name": pod.owner_name,
+                    "owner_is_controller": _is_controller(pod),
+                }
+            ),
+            t,
+            ones,
+        )
+        yield Series("kube_pod_start_time", _sorted(common), t, np.full(t.size, pod.start))
+        yield Series(
+            "kube_pod_info",
+            _sorted(
+                common
+                | {"node": pod.node, "created_by_kind": pod.owner_kind, "created_by_name": pod.owner_name}
+            ),
+            t,
+            ones,
+        )
+        for metric, cpu in (
+            ("kube_pod_container_resource_requests", pod.spec.cpu_limit_cores / 2),
+            ("kube_pod_container_resource_limits", pod.spec.cpu_limit_cores),
+        ):
+            res = common | {"container": "main", "node": pod.node}
+            yield Series(metric, _sorted(res | {"resource": "cpu", "unit": "core"}), t, np.full(t.size, cpu))
+            yield Series(
+                metric,
+                _sorted(res | {"resource": "nvidia_com_gpu", "unit": "integer"}),
+                t,
+                np.full(t.size, float(len(pod.slots))),
+            )
+        if pod.owner_kind == "ReplicaSet" and (pod.namespace, pod.owner_name) not in seen_rs:
+            seen_rs.add((pod.namespace, pod.owner_name))
+            siblings = [p for p in pods if p.owner_name == pod.owner_name and p.namespace == pod.namespace]
+            rs_alive = np.logical_or.reduce([_alive(times, p) for p in siblings])
+            yield Series(
+                "kube_replicaset_owner",
+                _sorted(
+                    ksm
+                    | {
+                        "namespace": pod.namespace,
+                        "replicaset": pod.owner_name,
+                        "owner_kind": "Deployment",
+                        "owner_name": pod.workload.name,
+                        "owner_is_controller": "true",
+                    }
+                ),
+                times[rs_alive],
+                np.ones(int(rs_alive.sum())),
+            )
+
+
+def _is_controller(pod: Pod) -> str:
+    return "<none>" if pod.owner_kind == "<none>" else "true"
+
+
+def _cadvisor_series(
+    scenario: Scenario, times: np.ndarray, pods: list[Pod], traces: dict[str, behaviours.Trace]
+) -> Iterator[Series]:
+    step = scenario.step.total_seconds()
+    for pod in pods:
+        alive = _alive(times, pod)
+        if not alive.any():
+            continue
+        tr = traces[pod.uid]
+        t = times[alive]
+        resets = [scenario.at(r).timestamp() for r in pod.spec.container_restarts]
+        limit = pod.spec.cpu_limit_cores
+        usage = _restart_counter(tr.cpu_frac[alive] * limit * step, t, resets)
+        periods_inc = np.full(t.size, _CFS_PERIODS_PER_SECOND * step)
+        periods = _restart_counter(periods_inc, t, resets)
+        throttled = _restart_counter(np.round(periods_inc * tr.throttle_frac[alive]), t, resets)
+        labels = {
+            "job": "kubelet",
+            "metrics_path": "/metrics/cadvisor",
+            "instance": pod.node,
+            "node": pod.node,
+            "namespace": pod.namespace,
+            "pod": pod.name,
+            "container": "main",
+            "image": f"registry.example/{pod.workload.name}:latest",
+        }
+        yield Series(
+            "container_cpu_usage_seconds_total", _sorted(labels | {"cpu": "total"}), t, np.round(usage, 4)
+        )
+        yield Series("container_cpu_cfs_periods_total", _sorted(labels), t, periods)
+        yield Series("container_cpu_cfs_throttled_periods_total", _sorted(labels), t, throttled)

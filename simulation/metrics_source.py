@@ -1,0 +1,332 @@
+"""A metrics source over series held in memory: the simulator's fleet, or raw series pulled elsewhere.
+
+It answers the same questions as the Prometheus-backed source with numpy and the same definitions,
+including Prometheus's 5-minute lookback for "alive at the window's end" and counter-reset handling.
+``gpu-reaper demo`` runs the whole pipeline on it without a TSDB. Its window is ``(start, end]``,
+like VictoriaMetrics; Prometheus 2.x also counts a sample sitting exactly on ``start``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+
+import numpy as np
+
+from analyzer.sources import dcgm
+from analyzer.sources.aggregates import (
+    CpuUsage,
+    DeviceAggregate,
+    DeviceInfo,
+    DeviceKey,
+    DeviceSamples,
+    FleetSnapshot,
+    KsmRow,
+    PodId,
+    PodRecord,
+    counter_increase,
+    counter_rate,
+    histogram_shares,
+    pod_records,
+    quantile_levels,
+    util_stats,
+)
+from analyzer.sources.dcgm import Capabilities, PodLabels
+from analyzer.sources.errors import NoDataError
+from common.model import TimeWindow
+from common.thresholds import Thresholds
+from simulation.fleet import Fleet, Series
+
+LOOKBACK = timedelta(minutes=5)  # Prometheus's default staleness lookback for instant queries
+_GPU_RESOURCE = ("nvidia_com_gpu", "nvidia_com_mig_")
+
+
+class InMemorySource:
+    """``MetricsSource`` over ``Series`` objects (name, labels, timestamps, values)."""
+
+    def __init__(self, series: Iterable[Series], description: str) -> None:
+        self._by_name: dict[str, list[Series]] = defaultdict(list)
+        for s in series:
+            self._by_name[s.name].append(s)
+        self._description = description
+
+    @property
+    def description(self) -> str:
+        return self._description
+
+    # --- series access --------------------------------------------------------------------------
+
+    def _in_window(self, name: str, window: TimeWindow) -> Iterator[tuple[Series, np.ndarray, np.ndarray]]:
+        lo, hi = window.start.timestamp(), window.end.timestamp()
+        for s in self._by_name.get(name, ()):
+            mask = (s.timestamps > lo) & (s.timestamps <= hi)
+            if mask.any():
+                yield s, s.timestamps[mask], s.values[mask]
+
+    def _at_end(self, name: str, at: datetime) -> Iterator[tuple[Series, float]]:
+        """Latest value within the lookback, as an instant query at ``at`` returns it."""
+        hi = at.timestamp()
+        lo = hi - LOOKBACK.total_seconds()
+        for s in self._by_name.get(name, ()):
+            mask = (s.timestamps >= lo) & (s.timestamps <= hi)
+            if mask.any():
+                yield s, float(s.values[mask][-1])
+
+    # --- discovery ------------------------------------------------------------------------------
+
+    def _discover(self, window: TimeWindow, t: Thresholds) -> Capabilities:
+        present = {name for name in dcgm.KNOWN_METRICS if any(True for _ in self._in_window(name, window))}
+        util = tuple(m for m in dcgm.UTIL_METRICS if m in present)
+        if not util:
+            raise NoDataError(
+                f"{self.description}: no GPU utilization series ({', '.join(dcgm.UTIL_METRICS)}) "
+                "in the window: nothing can be concluded from silence"
+            )
+        gpu_labels = {k for m in util for s, _, _ in self._in_window(m, window) for k, _ in s.labels}
+        ksm_labels = {k for s, _, _ in self._in_window(dcgm.KUBE_POD_OWNER, window) for k, _ in s.labels}
+        histogram_le: tuple[str, ...] = ()
+        if dcgm.SAMPLE_HISTOGRAM_BUCKET in present:
+            bounds = {
+                le: v
+                for s, _, _ in self._in_window(dcgm.SAMPLE_HISTOGRAM_BUCKET, window)
+                if (le := s.label(dcgm.LE)) is not None and (v := dcgm.parse_le(le)) is not None
+            }
+            try:
+                histogram_le = dcgm.pick_buckets(bounds, t.starvation_idle_percent, t.starvation_busy_percent)
+            except ValueError:
+                histogram_le = ()
+        caps = Capabilities(
+            util_metrics=util,
+            host_label=dcgm.choose_host_label(gpu_labels),
+            gpu_pod=dcgm.choose_pod_labels(gpu_labels),
+            mig=dcgm.MIG_INSTANCE in gpu_labels,
+            histogram_le=histogram_le,
+            memory=dcgm.DEV_FB_USED in present,
+            kube_state_metrics=dcgm.KUBE_POD_OWNER in present,
+            replicaset_owner=dcgm.KUBE_REPLICASET_OWNER in present,
+            ksm_pod=dcgm.choose_pod_labels(ksm_labels) if ksm_labels else PodLabels(),
+            cpu_usage=dcgm.CPU_USAGE in present,
+            cpu_limits=dcgm.KUBE_POD_LIMITS in present,
+            cpu_throttling=dcgm.CPU_THROTTLED in present and dcgm.CPU_PERIODS in present,
+        )
+        return replace(
+            caps,
+            dev_scale=self._dev_scales(window) if dcgm.DEV_GPU_UTIL in util else {},
+            interval_s=self._intervals(window, caps, t),
+        )
+
+    def _dev_scales(self, window: TimeWindow) -> dict[str, float]:
+        maxima: dict[str, list[float]] = defaultdict(list)
+        for s, _, v in self._in_window(dcgm.DEV_GPU_UTIL, window):
+            maxima[s.label(dcgm.JOB) or ""].append(float(v.max()))
+        return dcgm.scales_by_job(maxima)
+
+    def _intervals(self, window: TimeWindow, caps: Capabilities, t: Thresholds) -> dict[str, float]:
+        longest: dict[str, np.ndarray] = {}
+        for metric in caps.util_metrics:
+            for s, ts, _ in self._in_window(metric, window):
+                job = s.label(dcgm.JOB) or ""
+                if ts.size > longest.get(job, np.empty(0)).size:
+                    longest[job] = ts
+        out = {}
+        for job, ts in longest.items():
+            if t.scrape_interval is not None:
+                out[job] = t.scrape_interval.total_seconds()
+            elif (interval := dcgm.median_interval(ts)) is not None:
+                out[job] = interval
+        return out
+
+    # --- the snapshot ---------------------------------------------------------------------------
+
+    def _key(self, s: Series, caps: Capabilities) -> DeviceKey | None:
+        uuid = s.label(dcgm.UUID)
+        if not uuid:
+            return None
+        return DeviceKey(
+            uuid=uuid,
+            mig_instance=(s.label(dcgm.MIG_INSTANCE) or "") if caps.mig else "",
+            namespace=(s.label(caps.gpu_pod.namespace) or "") if s.label(caps.gpu_pod.pod) else "",
+            pod=s.label(caps.gpu_pod.pod) or "",
+        )
+
+    def snapshot(self, window: TimeWindow, thresholds: Thresholds) -> FleetSnapshot:
+        caps = self._discover(window, thresholds)
+        q_level = quantile_levels(thresholds.starvation_min_share)[0]
+        span_s = window.duration.total_seconds()
+        devices: dict[DeviceKey, DeviceAggregate] = {}
+        for metric in caps.util_metrics:
+            values: dict[DeviceKey, list[np.ndarray]] = defaultdict(list)
+            first: dict[DeviceKey, Series] = {}
+            for s, _, v in self._in_window(metric, window):
+                key = self._key(s, caps)
+                if key is None or key in devices:
+                    continue  # a device with the preferred metric keeps it
+                job = s.label(dcgm.JOB) or ""
+                values[key].append(v * caps.scale(metric, job))
+                first.setdefault(key, s)
+            for key, parts in values.items():
+                stats = util_stats(np.concatenate(parts), q_level)
+                if stats is None:
+                    continue
+                s = first[key]
+                job = s.label(dcgm.JOB) or ""
+                devices[key] = DeviceAggregate(
+                    key=key,
+                    info=_info(s, metric, caps),
+                    stats=stats,
+                    span_s=span_s,
+                    interval_s=caps.interval_s.get(job, 0.0),
+                )
+        if not devices:
+            raise NoDataError(f"{self.description}: no GPU utilization samples in the window")
+        if caps.histogram:
+            devices = self._with_histograms(devices, window, caps)
+        pods = self._pods(window, caps) if caps.kube_state_metrics else {}
+        return FleetSnapshot(
+            window=window,
+            capabilities=caps,
+            devices=devices,
+            pods=pods,
+            replicasets=self._replicasets(window) if caps.replicaset_owner else {},
+            cpu=self._cpu(window, caps),
+        )
+
+    def _with_histograms(
+        self, devices: dict[DeviceKey, DeviceAggregate], window: TimeWindow, caps: Capabilities
+    ) -> dict[DeviceKey, DeviceAggregate]:
+        increases: dict[DeviceKey, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        for s, _, v in self._in_window(dcgm.SAMPLE_HISTOGRAM_BUCKET, window):
+            key, le = self._key(s, caps), s.label(dcgm.LE)
+            if key is not None and le in caps.histogram_le:
+                increases[key][le] += counter_increase(v)
+        idle_le, busy_le, total_le = caps.histogram_le
+        out = dict(devices)
+        for key, inc in increases.items():
+            if key in out:
+                shares = histogram_shares(inc[idle_le], inc[busy_le], inc[total_le])
+                out[key] = replace(out[key], histogram=shares)
+        return out
+
+    def _pods(self, window: TimeWindow, caps: Capabilities) -> dict[PodId, PodRecord]:
+        ns_label, pod_label = caps.ksm_pod.namespace, caps.ksm_pod.pod
+
+        def rows(name: str) -> list[KsmRow]:
+            return [
+                ((s.label(ns_label) or "", s.label(pod_label) or ""), dict(s.labels), v)
+                for s, v in self._at_end(name, window.end)
+            ]
+
+        gpu_requests = [
+            r for r in rows(dcgm.KUBE_POD_REQUESTS) if r[1].get("resource", "").startswith(_GPU_RESOURCE)
+        ]
+        return pod_records(rows(dcgm.KUBE_POD_OWNER), rows(dcgm.KUBE_POD_START_TIME), gpu_requests)
+
+    def _replicasets(self, window: TimeWindow) -> dict[PodId, tuple[str, str]]:
+        out: dict[PodId, tuple[str, str]] = {}
+        for s, _, _ in self._in_window(dcgm.KUBE_REPLICASET_OWNER, window):
+            rs = (s.label("namespace") or "", s.label("replicaset") or "")
+            if s.label("owner_is_controller") == "true" or rs not in out:
+                out[rs] = (s.label("owner_kind") or "", s.label("owner_name") or "")
+        return out
+
+    def _cpu(self, window: TimeWindow, caps: Capabilities) -> dict[PodId, CpuUsage]:
+        usage: dict[PodId, float] = defaultdict(float)
+        limit: dict[PodId, float] = defaultdict(float)
+        periods: dict[PodId, float] = defaultdict(float)
+        throttled: dict[PodId, float] = defaultdict(float)
+
+        def pid(s: Series) -> PodId | None:
+            container = s.label("container")
+            if not container or container == "POD":
+                return None  # pod-level cgroup and pause container would double count
+            return (s.label("namespace") or "", s.label("pod") or "")
+
+        for s, t, v in self._in_window(dcgm.CPU_USAGE, window):
+            if (p := pid(s)) is not None and (rate := counter_rate(t, v)) is not None:
+                usage[p] += rate
+        for s, _, v in self._in_window(dcgm.KUBE_POD_LIMITS, window):
+            if s.label("resource") == "cpu":
+                limit[(s.label(caps.ksm_pod.namespace) or "", s.label(caps.ksm_pod.pod) or "")] += float(
+                    v.max()
+                )
+        for s, _, v in self._in_window(dcgm.CPU_PERIODS, window):
+            if (p := pid(s)) is not None:
+                periods[p] += counter_increase(v)
+        for s, _, v in self._in_window(dcgm.CPU_THROTTLED, window):
+            if (p := pid(s)) is not None:
+                throttled[p] += counter_increase(v)
+        pods = set(usage) | set(limit) | set(periods)
+        return {
+            p: CpuUsage(
+                usage_cores=usage.get(p),
+                limit_cores=limit.get(p),
+                throttled_ratio=throttled.get(p, 0.0) / periods[p] if periods.get(p) else None,
+            )
+            for p in pods
+        }
+
+    # --- closer looks ---------------------------------------------------------------------------
+
+    def device_samples(
+        self, snapshot: FleetSnapshot, keys: Sequence[DeviceKey], bucket_keys: Sequence[DeviceKey] = ()
+    ) -> dict[DeviceKey, DeviceSamples]:
+        caps, window = snapshot.capabilities, snapshot.window
+        wanted = set(keys) | set(bucket_keys)
+        util: dict[DeviceKey, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
+        for key in wanted:
+            dev = snapshot.devices.get(key)
+            if dev is None:
+                continue
+            for s, t, v in self._in_window(dev.info.metric, window):
+                if self._key(s, caps) == key:
+                    util[key].append((t, v * caps.scale(dev.info.metric, dev.info.job)))
+        buckets: dict[DeviceKey, dict[str, tuple[np.ndarray, np.ndarray]]] = defaultdict(dict)
+        if bucket_keys and caps.histogram:
+            wanted_buckets = set(bucket_keys)
+            for s, t, v in self._in_window(dcgm.SAMPLE_HISTOGRAM_BUCKET, window):
+                holder, le = self._key(s, caps), s.label(dcgm.LE)
+                if holder in wanted_buckets and le in caps.histogram_le:
+                    buckets[holder][le] = (t, v)
+        out = {}
+        for key in wanted:
+            parts = util.get(key, [])
+            t = np.concatenate([p[0] for p in parts]) if parts else np.empty(0)
+            v = np.concatenate([p[1] for p in parts]) if parts else np.empty(0)
+            order = np.argsort(t, kind="stable")
+            out[key] = DeviceSamples(key, t[order], v[order], dict(buckets.get(key, {})))
+        return out
+
+    def memory_used(self, snapshot: FleetSnapshot, keys: Sequence[DeviceKey]) -> dict[DeviceKey, float]:
+        wanted = set(keys)
+        parts: dict[DeviceKey, list[np.ndarray]] = defaultdict(list)
+        for s, _, v in self._in_window(dcgm.DEV_FB_USED, snapshot.window):
+            key = self._key(s, snapshot.capabilities)
+            if key in wanted:
+                parts[key].append(v)
+        return {k: float(np.concatenate(v).mean()) for k, v in parts.items()}
+
+    def instant_value(self, promql: str, at: datetime) -> float | None:
+        """In-memory series cannot evaluate PromQL: the answer is always "no data"."""
+        del promql, at
+        return None
+
+
+class SimulatedSource(InMemorySource):
+    """The simulator's fleet, analyzed without a TSDB (``gpu-reaper demo``, ``--simulate``)."""
+
+    def __init__(self, fleet: Fleet) -> None:
+        super().__init__(fleet.series, f"simulated:{fleet.scenario.name}")
+        self.fleet = fleet
+
+
+def _info(s: Series, metric: str, caps: Capabilities) -> DeviceInfo:
+    return DeviceInfo(
+        node=s.label(caps.host_label) or "",
+        metric=metric,
+        job=s.label(dcgm.JOB) or "",
+        index=s.label(dcgm.GPU_INDEX),
+        model=s.label(dcgm.MODEL),
+        mig_profile=s.label(dcgm.MIG_PROFILE),
+    )

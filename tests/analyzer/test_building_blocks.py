@@ -1,0 +1,220 @@
+"""The pure pieces under the detectors: schema decisions, owner resolution, sample arithmetic."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from analyzer.detection.ownership import resolve
+from analyzer.sources import dcgm
+from analyzer.sources.aggregates import (
+    DeviceKey,
+    PodRecord,
+    counter_increase,
+    counter_rate,
+    coverage,
+    histogram_shares,
+    sample_shares,
+    util_stats,
+)
+from common.model import WorkloadRef
+
+
+@pytest.mark.parametrize(
+    ("labels", "expected"),
+    [
+        pytest.param({"Hostname", "UUID"}, "Hostname", id="dcgm-exporter"),
+        pytest.param({"hostname", "UUID"}, "hostname", id="relabelled-lowercase"),
+        pytest.param({"node", "instance"}, "node", id="node-label"),
+        pytest.param({"instance"}, "instance", id="only-instance"),
+        pytest.param({"Hostname", "hostname"}, "Hostname", id="exporter-label-wins"),
+    ],
+)
+def test_host_label(labels: set[str], expected: str) -> None:
+    assert dcgm.choose_host_label(labels) == expected
+
+
+@pytest.mark.parametrize(
+    ("labels", "pod", "namespace"),
+    [
+        pytest.param({"pod", "namespace"}, "pod", "namespace", id="honoured-labels"),
+        pytest.param(
+            {"pod", "namespace", "exported_pod", "exported_namespace"},
+            "exported_pod",
+            "exported_namespace",
+            id="exported-labels-win",
+        ),
+        pytest.param({"exported_pod", "namespace"}, "exported_pod", "namespace", id="only-pod-exported"),
+    ],
+)
+def test_pod_labels(labels: set[str], pod: str, namespace: str) -> None:
+    chosen = dcgm.choose_pod_labels(labels)
+    assert (chosen.pod, chosen.namespace) == (pod, namespace)
+
+
+@pytest.mark.parametrize(
+    ("max_value", "fraction", "scale"),
+    [
+        pytest.param(97.0, False, dcgm.PERCENT, id="above-one-is-percent"),
+        pytest.param(97.0, True, dcgm.PERCENT, id="above-one-is-percent-even-with-fractions"),
+        pytest.param(0.97, True, dcgm.RATIO, id="fractions-at-most-one-are-ratio"),
+        pytest.param(1.0, False, dcgm.PERCENT, id="idle-percent-blips-stay-percent"),
+        pytest.param(0.0, False, dcgm.PERCENT, id="all-zero-is-percent"),
+    ],
+)
+def test_unit_decision(max_value: float, fraction: bool, scale: float) -> None:
+    assert dcgm.decide_scale(max_value, fraction) == scale
+
+
+@pytest.mark.parametrize(
+    ("stamps", "expected"),
+    [
+        pytest.param(np.arange(0, 600, 15.0), 15.0, id="regular"),
+        pytest.param(
+            np.concatenate([np.arange(0, 300, 30.0), np.arange(3600, 4000, 30.0)]), 30.0, id="with-a-gap"
+        ),
+        pytest.param(np.array([0.0, 60.0]), None, id="too-few"),
+    ],
+)
+def test_median_interval(stamps: np.ndarray, expected: float | None) -> None:
+    assert dcgm.median_interval(stamps) == expected
+
+
+@pytest.mark.parametrize(
+    ("bounds", "expected"),
+    [
+        pytest.param(
+            {"5": 5, "10": 10, "25": 25, "50": 50, "75": 75, "90": 90, "95": 95, "+Inf": np.inf},
+            ("10", "75", "+Inf"),
+            id="our-exporter-buckets",
+        ),
+        pytest.param(
+            {"5.0": 5, "10.0": 10, "75.0": 75, "+Inf": np.inf},
+            ("10.0", "75.0", "+Inf"),
+            id="client-library-spelling",
+        ),
+        pytest.param({"8": 8, "60": 60, "+Inf": np.inf}, ("8", "60", "+Inf"), id="nearest-lower-bounds"),
+    ],
+)
+def test_bucket_choice(bounds: dict[str, float], expected: tuple[str, str, str]) -> None:
+    assert dcgm.pick_buckets(bounds, 10.0, 75.0) == expected
+
+
+def test_bucket_choice_refuses_histograms_that_cannot_split() -> None:
+    with pytest.raises(ValueError, match="lacks"):
+        dcgm.pick_buckets({"50": 50, "+Inf": np.inf}, 10.0, 75.0)
+
+
+def _pod(owner_kind: str | None, owner_name: str | None, name: str = "p-1") -> PodRecord:
+    return PodRecord(namespace="ns", name=name, owner_kind=owner_kind, owner_name=owner_name)
+
+
+@pytest.mark.parametrize(
+    ("owner", "replicasets", "expected"),
+    [
+        pytest.param(
+            ("ReplicaSet", "web-7d9f8c6b5x"),
+            {("ns", "web-7d9f8c6b5x"): ("Deployment", "web")},
+            ("Deployment", "web"),
+            id="replicaset-to-deployment",
+        ),
+        pytest.param(
+            ("ReplicaSet", "web-7d9f8c6b5x"),
+            {("ns", "other"): ("Deployment", "x")},
+            ("ReplicaSet", "web-7d9f8c6b5x"),
+            id="unknown-replicaset-stays-replicaset",
+        ),
+        pytest.param(
+            ("ReplicaSet", "web-7d9f8c6b5x"),
+            {},
+            ("Deployment", "web"),
+            id="no-replicaset-series-hash-suffix-names-deployment",
+        ),
+        pytest.param(("ReplicaSet", "handmade"), {}, ("ReplicaSet", "handmade"), id="no-hash-no-guess"),
+        pytest.param(
+            ("ReplicaSet", "rs"),
+            {("ns", "rs"): ("<none>", "<none>")},
+            ("ReplicaSet", "rs"),
+            id="bare-replicaset",
+        ),
+        pytest.param(("Job", "train"), {}, ("Job", "train"), id="job"),
+        pytest.param(("StatefulSet", "db"), {}, ("StatefulSet", "db"), id="statefulset"),
+        pytest.param(("RayCluster", "ray"), {}, ("RayCluster", "ray"), id="custom-controller"),
+        pytest.param(("<none>", "<none>"), {}, ("Pod", "p-1"), id="bare-pod"),
+        pytest.param((None, None), {}, ("Pod", "p-1"), id="no-owner-series"),
+    ],
+)
+def test_resolution(
+    owner: tuple[str | None, str | None],
+    replicasets: dict[tuple[str, str], tuple[str, str]],
+    expected: tuple[str, str],
+) -> None:
+    ref = resolve(_pod(*owner), replicasets)
+    assert ref == WorkloadRef(kind=expected[0], name=expected[1], namespace="ns")
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        pytest.param([0, 10, 20, 30], 30, id="monotonic"),
+        pytest.param([100, 110, 5, 15], 10 + 5 + 10, id="reset-counts-from-zero"),
+        pytest.param([100, 110, 0, 0, 7], 10 + 7, id="reset-to-zero"),
+        pytest.param([5], 0, id="single-sample"),
+    ],
+)
+def test_counter_increase(values: list[float], expected: float) -> None:
+    assert counter_increase(np.asarray(values, dtype=float)) == expected
+
+
+def test_counter_rate_across_a_reset() -> None:
+    t = np.array([0.0, 60.0, 120.0, 180.0])
+    assert counter_rate(t, np.array([0.0, 300.0, 60.0, 360.0])) == pytest.approx((300 + 60 + 300) / 180)
+
+
+def test_util_stats_quantiles_interpolate_like_quantile_over_time() -> None:
+    stats = util_stats(np.array([0.0, 10.0, 20.0, 30.0, 40.0, np.nan]), 0.1)
+    assert stats is not None
+    assert stats.samples == 5
+    assert stats.mean == 20.0
+    assert stats.q_low == pytest.approx(4.0)  # rank 0.1 × (5 - 1) = 0.4 → 0 + 0.4 × 10
+    assert stats.q_high == pytest.approx(36.0)
+    assert util_stats(np.array([np.nan]), 0.1) is None
+
+
+def test_shares_from_samples_and_histogram_agree() -> None:
+    values = np.array([2.0] * 45 + [50.0] * 10 + [95.0] * 45)
+    raw = sample_shares(values, 10.0, 75.0)
+    hist = histogram_shares(stalled_count=45.0, busy_bound_count=55.0, total=100.0)
+    assert raw is not None and hist is not None
+    assert (raw.stalled, raw.busy) == pytest.approx((hist.stalled, hist.busy))
+    assert (raw.stalled, raw.busy) == pytest.approx((0.45, 0.45))
+    assert histogram_shares(0.0, 0.0, 0.0) is None
+
+
+@pytest.mark.parametrize(
+    ("samples", "expected"),
+    [
+        pytest.param(361, 1.0, id="closed-range-extra-sample-capped"),
+        pytest.param(180, 0.5, id="half"),
+        pytest.param(0, 0.0, id="none"),
+    ],
+)
+def test_coverage(samples: int, expected: float) -> None:
+    assert coverage(samples, 6 * 3600.0, 60.0) == expected
+
+
+def test_device_ids_name_mig_instances() -> None:
+    assert DeviceKey("GPU-1").device_id == "GPU-1"
+    assert DeviceKey("GPU-1", "2", "ns", "p").device_id == "GPU-1/mig-2"
+    assert not DeviceKey("GPU-1").allocated
+
+
+def test_units_per_scrape_job_follow_device_maxima() -> None:
+    scales = dcgm.scales_by_job(
+        {
+            "dcgm-exporter": [97.0, 0.0, 1.0],
+            "recording-rule": [0.97, 0.01, 0.0],
+            "idle-pool": [1.0, 0.0],
+        }
+    )
+    assert scales == {"dcgm-exporter": dcgm.PERCENT, "recording-rule": dcgm.RATIO, "idle-pool": dcgm.PERCENT}

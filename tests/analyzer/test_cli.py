@@ -1,0 +1,206 @@
+"""`gpu-analyzer`: outputs, exit codes, and no "all fine" report when the data source is down."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import responses
+
+from cli.analyzer import build_parser, main
+from common.model import FindingKind, FindingsReport
+from harness.servers import PrometheusServer, free_port
+from simulation.fleet import Fleet, expected_findings
+
+END = "2026-01-05T00:00:00Z"
+
+
+def truth_kinds(fleet: Fleet) -> dict[str, FindingKind]:
+    return {ref.key(): e.kind for ref, e in expected_findings(fleet).items() if e.kind is not None}
+
+
+def test_simulated_fleet_as_json(capsys: pytest.CaptureFixture[str], standard_fleet: Fleet) -> None:
+    assert main(["analyze", "--simulate", "standard", "--format", "json"]) == 0
+    report = FindingsReport.from_json(capsys.readouterr().out)
+    assert {f.workload.key(): f.kind for f in report.findings} == truth_kinds(standard_fleet)
+    assert report.source == "simulated:standard"
+
+
+def test_simulated_fleet_as_table(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["analyze", "--simulate", "standard"]) == 0
+    out = capsys.readouterr().out
+    assert "idle_endpoint" in out
+    assert "serving/Deployment/legacy-ranker" in out
+    assert "13 findings (3 idle_endpoint, 4 low_utilization, 3 dataloader_starvation, 3 unknown)" in out
+
+
+def test_policy_price_reaches_the_findings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("rules: []\ndetection:\n  pricePerGpuHour: 3.0\n")
+    assert main(["analyze", "--simulate", "standard", "--policy", str(policy), "--format", "json"]) == 0
+    report = FindingsReport.from_json(capsys.readouterr().out)
+    priced = [f for f in report.findings if f.kind.actionable]
+    assert priced
+    assert all(f.estimated_cost == pytest.approx(f.wasted_gpu_hours * 3.0, abs=0.01) for f in priced)
+
+
+def test_html_report_file(tmp_path: Path) -> None:
+    out = tmp_path / "report.html"
+    assert main(["analyze", "--simulate", "standard", "--format", "html", "--output", str(out)]) == 0
+    html = out.read_text()
+    assert html.startswith("<!DOCTYPE html>")
+    assert html.count('src="data:image/png;base64,') == 1 + 6  # waste by namespace + top 6 offenders
+    assert "serving/legacy-ranker" in html
+
+
+@pytest.mark.prometheus
+def test_against_real_prometheus(
+    prometheus_standard: PrometheusServer, standard_fleet: Fleet, tmp_path: Path
+) -> None:
+    out = tmp_path / "findings.json"
+    args = ["analyze", "--prometheus-url", prometheus_standard.url, "--end", END, "--format", "json"]
+    assert main([*args, "--output", str(out)]) == 0
+    report = FindingsReport.from_json(out.read_text())
+    assert {f.workload.key(): f.kind for f in report.findings} == truth_kinds(standard_fleet)
+
+
+def test_prometheus_down_exits_3_without_a_report(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    out = tmp_path / "findings.json"
+    url = f"http://127.0.0.1:{free_port()}"
+    code = main(["analyze", "--prometheus-url", url, "--end", END, "--retries", "0", "--output", str(out)])
+    assert code == 3
+    assert "data source unavailable" in capsys.readouterr().err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type", "message"),
+    [
+        pytest.param("<html>Sign in</html>", "text/html", "not JSON", id="garbage"),
+        pytest.param(
+            '{"status": "success", "data": []}', "application/json", "no GPU utilization", id="empty"
+        ),
+    ],
+)
+def test_garbage_or_empty_source_exits_3(
+    capsys: pytest.CaptureFixture[str], body: str, content_type: str, message: str
+) -> None:
+    url = "http://prometheus.test:9090"
+    with responses.RequestsMock() as mock:
+        mock.get(f"{url}/api/v1/label/__name__/values", body=body, content_type=content_type)
+        code = main(["analyze", "--prometheus-url", url, "--end", END, "--retries", "0", "--format", "json"])
+    captured = capsys.readouterr()
+    assert code == 3
+    assert message in captured.err
+    assert captured.out == ""
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        pytest.param(["analyze"], id="no-source"),
+        pytest.param(["analyze", "--simulate", "standard", "--prometheus-url", "http://x"], id="two-sources"),
+        pytest.param(["analyze", "--simulate", "standard", "--window", "soon"], id="bad-window"),
+        pytest.param(["analyze", "--simulate", "standard", "--window", "1m"], id="window-too-short"),
+        pytest.param(["analyze", "--simulate", "standard", "--end", "yesterday"], id="bad-end"),
+        pytest.param(
+            ["analyze", "--simulate", "standard", "--end", "2099-01-01T00:00:00Z"], id="end-in-the-future"
+        ),
+        pytest.param(["analyze", "--simulate", "no-such-scenario"], id="unknown-scenario"),
+        pytest.param(["analyze", "--prometheus-url", "localhost:9090"], id="url-without-scheme"),
+        pytest.param(
+            ["analyze", "--simulate", "standard", "--policy", "/nonexistent/policy.yaml"], id="no-policy"
+        ),
+        pytest.param(["analyze", "--simulate", "standard", "--format", "pdf"], id="unknown-format"),
+        pytest.param(
+            ["analyze", "--simulate", "standard", "--output", "/nonexistent/dir/r.txt"], id="unwritable"
+        ),
+        pytest.param(
+            ["analyze", "--prometheus-url", "http://x", "--basic-auth-user", "me"],
+            id="basic-auth-without-password",
+        ),
+        pytest.param(["simulate", "no-such-scenario"], id="simulate-unknown-scenario"),
+    ],
+)
+def test_bad_input_exits_2(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GPU_ANALYZER_BASIC_AUTH_PASSWORD", raising=False)
+    assert main(argv) == 2
+
+
+def test_bad_policy_names_the_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("detection:\n  minCoverage: 2\n")
+    assert main(["analyze", "--simulate", "standard", "--policy", str(policy)]) == 2
+    err = capsys.readouterr().err
+    assert str(policy) in err
+    assert "detection.minCoverage" in err
+
+
+def test_token_file_is_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    token = tmp_path / "token"
+    token.write_text("t0ken\n")
+    url = "http://prometheus.test:9090"
+    with responses.RequestsMock() as mock:
+        mock.get(f"{url}/api/v1/label/__name__/values", json={"status": "success", "data": []})
+        code = main(["analyze", "--prometheus-url", url, "--end", END, "--bearer-token-file", str(token)])
+        assert mock.calls[0].request.headers["Authorization"] == "Bearer t0ken"
+    assert code == 3
+    assert "t0ken" not in capsys.readouterr().err
+
+
+def test_tenant_reaches_the_server_as_x_scope_orgid() -> None:
+    url = "http://mimir.test/prometheus"
+    with responses.RequestsMock() as mock:
+        mock.get(f"{url}/api/v1/label/__name__/values", json={"status": "success", "data": []})
+        code = main(["analyze", "--prometheus-url", url, "--end", END, "--tenant", "ml-team"])
+        assert mock.calls[0].request.headers["X-Scope-OrgID"] == "ml-team"
+    assert code == 3  # the tenant holds no GPU series
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        pytest.param("2", 2.0, id="bare-number-is-seconds-as-in-gpu-reaper"),
+        pytest.param("0.5", 0.5, id="fractional-seconds"),
+        pytest.param("90s", 90.0, id="duration-with-unit"),
+        pytest.param("2m", 120.0, id="minutes"),
+    ],
+)
+def test_timeout_takes_seconds_or_a_duration(value: str, seconds: float) -> None:
+    args = build_parser().parse_args(["analyze", "--simulate", "standard", "--timeout", value])
+    assert args.timeout == timedelta(seconds=seconds)
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "nan", "inf", "soon"])
+def test_bad_timeouts_exit_2(value: str) -> None:
+    assert main(["analyze", "--prometheus-url", "http://x", "--timeout", value]) == 2
+
+
+def test_other_durations_still_need_a_unit() -> None:
+    assert main(["analyze", "--simulate", "standard", "--window", "21600"]) == 2
+
+
+@pytest.mark.parametrize(
+    ("fmt", "last_line", "timestamp_digits"),
+    [
+        pytest.param("openmetrics", "# EOF", 10, id="openmetrics-for-promtool"),
+        pytest.param("prometheus", None, 13, id="prometheus-text-for-victoriametrics"),
+    ],
+)
+def test_simulate_writes_series(
+    tmp_path: Path, fmt: str, last_line: str | None, timestamp_digits: int
+) -> None:
+    out = tmp_path / "fleet.txt"
+    assert main(["simulate", "standard", "--format", fmt, "--output", str(out)]) == 0
+    lines = out.read_text().splitlines()
+    if last_line is not None:
+        assert lines[-1] == last_line
+    first = lines[0].rsplit(" ", 1)[1]
+    assert len(first.split(".")[0]) == timestamp_digits
+    assert any(line.startswith("DCGM_FI_DEV_GPU_UTIL{") for line in lines[:50_000])
+
+
+def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["analyze", "--help"]) == 0
+    assert "--prometheus-url" in capsys.readouterr().out

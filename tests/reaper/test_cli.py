@@ -1,0 +1,384 @@
+"""``gpu-reaper`` end to end in-process: exit codes, the summary line, logs, metrics, bad input."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import socket
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from pytest_httpserver import HTTPServer
+
+from cli.reaper import main
+from common.errors import BadInputError
+from common.model import FindingKind, TimeWindow
+from harness.findings import NOW, finding, report
+from harness.kube_emulator import EmulatedCluster, write_kubeconfig
+from reaper.analysis import TOKEN_ENV, PrometheusAccess
+from simulation.cluster import manifest
+
+LONG_AGO = NOW - timedelta(days=30)
+GOOD_POLICY = """\
+safety: {consecutiveRuns: 1}
+rules:
+  - name: idle
+    match: {findings: [idle_endpoint]}
+    action: scale_to_zero
+"""
+
+
+def cli(*argv: str) -> tuple[int, str]:
+    out = io.StringIO()
+    code = main(list(argv), stdout=out)
+    return code, out.getvalue()
+
+
+@pytest.fixture
+def seeded(cluster: EmulatedCluster) -> EmulatedCluster:
+    cluster.seed(
+        [
+            *(manifest("Namespace", n) for n in ("serving", "gpu-reaper")),
+            manifest("Deployment", "ranker", "serving", created=LONG_AGO, spec={"replicas": 2}),
+        ]
+    )
+    return cluster
+
+
+@pytest.fixture
+def findings_file(tmp_path: Path) -> Path:
+    path = tmp_path / "findings.json"
+    path.write_text(report(finding(FindingKind.IDLE_ENDPOINT, name="ranker")).to_json(), encoding="utf-8")
+    return path
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def run_args(kubeconfig: Path, policy: Path, findings: Path, *extra: str) -> list[str]:
+    return [
+        "run",
+        "--findings",
+        str(findings),
+        "--policy",
+        str(policy),
+        "--end",
+        "2026-01-05T00:00:00Z",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--reaper-namespace",
+        "gpu-reaper",
+        *extra,
+    ]
+
+
+def test_run_apply_prints_the_summary_line_and_exits_0(
+    seeded: EmulatedCluster, findings_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out = cli(
+        *run_args(seeded.kubeconfig, write(tmp_path, "p.yaml", GOOD_POLICY), findings_file, "--apply")
+    )
+    assert code == 0
+    assert out.strip().splitlines()[-1] == (
+        "gpu-reaper: mode=apply findings=1 planned=1 applied=1 skipped=0 failed=0"
+    )
+    assert seeded.obj("Deployment", "serving", "ranker")["spec"]["replicas"] == 0
+    logged = capsys.readouterr().err
+    assert 'gpu_reaper_actions_total{action="scale_to_zero",outcome="applied"} 1.0' in logged
+    assert "gpu_reaper_last_success_timestamp_seconds" in logged
+
+
+def test_policy_mode_apply_applies_unless_dry_run_flag(
+    seeded: EmulatedCluster, findings_file: Path, tmp_path: Path
+) -> None:
+    policy = write(tmp_path, "p.yaml", GOOD_POLICY + "mode: apply\n")
+    code, out = cli(*run_args(seeded.kubeconfig, policy, findings_file, "--dry-run"))
+    assert code == 0 and "mode=dry-run" in out and seeded.mutations() == []
+    code, out = cli(*run_args(seeded.kubeconfig, policy, findings_file))
+    assert code == 0 and "mode=apply" in out and "applied=1" in out
+
+
+def test_json_logs(
+    seeded: EmulatedCluster, findings_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _ = cli(
+        "--log-format",
+        "json",
+        *run_args(seeded.kubeconfig, write(tmp_path, "p.yaml", GOOD_POLICY), findings_file),
+    )
+    assert code == 0
+    records = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert records and all({"time", "level", "logger", "message"} <= r.keys() for r in records)
+    assert any(r["message"].startswith("DRY-RUN: would scale Deployment serving/ranker") for r in records)
+
+
+def test_pushgateway_gets_the_run_metrics(
+    seeded: EmulatedCluster, findings_file: Path, tmp_path: Path, httpserver: HTTPServer
+) -> None:
+    httpserver.expect_request("/metrics/job/gpu-reaper", method="POST").respond_with_data("", status=200)
+    code, _ = cli(
+        *run_args(seeded.kubeconfig, write(tmp_path, "p.yaml", GOOD_POLICY), findings_file),
+        "--pushgateway-url",
+        httpserver.url_for("/"),
+    )
+    assert code == 0
+    ((req, _),) = httpserver.log
+    body = req.get_data().decode()
+    for name in (
+        "gpu_reaper_actions_total",
+        "gpu_reaper_findings",
+        "gpu_reaper_reclaimed_gpu_hours",
+        "gpu_reaper_run_duration_seconds",
+        "gpu_reaper_last_success_timestamp_seconds",
+        "gpu_reaper_slack_failures_total",
+    ):
+        assert f"\n{name}" in body or body.startswith(name)
+    assert 'gpu_reaper_actions_total{action="scale_to_zero",outcome="dry_run"} 1.0' in body
+
+
+def test_pushgateway_outage_is_only_a_warning(
+    seeded: EmulatedCluster, findings_file: Path, tmp_path: Path
+) -> None:
+    code, _ = cli(
+        *run_args(seeded.kubeconfig, write(tmp_path, "p.yaml", GOOD_POLICY), findings_file),
+        "--pushgateway-url",
+        f"http://127.0.0.1:{closed_port()}",
+    )
+    assert code == 0
+
+
+BROKEN_POLICIES = [
+    pytest.param("", "the file is empty", id="empty-file"),
+    pytest.param("rules: [unclosed\n", "not valid YAML", id="not-yaml"),
+    pytest.param(
+        GOOD_POLICY.replace("consecutiveRuns: 1", "maxActionsPerRun: lots"),
+        "line 1: safety.maxActionsPerRun: Input should be a valid integer",
+        id="wrong-type",
+    ),
+    pytest.param(
+        GOOD_POLICY + "slak: {}\n", "slak: unknown field; did you mean 'slack'?", id="unknown-field"
+    ),
+    pytest.param(
+        GOOD_POLICY + "exclude: {namespaces: ['[oops']}\n",
+        "exclude.namespaces[0]: glob '[oops' has an unclosed '['",
+        id="bad-glob",
+    ),
+    pytest.param(
+        GOOD_POLICY + "grace: {afterCreation: -30m}\n",
+        "grace.afterCreation: duration '-30m' is negative",
+        id="negative-duration",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "message"), BROKEN_POLICIES)
+def test_broken_policy_exits_2_naming_the_field_with_zero_api_calls(
+    seeded: EmulatedCluster,
+    findings_file: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    text: str,
+    message: str,
+) -> None:
+    policy = write(tmp_path, "broken.yaml", text)
+    before = seeded.requests()
+    code, _ = cli(*run_args(seeded.kubeconfig, policy, findings_file, "--apply"))
+    err = capsys.readouterr().err
+    assert code == 2
+    assert f"{policy}: " in err and message in err
+    assert seeded.requests() == before == []
+    code, _ = cli("policy", "check", str(policy))
+    assert code == 2
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        pytest.param(["run", "--findings", "f.json"], id="missing-policy"),
+        pytest.param(["run", "--policy", "p.yaml"], id="missing-source"),
+        pytest.param(
+            ["run", "--findings", "f", "--prometheus-url", "http://x", "--policy", "p"], id="two-sources"
+        ),
+        pytest.param(["run", "--findings", "f", "--policy", "p", "--end", "yesterday"], id="bad-end"),
+        pytest.param(
+            ["run", "--findings", "f", "--policy", "p", "--apply", "--dry-run"], id="apply-and-dry-run"
+        ),
+        pytest.param(["restore", "just-a-name"], id="restore-target-without-namespace"),
+        pytest.param(["restore", "serving/x", "--namespace", "serving"], id="restore-namespace-without-all"),
+        pytest.param(["frobnicate"], id="unknown-command"),
+    ],
+)
+def test_bad_flags_exit_2(argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert cli(*argv)[0] == 2
+
+
+def test_bad_kubeconfig_exits_2(findings_file: Path, tmp_path: Path) -> None:
+    policy = write(tmp_path, "p.yaml", GOOD_POLICY)
+    code, _ = cli(*run_args(tmp_path / "missing-kubeconfig", policy, findings_file))
+    assert code == 2
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def apply_from_prometheus(url: str, policy: Path, kubeconfig: Path) -> list[str]:
+    source = ["--prometheus-url", url, "--policy", str(policy)]
+    return ["run", *source, "--apply", "--end", "2026-01-05T00:00:00Z", "--kubeconfig", str(kubeconfig)]
+
+
+def test_prometheus_down_exits_3_and_touches_nothing(seeded: EmulatedCluster, tmp_path: Path) -> None:
+    policy = write(tmp_path, "p.yaml", GOOD_POLICY)
+    code, out = cli(*apply_from_prometheus(f"http://127.0.0.1:{closed_port()}", policy, seeded.kubeconfig))
+    assert code == 3
+    assert "planned=0 applied=0" in out
+    assert seeded.requests() == []
+
+
+def test_stale_findings_exit_3_and_change_nothing(seeded: EmulatedCluster, tmp_path: Path) -> None:
+    old = TimeWindow.ending(NOW - timedelta(hours=3), timedelta(hours=6))
+    stale = write(
+        tmp_path,
+        "old.json",
+        report(finding(FindingKind.IDLE_ENDPOINT, name="ranker", window=old), window=old).to_json(),
+    )
+    code, _ = cli(*run_args(seeded.kubeconfig, write(tmp_path, "p.yaml", GOOD_POLICY), stale, "--apply"))
+    assert code == 3
+    assert [m for m, p in seeded.mutations() if "/deployments/" in p] == []
+
+
+def test_garbage_findings_exit_3(seeded: EmulatedCluster, tmp_path: Path) -> None:
+    code, _ = cli(
+        *run_args(
+            seeded.kubeconfig, write(tmp_path, "p.yaml", GOOD_POLICY), write(tmp_path, "f.json", "<html>")
+        )
+    )
+    assert code == 3
+    assert seeded.requests() == []
+
+
+def test_kubernetes_down_exits_3(findings_file: Path, tmp_path: Path) -> None:
+    kubeconfig = write_kubeconfig(tmp_path / "kc", f"http://127.0.0.1:{closed_port()}")
+    policy = write(tmp_path, "p.yaml", GOOD_POLICY)
+    code, out = cli(*run_args(kubeconfig, policy, findings_file, "--api-timeout", "2"))
+    assert code == 3
+    assert out.strip().splitlines()[-1].startswith("gpu-reaper: mode=dry-run findings=1 planned=0")
+
+
+def test_restore_commands(seeded: EmulatedCluster, findings_file: Path, tmp_path: Path) -> None:
+    cli(*run_args(seeded.kubeconfig, write(tmp_path, "p.yaml", GOOD_POLICY), findings_file, "--apply"))
+    kube = ["--kubeconfig", str(seeded.kubeconfig), "--reaper-namespace", "gpu-reaper"]
+
+    code, out = cli("restore", "serving/ranker", "--dry-run", *kube)
+    assert (
+        code == 0
+        and "dry_run" in out
+        and seeded.obj("Deployment", "serving", "ranker")["spec"]["replicas"] == 0
+    )
+
+    code, out = cli("restore", "serving/ranker", *kube)
+    assert code == 0
+    assert out.splitlines()[-1] == "gpu-reaper: restore mode=apply restored=1 unchanged=0 failed=0"
+    assert seeded.obj("Deployment", "serving", "ranker")["spec"]["replicas"] == 2
+
+    code, out = cli("restore", "--all", *kube)
+    assert code == 0 and "restored=0" in out
+
+    code, _ = cli("restore", "serving/ghost", *kube)
+    assert code == 2
+
+
+def test_policy_check_explains_a_good_policy(tmp_path: Path) -> None:
+    code, out = cli("policy", "check", str(write(tmp_path, "p.yaml", GOOD_POLICY)))
+    assert code == 0
+    assert out.startswith(f"{tmp_path / 'p.yaml'}: valid\nmode: dry-run")
+    assert (
+        "1. idle: idle_endpoint on Deployment, StatefulSet in namespaces * "
+        "→ scale_to_zero after 1 consecutive runs" in out
+    )
+
+
+def test_policy_schema_is_json() -> None:
+    code, out = cli("policy", "schema")
+    assert code == 0 and json.loads(out)["title"] == "gpu-reaper policy"
+
+
+@pytest.mark.parametrize("command", ["run", "restore", "demo"])
+def test_secrets_never_go_through_flags(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    flags = set(re.findall(r"--[a-z][a-z-]*", capsys.readouterr().out))
+    assert "--policy" in flags or "--all" in flags  # the help text was read
+    secret_flags = {f for f in flags if any(word in f for word in ("token", "password", "webhook", "secret"))}
+    assert secret_flags <= {"--prometheus-token-file"}  # a path to a mounted file, never the secret itself
+
+
+def test_prometheus_token_comes_from_env_or_file_and_is_never_shown(tmp_path: Path) -> None:
+    access = PrometheusAccess.from_env("https://prom:9090", env={TOKEN_ENV: "s3cret-env"})
+    assert access.bearer_token == "s3cret-env" and "s3cret" not in repr(access)
+    token_file = write(tmp_path, "token", "s3cret-file\n")
+    access = PrometheusAccess.from_env("https://prom:9090", token_file, env={TOKEN_ENV: "s3cret-env"})
+    assert access.bearer_token == "s3cret-file"  # the mounted file wins
+    with pytest.raises(BadInputError, match="cannot read the Prometheus token file"):
+        PrometheusAccess.from_env("https://prom:9090", tmp_path / "missing", env={})
+    with pytest.raises(BadInputError, match="must start with http"):
+        PrometheusAccess.from_env("prom:9090", env={})
+
+
+def test_prometheus_token_is_sent_and_never_logged(
+    seeded: EmulatedCluster,
+    tmp_path: Path,
+    httpserver: HTTPServer,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # A Prometheus with no GPU series at all: nothing can be concluded from silence (exit 3).
+    empty = {"status": "success", "data": {"resultType": "vector", "result": []}}
+    httpserver.expect_request("/api/v1/query").respond_with_json(empty)
+    httpserver.expect_request("/api/v1/query_range").respond_with_json(
+        {"status": "success", "data": {"resultType": "matrix", "result": []}}
+    )
+    httpserver.expect_request("/api/v1/series").respond_with_json({"status": "success", "data": []})
+    httpserver.expect_request("/api/v1/labels").respond_with_json({"status": "success", "data": []})
+    monkeypatch.setenv(TOKEN_ENV, "s3cret-token")
+    policy = write(tmp_path, "p.yaml", GOOD_POLICY)
+    url = httpserver.url_for("/").rstrip("/")
+    code, out = cli("--log-level", "debug", *apply_from_prometheus(url, policy, seeded.kubeconfig))
+    assert code == 3
+    assert httpserver.log and all(
+        req.headers.get("Authorization") == "Bearer s3cret-token" for req, _ in httpserver.log
+    )
+    assert "s3cret" not in out + capsys.readouterr().err
+    assert seeded.mutations() == []
+
+
+def test_prometheus_tenant_reaches_the_server(
+    seeded: EmulatedCluster, tmp_path: Path, httpserver: HTTPServer
+) -> None:
+    """Mimir serves a tenant's series only to requests naming it in X-Scope-OrgID."""
+    httpserver.expect_request("/api/v1/label/__name__/values").respond_with_json(
+        {"status": "success", "data": []}
+    )
+    policy = write(tmp_path, "p.yaml", GOOD_POLICY)
+    url = httpserver.url_for("/").rstrip("/")
+    code, _ = cli(*apply_from_prometheus(url, policy, seeded.kubeconfig), "--tenant", "team-gpu")
+    assert code == 3  # an empty tenant: nothing can be concluded from silence
+    assert httpserver.log
+    assert all(req.headers.get("X-Scope-OrgID") == "team-gpu" for req, _ in httpserver.log)
+    assert seeded.mutations() == []
+
+
+def test_a_tenant_with_spaces_is_bad_input(seeded: EmulatedCluster, tmp_path: Path) -> None:
+    policy = write(tmp_path, "p.yaml", GOOD_POLICY)
+    url = f"http://127.0.0.1:{closed_port()}"
+    code, _ = cli(*apply_from_prometheus(url, policy, seeded.kubeconfig), "--tenant", "team a")
+    assert code == 2
+    assert seeded.requests() == []

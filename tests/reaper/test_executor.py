@@ -1,0 +1,426 @@
+"""The executor and restore against kmock's Kubernetes emulator over HTTP, with the real client."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from common.errors import BadInputError
+from common.model import FindingKind, FindingsReport
+from harness.findings import NOW, finding, report
+from harness.kube_emulator import EmulatedCluster, Fault
+from reaper import names
+from reaper.executor import Executor, Outcome
+from reaper.planner import plan
+from reaper.policy import Policy
+from reaper.runner import EXIT_ACTION_FAILED, EXIT_OK, RunReport, RunSettings, run
+from simulation.cluster import manifest
+
+LONG_AGO = NOW - timedelta(days=30)
+POLICY: dict[str, Any] = {
+    "safety": {"consecutiveRuns": 1, "maxCordonShare": 1.0},
+    "rules": [
+        {"name": "idle", "match": {"findings": ["idle_endpoint"]}, "action": "scale_to_zero"},
+        {"name": "nodes", "match": {"findings": ["low_utilization"], "kinds": ["Node"]}, "action": "cordon"},
+    ],
+}
+
+
+def deployment(
+    name: str, replicas: int = 3, namespace: str = "serving", **annotations: str
+) -> dict[str, Any]:
+    return manifest(
+        "Deployment",
+        name,
+        namespace,
+        labels={"app": name},
+        annotations=annotations or None,
+        created=LONG_AGO,
+        spec={"replicas": replicas},
+    )
+
+
+def gpu_node(name: str, **annotations: str) -> dict[str, Any]:
+    return manifest(
+        "Node",
+        name,
+        annotations=annotations or None,
+        created=LONG_AGO,
+        spec={},
+        status={"capacity": {"nvidia.com/gpu": "8"}},
+    )
+
+
+def seed(cluster: EmulatedCluster, *objects: dict[str, Any]) -> None:
+    namespaces = [manifest("Namespace", n) for n in ("serving", "kube-system", "gpu-reaper", "default")]
+    cluster.seed([*namespaces, *objects])
+
+
+def reaper_run(
+    cluster: EmulatedCluster,
+    findings: FindingsReport,
+    *,
+    apply: bool = True,
+    policy: dict[str, Any] | None = None,
+    timeout: float = 5.0,
+    identity: str | None = None,
+) -> RunReport:
+    settings = RunSettings(
+        policy=Policy.model_validate(policy or POLICY),
+        apply=apply,
+        namespace="gpu-reaper",
+        end=NOW,
+        identity=identity,
+    )
+    return run(
+        settings,
+        lambda window, thresholds: findings,
+        lambda: cluster.client(timeout=timeout),
+        sleep=lambda s: None,
+    )
+
+
+def idle(*names_: str) -> FindingsReport:
+    return report(
+        *(finding(FindingKind.IDLE_ENDPOINT, name=n, wasted=10.0 - i) for i, n in enumerate(names_))
+    )
+
+
+def patches(cluster: EmulatedCluster, kind_path: str = "/deployments/") -> list[str]:
+    return [path for method, path in cluster.requests() if method == "PATCH" and kind_path in path]
+
+
+def test_scale_to_zero_is_one_patch_recording_the_original_replicas(cluster: EmulatedCluster) -> None:
+    seed(cluster, deployment("ranker", replicas=3))
+    result = reaper_run(cluster, idle("ranker"))
+    assert result.exit_code == EXIT_OK
+    assert result.summary_line() == (
+        "gpu-reaper: mode=apply findings=1 planned=1 applied=1 skipped=0 failed=0"
+    )
+    assert patches(cluster) == ["/apis/apps/v1/namespaces/serving/deployments/ranker"]
+    obj = cluster.obj("Deployment", "serving", "ranker")
+    assert obj["spec"]["replicas"] == 0
+    ann = obj["metadata"]["annotations"]
+    assert ann[names.ORIGINAL_REPLICAS] == "3"
+    assert ann[names.REAPED_AT] == "2026-01-05T00:00:00Z"
+    assert ann[names.REASON].startswith("idle endpoint on 1 GPU for 6h")
+    # No version of the object ever had 0 replicas without the record of what to restore.
+    versions = cluster.history("Deployment", "serving", "ranker")
+    assert len(versions) == 2
+    assert all(
+        names.ORIGINAL_REPLICAS in (v["metadata"].get("annotations") or {})
+        for v in versions
+        if v["spec"]["replicas"] == 0
+    )
+    (event,) = cluster.objects("Event")
+    assert event["reason"] == "ScaledToZero" and event["involvedObject"]["name"] == "ranker"
+    assert "gpu-reaper restore serving/ranker" in event["message"]
+
+
+def test_restore_brings_back_the_replicas_and_is_idempotent(cluster: EmulatedCluster) -> None:
+    seed(cluster, deployment("ranker", replicas=3))
+    reaper_run(cluster, idle("ranker"))
+    executor = Executor(
+        cluster.client(), apply=True, namespace="gpu-reaper", clock=lambda: NOW + timedelta(hours=1)
+    )
+
+    first = executor.restore_workload("serving", "ranker")
+    assert first.outcome is Outcome.APPLIED and first.detail == "3 replicas"
+    obj = cluster.obj("Deployment", "serving", "ranker")
+    assert obj["spec"]["replicas"] == 3
+    ann = obj["metadata"]["annotations"]
+    assert ann == {names.RESTORED_AT: "2026-01-05T01:00:00Z"}
+
+    before = len(patches(cluster))
+    again = executor.restore_workload("serving", "ranker")
+    assert again.outcome is Outcome.SKIPPED and "nothing to restore" in again.detail
+    assert len(patches(cluster)) == before
+    assert {e["reason"] for e in cluster.objects("Event")} == {"ScaledToZero", "Restored"}
+
+
+def test_restore_keeps_replicas_someone_already_brought_back(cluster: EmulatedCluster) -> None:
+    seed(cluster, deployment("ranker", replicas=5, **{names.ORIGINAL_REPLICAS: "2", names.REAPED_AT: "x"}))
+    result = Executor(cluster.client(), apply=True, namespace="gpu-reaper").restore_workload(
+        "serving", "ranker"
+    )
+    assert result.outcome is Outcome.APPLIED
+    obj = cluster.obj("Deployment", "serving", "ranker")
+    assert obj["spec"]["replicas"] == 5
+    assert names.ORIGINAL_REPLICAS not in obj["metadata"]["annotations"]
+
+
+def test_dry_run_makes_no_mutating_request(
+    cluster: EmulatedCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    seed(cluster, deployment("ranker"), gpu_node("gpu-a"))
+    findings = report(
+        finding(FindingKind.IDLE_ENDPOINT, name="ranker"),
+        finding(FindingKind.LOW_UTILIZATION, name="gpu-a", workload_kind="Node"),
+    )
+    with caplog.at_level(logging.INFO, logger="reaper"):
+        result = reaper_run(cluster, findings, apply=False)
+    assert result.exit_code == EXIT_OK
+    assert {r.outcome for r in result.results} == {Outcome.DRY_RUN}
+    assert cluster.mutations() == []
+    assert all(method == "GET" for method, _ in cluster.requests())
+    assert cluster.obj("Deployment", "serving", "ranker")["spec"]["replicas"] == 3
+    dry = [r.getMessage() for r in caplog.records if r.getMessage().startswith("DRY-RUN: would")]
+    assert any("scale Deployment serving/ranker from 3 to 0 replicas" in m for m in dry)
+    assert any("cordon node gpu-a" in m for m in dry)
+    assert any("save 2 confirmation streaks" in m for m in dry)
+    assert result.summary_line().startswith("gpu-reaper: mode=dry-run findings=2 planned=2 applied=0")
+
+
+def test_conflict_is_retried_on_the_fresh_version(cluster: EmulatedCluster) -> None:
+    seed(cluster, deployment("ranker", replicas=3))
+    findings = idle("ranker")
+
+    def scaled_up_meanwhile() -> None:
+        # Someone changes the object between our snapshot and our patch.
+        cluster.client().patch("Deployment", "serving", "ranker", {"spec": {"replicas": 4}})
+
+    client = cluster.client()
+    real_snapshot = client.snapshot
+
+    def snapshot_then_race(namespace: str) -> Any:
+        snap = real_snapshot(namespace)
+        scaled_up_meanwhile()
+        return snap
+
+    client.snapshot = snapshot_then_race  # type: ignore[method-assign]
+    settings = RunSettings(policy=Policy.model_validate(POLICY), apply=True, namespace="gpu-reaper", end=NOW)
+    result = run(settings, lambda w, t: findings, lambda: client, sleep=lambda s: None)
+
+    assert result.exit_code == EXIT_OK
+    ours = [(m, p) for m, p in cluster.requests() if p.endswith("/deployments/ranker")]
+    assert [m for m, _ in ours] == ["PATCH", "PATCH", "GET", "PATCH"]  # theirs, our 409, re-read, retry
+    obj = cluster.obj("Deployment", "serving", "ranker")
+    assert obj["spec"]["replicas"] == 0
+    assert obj["metadata"]["annotations"][names.ORIGINAL_REPLICAS] == "4"  # the fresh count, not the stale 3
+
+
+@pytest.mark.parametrize(
+    ("change", "detail"),
+    [
+        pytest.param({"spec": {"replicas": 0}}, "already at 0 replicas", id="scaled-down-by-someone-else"),
+        pytest.param(
+            {"metadata": {"annotations": {names.EXCLUDE: "true"}}},
+            "annotated gpu-reaper/exclude=true",
+            id="owner-opted-out",
+        ),
+        pytest.param(
+            {"metadata": {"annotations": {names.EXCLUDE_UNTIL: "2026-02-01T00:00:00Z"}}},
+            "annotated gpu-reaper/exclude-until=2026-02-01T00:00:00Z",
+            id="owner-opted-out-for-a-month",
+        ),
+    ],
+)
+def test_conflict_rechecks_the_object_before_retrying(
+    cluster: EmulatedCluster, change: dict[str, Any], detail: str
+) -> None:
+    seed(cluster, deployment("ranker", replicas=3))
+    client = cluster.client()
+    snap = client.snapshot("gpu-reaper")
+    client.patch("Deployment", "serving", "ranker", change)
+    the_plan = plan(idle("ranker"), snap, Policy.model_validate(POLICY), NOW)
+    executor = Executor(client, apply=True, namespace="gpu-reaper", clock=lambda: NOW, sleep=lambda s: None)
+    (result,) = executor.execute(the_plan)
+    assert result.outcome is Outcome.SKIPPED and detail in result.detail
+    assert names.ORIGINAL_REPLICAS not in (
+        cluster.obj("Deployment", "serving", "ranker")["metadata"].get("annotations") or {}
+    )
+
+
+def test_throttling_is_retried(cluster: EmulatedCluster) -> None:
+    seed(cluster, deployment("a"))
+    cluster.fail(Fault("PATCH", "Deployment", name="a", status=429))
+    result = reaper_run(cluster, idle("a"))
+    assert result.exit_code == EXIT_OK and result.count(Outcome.APPLIED) == 1
+    assert len(patches(cluster)) == 2
+
+
+def test_server_error_mid_run_fails_that_action_and_leaves_everything_restorable(
+    cluster: EmulatedCluster,
+) -> None:
+    seed(cluster, deployment("a"), deployment("b"), deployment("c"))
+    cluster.fail(Fault("PATCH", "Deployment", name="b", status=500))
+    result = reaper_run(cluster, idle("a", "b", "c"))
+
+    assert result.exit_code == EXIT_ACTION_FAILED
+    outcomes = {r.action.target.name: r.outcome for r in result.results}
+    assert outcomes == {"a": Outcome.APPLIED, "b": Outcome.FAILED, "c": Outcome.APPLIED}
+    assert "failed=1" in result.summary_line()
+    assert cluster.obj("Deployment", "serving", "b")["spec"]["replicas"] == 3  # untouched
+
+    restored = Executor(cluster.client(), apply=True, namespace="gpu-reaper").restore_all()
+    assert sorted(r.target for r in restored if r.outcome is Outcome.APPLIED) == [
+        "Deployment serving/a",
+        "Deployment serving/c",
+    ]
+    assert all(cluster.obj("Deployment", "serving", n)["spec"]["replicas"] == 3 for n in "abc")
+
+
+def test_timeout_mid_run_fails_the_run_but_the_object_stays_restorable(cluster: EmulatedCluster) -> None:
+    seed(cluster, deployment("a"), deployment("b"))
+    cluster.fail(Fault("PATCH", "Deployment", name="a", delay=1.5))  # applied, but answered too late
+    result = reaper_run(cluster, idle("a", "b"), timeout=0.5)
+
+    assert result.exit_code == EXIT_ACTION_FAILED
+    failed = next(r for r in result.results if r.action.target.name == "a")
+    assert failed.outcome is Outcome.FAILED and "may have been applied" in failed.detail
+    obj = cluster.obj("Deployment", "serving", "a")
+    assert obj["spec"]["replicas"] == 0 and obj["metadata"]["annotations"][names.ORIGINAL_REPLICAS] == "3"
+
+    restored = Executor(cluster.client(), apply=True, namespace="gpu-reaper").restore_all()
+    assert {r.outcome for r in restored} == {Outcome.APPLIED}
+    assert cluster.obj("Deployment", "serving", "a")["spec"]["replicas"] == 3
+    assert cluster.obj("Deployment", "serving", "b")["spec"]["replicas"] == 3
+
+
+def test_repeated_api_failures_stop_the_run(cluster: EmulatedCluster) -> None:
+    names_ = [f"d{i}" for i in range(5)]
+    seed(cluster, *(deployment(n) for n in names_))
+    cluster.fail(Fault("PATCH", "Deployment", status=503, times=10))
+    result = reaper_run(cluster, idle(*names_))
+    assert result.exit_code == EXIT_ACTION_FAILED
+    assert len(patches(cluster)) == 3
+    assert [r.detail for r in result.results[3:]] == ["not attempted after 3 failures in a row"] * 2
+
+
+def test_event_failure_does_not_fail_the_action(cluster: EmulatedCluster) -> None:
+    seed(cluster, deployment("a"))
+    cluster.fail(Fault("POST", "Event", status=403))
+    result = reaper_run(cluster, idle("a"))
+    assert result.exit_code == EXIT_OK
+    assert cluster.obj("Deployment", "serving", "a")["spec"]["replicas"] == 0
+
+
+def test_two_concurrent_runs_never_double_act(cluster: EmulatedCluster) -> None:
+    seed(cluster, *(deployment(n) for n in "abc"))
+    cluster.fail(Fault("PATCH", "Deployment", delay=0.2, times=100))  # keep the first run busy
+    results: list[RunReport] = []
+    barrier = threading.Barrier(2)
+
+    def one(identity: str) -> None:
+        barrier.wait()
+        results.append(reaper_run(cluster, idle(*"abc"), identity=identity))
+
+    threads = [threading.Thread(target=one, args=(f"run-{i}",)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+
+    assert sorted(r.lease_held for r in results) == [False, True]
+    winner = next(r for r in results if not r.lease_held)
+    loser = next(r for r in results if r.lease_held)
+    assert winner.count(Outcome.APPLIED) == 3 and loser.results == [] and loser.exit_code == EXIT_OK
+    assert sorted(patches(cluster)) == sorted(
+        f"/apis/apps/v1/namespaces/serving/deployments/{n}" for n in "abc"
+    )
+    assert "holds the lease" in (loser.error or "")
+
+
+def test_a_second_run_after_the_first_finds_nothing_left_to_do(cluster: EmulatedCluster) -> None:
+    seed(cluster, deployment("a"))
+    assert reaper_run(cluster, idle("a")).count(Outcome.APPLIED) == 1
+    second = reaper_run(cluster, idle("a"))
+    assert second.count(Outcome.APPLIED) == 0
+    assert [s.reason.value for s in second.plan.skips] == ["already_done"]  # type: ignore[union-attr]
+    assert len(patches(cluster)) == 1
+
+
+def lease(holder: str, renewed_ago: timedelta, duration: int = 600) -> dict[str, Any]:
+    # Leases are about live concurrency: they use the wall clock, not the run's --end.
+    when = datetime.now(UTC) - renewed_ago
+    return manifest(
+        "Lease",
+        names.LEASE_NAME,
+        "gpu-reaper",
+        spec={
+            "holderIdentity": holder,
+            "leaseDurationSeconds": duration,
+            "renewTime": when.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        },
+    )
+
+
+def test_a_live_lease_keeps_a_second_run_out(cluster: EmulatedCluster) -> None:
+    seed(cluster, deployment("a"), lease("other-run", timedelta(seconds=10)))
+    result = reaper_run(cluster, idle("a"))
+    assert result.lease_held and result.exit_code == EXIT_OK and result.plan is None
+    assert cluster.mutations() == []
+    assert result.metrics().success_timestamp is None  # staleness alerts see the run did nothing
+
+
+def test_a_stale_lease_expires_and_is_taken_over(cluster: EmulatedCluster) -> None:
+    seed(cluster, deployment("a"), lease("crashed-run", timedelta(hours=1)))
+    result = reaper_run(cluster, idle("a"), identity="fresh-run")
+    assert not result.lease_held and result.count(Outcome.APPLIED) == 1
+    spec = cluster.obj("Lease", "gpu-reaper", names.LEASE_NAME)["spec"]
+    assert "holderIdentity" not in spec  # released at the end of the run
+    assert spec["leaseTransitions"] == 1
+
+
+def test_cordon_marks_the_node_and_restore_uncordons_only_marked_nodes(cluster: EmulatedCluster) -> None:
+    someone_elses = gpu_node("gpu-b")
+    someone_elses["spec"] = {"unschedulable": True}
+    seed(cluster, gpu_node("gpu-a"), someone_elses, gpu_node("gpu-c"))
+    result = reaper_run(
+        cluster, report(finding(FindingKind.LOW_UTILIZATION, name="gpu-a", workload_kind="Node"))
+    )
+    assert result.count(Outcome.APPLIED) == 1
+    node = cluster.obj("Node", None, "gpu-a")
+    assert node["spec"]["unschedulable"] is True
+    assert node["metadata"]["annotations"][names.CORDONED_AT] == "2026-01-05T00:00:00Z"
+    assert any(
+        e["involvedObject"]["kind"] == "Node" and e["metadata"]["namespace"] == "default"
+        for e in cluster.objects("Event")
+    )
+
+    restored = Executor(cluster.client(), apply=True, namespace="gpu-reaper").restore_all()
+    assert [r.target for r in restored] == ["Node gpu-a"]
+    uncordoned = cluster.obj("Node", None, "gpu-a")
+    assert "unschedulable" not in uncordoned["spec"]
+    assert set(uncordoned["metadata"]["annotations"]) == {names.RESTORED_AT}  # our mark gone, grace begins
+    assert cluster.obj("Node", None, "gpu-b")["spec"]["unschedulable"] is True  # never ours, never touched
+    unmarked = Executor(cluster.client(), apply=True, namespace="gpu-reaper").uncordon("gpu-b")
+    assert unmarked.outcome is Outcome.SKIPPED
+
+
+def test_restore_all_in_one_namespace_leaves_others_and_nodes(cluster: EmulatedCluster) -> None:
+    reaped = {names.ORIGINAL_REPLICAS: "2"}
+    seed(
+        cluster,
+        manifest("Namespace", "team-a"),
+        deployment("a", replicas=0, **reaped),
+        deployment("b", replicas=0, namespace="team-a", **reaped),
+        gpu_node("gpu-a", **{names.CORDONED_AT: "2026-01-05T00:00:00Z"}),
+    )
+    restored = Executor(cluster.client(), apply=True, namespace="gpu-reaper").restore_all("team-a")
+    assert [r.target for r in restored] == ["Deployment team-a/b"]
+    assert cluster.obj("Deployment", "serving", "a")["spec"]["replicas"] == 0
+
+
+def test_confirmation_state_lives_in_a_configmap_across_runs(cluster: EmulatedCluster) -> None:
+    seed(cluster, deployment("a"))
+    policy = {**POLICY, "safety": {"consecutiveRuns": 2}}
+    first = reaper_run(cluster, idle("a"), policy=policy)
+    assert first.count(Outcome.APPLIED) == 0
+    assert [s.reason.value for s in first.plan.skips] == ["awaiting_confirmation"]  # type: ignore[union-attr]
+    cm = cluster.obj("ConfigMap", "gpu-reaper", names.STATE_CONFIGMAP)
+    assert '"serving/Deployment/a"' in cm["data"][names.STATE_KEY]
+
+    second = reaper_run(cluster, idle("a"), policy=policy)
+    assert second.count(Outcome.APPLIED) == 1
+    assert cluster.obj("Deployment", "serving", "a")["spec"]["replicas"] == 0
+
+
+def test_unknown_workload_to_restore_is_bad_input(cluster: EmulatedCluster) -> None:
+    seed(cluster)
+    with pytest.raises(BadInputError, match="no Deployment or StatefulSet serving/ghost"):
+        Executor(cluster.client(), apply=True, namespace="gpu-reaper").restore_workload("serving", "ghost")

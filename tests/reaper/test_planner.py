@@ -1,0 +1,635 @@
+"""The planner, table-style: one case per safety rule and per rule combination that matters.
+
+No Kubernetes here: findings, a snapshot parsed from plain manifests, a policy and a fixed ``now``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from common.model import Finding, FindingKind, TimeWindow
+from common.timeutil import rfc3339
+from harness.findings import NOW, WINDOW, finding, report
+from reaper import names
+from reaper.cluster import ClusterSnapshot, build_snapshot
+from reaper.planner import Plan, SkipReason, plan, route_channel
+from reaper.policy import Action, Policy
+from reaper.state import Confirmation, ReaperState
+from simulation.cluster import manifest
+
+IDLE = FindingKind.IDLE_ENDPOINT
+LOW = FindingKind.LOW_UTILIZATION
+STARVED = FindingKind.DATALOADER_STARVATION
+UNKNOWN = FindingKind.UNKNOWN
+LONG_AGO = NOW - timedelta(days=30)
+
+BASE_POLICY: dict[str, Any] = {
+    "safety": {"consecutiveRuns": 1, "maxActionsPerRun": 10, "maxCordonShare": 1.0},
+    "grace": {"afterCreation": "1h", "afterRestore": "24h"},
+    "pricePerGpuHour": 2.0,
+    "rules": [
+        {"name": "idle", "match": {"findings": ["idle_endpoint"]}, "action": "scale_to_zero"},
+        {"name": "nodes", "match": {"findings": ["low_utilization"], "kinds": ["Node"]}, "action": "cordon"},
+        {
+            "name": "tell",
+            "match": {"findings": ["low_utilization", "dataloader_starvation"]},
+            "action": "notify",
+        },
+    ],
+}
+
+
+def deployment(
+    name: str = "api", namespace: str = "serving", replicas: int = 2, **meta: Any
+) -> dict[str, Any]:
+    return manifest(
+        meta.pop("kind", "Deployment"),
+        name,
+        namespace,
+        labels=meta.pop("labels", {"app": name}),
+        annotations=meta.pop("annotations", None),
+        created=meta.pop("created", LONG_AGO),
+        spec={"replicas": replicas},
+    )
+
+
+def node(name: str, gpus: int = 4, unschedulable: bool = False, **meta: Any) -> dict[str, Any]:
+    cap = {"nvidia.com/gpu": str(gpus)} if gpus else {"cpu": "16"}
+    return manifest(
+        "Node",
+        name,
+        annotations=meta.pop("annotations", None),
+        created=meta.pop("created", LONG_AGO),
+        spec={"unschedulable": True} if unschedulable else {},
+        status={"capacity": cap},
+    )
+
+
+def namespace(name: str, **annotations: str) -> dict[str, Any]:
+    return manifest(
+        "Namespace", name, annotations={k.replace("_", "/", 1): v for k, v in annotations.items()}
+    )
+
+
+def hpa(target: str, namespace: str = "serving", kind: str = "HorizontalPodAutoscaler") -> dict[str, Any]:
+    return manifest(
+        kind,
+        f"{target}-scaler",
+        namespace,
+        spec={"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target}},
+    )
+
+
+BASE_OBJECTS = (
+    namespace("serving"),
+    namespace("team-a"),
+    namespace("kube-system"),
+    namespace("gpu-reaper"),
+    deployment("api"),
+    deployment("api", namespace="team-a"),
+    deployment("web", namespace="team-a", replicas=1),
+    node("gpu-a"),
+    node("gpu-b"),
+)
+
+
+def streak(
+    count: int, since: Any = None, last_seen: Any = None, action: str = "scale_to_zero"
+) -> Confirmation:
+    return Confirmation(
+        action=action,
+        count=count,
+        since=since or WINDOW.start - timedelta(hours=1),
+        last_seen=last_seen or NOW - timedelta(hours=1),
+    )
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    findings: tuple[Finding, ...]
+    actions: tuple[str, ...] = ()  # "scale_to_zero serving/Deployment/api"
+    skips: Mapping[str, SkipReason] = field(default_factory=dict)  # workload key → reason
+    objects: tuple[dict[str, Any], ...] = BASE_OBJECTS
+    extra: tuple[dict[str, Any], ...] = ()
+    policy: Mapping[str, Any] = field(default_factory=dict)
+    state: Mapping[str, Confirmation] = field(default_factory=dict)
+
+
+def _merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in override.items():
+        out[k] = _merge(out[k], v) if isinstance(v, Mapping) and isinstance(out.get(k), Mapping) else v
+    return out
+
+
+def make_policy(**override: Any) -> Policy:
+    return Policy.model_validate(_merge(BASE_POLICY, override))
+
+
+def make_snapshot(
+    objects: tuple[dict[str, Any], ...], state: Mapping[str, Confirmation] | None = None
+) -> ClusterSnapshot:
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for o in objects:
+        by_kind.setdefault(o["kind"], []).append(o)
+    return build_snapshot(
+        deployments=by_kind.get("Deployment", []),
+        statefulsets=by_kind.get("StatefulSet", []),
+        nodes=by_kind.get("Node", []),
+        namespaces=by_kind.get("Namespace", []),
+        hpas=by_kind.get("HorizontalPodAutoscaler", []),
+        scaled_objects=by_kind.get("ScaledObject", []),
+        state=ReaperState(entries=dict(state or {})),
+    )
+
+
+def run_case(case: Case) -> Plan:
+    return plan(
+        report(*case.findings),
+        make_snapshot(case.objects + case.extra, case.state),
+        make_policy(**case.policy),
+        NOW,
+    )
+
+
+API = "serving/Deployment/api"
+SCALE_API = f"scale_to_zero {API}"
+ago = lambda **kw: rfc3339(NOW - timedelta(**kw))  # noqa: E731 - a table helper
+later = lambda **kw: rfc3339(NOW + timedelta(**kw))  # noqa: E731
+
+HELD_12H = {
+    "rules": [
+        {"name": "r", "match": {"findings": ["idle_endpoint"], "for": "12h"}, "action": "scale_to_zero"}
+    ]
+}
+
+CASES = [
+    Case("idle-endpoint-is-scaled-to-zero", (finding(IDLE),), actions=(SCALE_API,)),
+    Case("unknown-finding-is-never-acted-on", (finding(UNKNOWN),), skips={API: SkipReason.INSUFFICIENT_DATA}),
+    Case(
+        "kube-system-is-never-touched",
+        (finding(IDLE, namespace="kube-system"),),
+        extra=(deployment("api", namespace="kube-system"),),
+        skips={"kube-system/Deployment/api": SkipReason.PROTECTED_NAMESPACE},
+    ),
+    Case(
+        "reaper-own-namespace-is-never-touched",
+        (finding(IDLE, namespace="gpu-reaper"),),
+        extra=(deployment("api", namespace="gpu-reaper"),),
+        skips={"gpu-reaper/Deployment/api": SkipReason.PROTECTED_NAMESPACE},
+    ),
+    Case(
+        "renamed-reaper-namespace-is-protected-too",
+        (finding(IDLE, namespace="ops"),),
+        extra=(deployment("api", namespace="ops"),),
+        policy={"reaperNamespace": "ops"},
+        skips={"ops/Deployment/api": SkipReason.PROTECTED_NAMESPACE},
+    ),
+    Case(
+        "finding-no-rule-matches-is-skipped",
+        (finding(STARVED),),
+        policy={"rules": [BASE_POLICY["rules"][0]]},
+        skips={API: SkipReason.NO_RULE},
+    ),
+    Case(
+        "first-matching-rule-wins",
+        (finding(IDLE),),
+        policy={
+            "rules": [
+                {"name": "first", "match": {"findings": ["idle_endpoint"]}, "action": "notify"},
+                *BASE_POLICY["rules"],
+            ]
+        },
+        actions=(f"notify {API}",),
+    ),
+    Case(
+        "rule-namespace-glob-must-match",
+        (finding(IDLE), finding(IDLE, namespace="team-a")),
+        policy={
+            "rules": [
+                {
+                    "name": "r",
+                    "match": {"findings": ["idle_endpoint"], "namespaces": ["team-*"]},
+                    "action": "scale_to_zero",
+                }
+            ]
+        },
+        actions=("scale_to_zero team-a/Deployment/api",),
+        skips={API: SkipReason.NO_RULE},
+    ),
+    Case(
+        "rule-label-selector-must-match",
+        (finding(IDLE), finding(IDLE, name="web", namespace="team-a")),
+        policy={
+            "rules": [
+                {
+                    "name": "r",
+                    "match": {
+                        "findings": ["idle_endpoint"],
+                        "labelSelector": {"matchLabels": {"app": "web"}},
+                    },
+                    "action": "scale_to_zero",
+                }
+            ]
+        },
+        actions=("scale_to_zero team-a/Deployment/web",),
+        skips={API: SkipReason.NO_RULE},
+    ),
+    Case(
+        "rule-thresholds-confidence-gpus-waste",
+        (
+            finding(IDLE, confidence=0.5),
+            finding(IDLE, namespace="team-a", gpus=1),
+            finding(IDLE, name="web", namespace="team-a", gpus=2, wasted=0.5),
+        ),
+        policy={
+            "rules": [
+                {
+                    "name": "r",
+                    "match": {
+                        "findings": ["idle_endpoint"],
+                        "minConfidence": 0.9,
+                        "minGpus": 2,
+                        "minWastedGpuHours": 1,
+                    },
+                    "action": "scale_to_zero",
+                }
+            ]
+        },
+        skips={
+            API: SkipReason.NO_RULE,
+            "team-a/Deployment/api": SkipReason.NO_RULE,
+            "team-a/Deployment/web": SkipReason.NO_RULE,
+        },
+    ),
+    Case(
+        "job-is-never-scaled-only-notified",
+        (finding(LOW, name="train", workload_kind="Job"),),
+        actions=("notify serving/Job/train",),
+    ),
+    Case(
+        "policy-excludes-namespace-glob",
+        (finding(IDLE),),
+        policy={"exclude": {"namespaces": ["serv*"]}},
+        skips={API: SkipReason.EXCLUDED_BY_POLICY},
+    ),
+    Case(
+        "policy-excludes-workload-glob",
+        (finding(IDLE), finding(IDLE, namespace="team-a")),
+        policy={"exclude": {"workloads": ["serving/a*"]}},
+        actions=("scale_to_zero team-a/Deployment/api",),
+        skips={API: SkipReason.EXCLUDED_BY_POLICY},
+    ),
+    Case(
+        "policy-excludes-by-label-selector",
+        (finding(IDLE), finding(IDLE, name="web", namespace="team-a")),
+        policy={
+            "exclude": {
+                "labelSelector": {"matchExpressions": [{"key": "app", "operator": "In", "values": ["web"]}]}
+            }
+        },
+        actions=(SCALE_API,),
+        skips={"team-a/Deployment/web": SkipReason.EXCLUDED_BY_POLICY},
+    ),
+    Case(
+        "policy-excludes-node-glob",
+        (finding(LOW, name="gpu-a", workload_kind="Node"),),
+        policy={"exclude": {"nodes": ["gpu-?"]}},
+        skips={"/Node/gpu-a": SkipReason.EXCLUDED_BY_POLICY},
+    ),
+    Case(
+        "workload-annotated-exclude-is-skipped",
+        (finding(IDLE),),
+        objects=(deployment(annotations={names.EXCLUDE: "true"}),),
+        skips={API: SkipReason.EXCLUDED_BY_ANNOTATION},
+    ),
+    Case(
+        "namespace-annotated-exclude-covers-its-workloads",
+        (finding(IDLE),),
+        objects=(deployment(), namespace("serving", **{"gpu-reaper_exclude": "true"})),
+        skips={API: SkipReason.EXCLUDED_BY_ANNOTATION},
+    ),
+    Case(
+        "notify-also-respects-opt-out",
+        (finding(LOW, name="train", workload_kind="Job"),),
+        objects=(namespace("serving", **{"gpu-reaper_exclude": "yes"}),),
+        skips={"serving/Job/train": SkipReason.EXCLUDED_BY_ANNOTATION},
+    ),
+    Case(
+        "exclude-until-in-the-future-skips",
+        (finding(IDLE),),
+        objects=(deployment(annotations={names.EXCLUDE_UNTIL: later(days=1)}),),
+        skips={API: SkipReason.EXCLUDED_BY_ANNOTATION},
+    ),
+    Case(
+        "exclude-until-expired-acts-again",
+        (finding(IDLE),),
+        objects=(deployment(annotations={names.EXCLUDE_UNTIL: ago(minutes=1)}),),
+        actions=(SCALE_API,),
+    ),
+    Case(
+        "exclude-until-unreadable-is-treated-as-excluded",
+        (finding(IDLE),),
+        objects=(deployment(annotations={names.EXCLUDE_UNTIL: "next friday"}),),
+        skips={API: SkipReason.EXCLUDED_BY_ANNOTATION},
+    ),
+    Case(
+        "exclude-false-does-not-exclude",
+        (finding(IDLE),),
+        objects=(deployment(annotations={names.EXCLUDE: "false"}),),
+        actions=(SCALE_API,),
+    ),
+    Case(
+        "workload-gone-from-cluster-is-skipped",
+        (finding(IDLE),),
+        objects=(),
+        skips={API: SkipReason.NOT_FOUND},
+    ),
+    Case(
+        "already-at-zero-is-skipped",
+        (finding(IDLE),),
+        objects=(deployment(replicas=0),),
+        skips={API: SkipReason.ALREADY_DONE},
+    ),
+    Case(
+        "already-cordoned-node-is-skipped",
+        (finding(LOW, name="gpu-a", workload_kind="Node"),),
+        objects=(node("gpu-a", unschedulable=True),),
+        skips={"/Node/gpu-a": SkipReason.ALREADY_DONE},
+    ),
+    Case(
+        "node-without-gpus-is-never-cordoned",
+        (finding(LOW, name="cpu-1", workload_kind="Node"),),
+        objects=(node("cpu-1", gpus=0), node("gpu-a")),
+        skips={"/Node/cpu-1": SkipReason.NOT_A_GPU_NODE},
+    ),
+    Case(
+        "grace-after-creation-covers-model-loading",
+        (finding(IDLE),),
+        objects=(deployment(created=NOW - timedelta(minutes=30)),),
+        skips={API: SkipReason.CREATION_GRACE},
+    ),
+    Case(
+        "grace-after-creation-over-acts",
+        (finding(IDLE),),
+        objects=(deployment(created=NOW - timedelta(hours=2)),),
+        actions=(SCALE_API,),
+    ),
+    Case(
+        "grace-after-restore-resets-the-idle-clock",
+        (finding(IDLE),),
+        objects=(deployment(annotations={names.RESTORED_AT: ago(hours=3)}),),
+        skips={API: SkipReason.RESTORE_GRACE},
+    ),
+    Case(
+        "grace-after-restore-over-acts-again",
+        (finding(IDLE),),
+        objects=(deployment(annotations={names.RESTORED_AT: ago(hours=25)}),),
+        actions=(SCALE_API,),
+    ),
+    Case(
+        "grace-after-restore-applies-to-notify-too",
+        (finding(LOW),),
+        objects=(deployment(annotations={names.RESTORED_AT: ago(hours=1)}),),
+        skips={API: SkipReason.RESTORE_GRACE},
+    ),
+    Case(
+        "uncordoned-node-gets-restore-grace-too",
+        (finding(LOW, name="gpu-a", workload_kind="Node"),),
+        objects=(node("gpu-a", annotations={names.RESTORED_AT: ago(hours=2)}), node("gpu-b")),
+        skips={"/Node/gpu-a": SkipReason.RESTORE_GRACE},
+    ),
+    Case(
+        "hpa-managed-workload-is-not-scaled",
+        (finding(IDLE),),
+        extra=(hpa("api"),),
+        skips={API: SkipReason.AUTOSCALED},
+    ),
+    Case(
+        "keda-managed-workload-is-not-scaled",
+        (finding(IDLE),),
+        extra=(hpa("api", kind="ScaledObject"),),
+        skips={API: SkipReason.AUTOSCALED},
+    ),
+    Case(
+        "hpa-in-another-namespace-does-not-count",
+        (finding(IDLE),),
+        extra=(hpa("api", namespace="team-a"),),
+        actions=(SCALE_API,),
+        skips={},
+    ),
+    Case(
+        "hpa-managed-workload-can-still-be-notified",
+        (finding(LOW),),
+        extra=(hpa("api"),),
+        actions=(f"notify {API}",),
+    ),
+    Case(
+        "gitops-skip-policy-skips-argo-managed",
+        (finding(IDLE),),
+        objects=(
+            deployment(annotations={names.ARGO_CD_TRACKING_ANNOTATION: "shop:apps/Deployment:serving/api"}),
+        ),
+        policy={"safety": {"gitops": "skip"}},
+        skips={API: SkipReason.GITOPS_MANAGED},
+    ),
+    Case(
+        "dedupe-one-action-per-target",
+        (finding(IDLE, wasted=6.0), finding(LOW, wasted=3.0)),
+        actions=(SCALE_API,),
+        skips={API: SkipReason.DUPLICATE},
+    ),
+    Case(
+        "first-run-awaits-confirmation",
+        (finding(IDLE),),
+        policy={"safety": {"consecutiveRuns": 2}},
+        skips={API: SkipReason.AWAITING_CONFIRMATION},
+    ),
+    Case(
+        "second-consecutive-run-acts",
+        (finding(IDLE),),
+        policy={"safety": {"consecutiveRuns": 2}},
+        state={API: streak(1)},
+        actions=(SCALE_API,),
+    ),
+    Case(
+        "a-gap-between-runs-restarts-the-count",
+        (finding(IDLE),),
+        policy={"safety": {"consecutiveRuns": 2, "confirmationMaxGap": "3h"}},
+        state={API: streak(1, last_seen=NOW - timedelta(hours=5))},
+        skips={API: SkipReason.AWAITING_CONFIRMATION},
+    ),
+    Case(
+        "a-streak-for-another-action-does-not-count",
+        (finding(IDLE),),
+        policy={"safety": {"consecutiveRuns": 2}},
+        state={API: streak(1, action="cordon")},
+        skips={API: SkipReason.AWAITING_CONFIRMATION},
+    ),
+    Case(
+        "notify-needs-no-confirmation",
+        (finding(LOW),),
+        policy={"safety": {"consecutiveRuns": 3}},
+        actions=(f"notify {API}",),
+    ),
+    Case(
+        "rule-for-duration-not-yet-held",
+        (finding(IDLE),),
+        policy=HELD_12H,
+        skips={API: SkipReason.NOT_HELD_LONG_ENOUGH},
+    ),
+    Case(
+        "rule-for-duration-held-across-runs",
+        (finding(IDLE),),
+        policy=HELD_12H,
+        state={API: streak(6, since=NOW - timedelta(hours=13))},
+        actions=(SCALE_API,),
+    ),
+    Case(
+        "max-actions-per-run-keeps-the-biggest-waste",
+        (finding(IDLE, wasted=1.0), finding(IDLE, namespace="team-a", wasted=9.0)),
+        policy={"safety": {"maxActionsPerRun": 1}},
+        actions=("scale_to_zero team-a/Deployment/api",),
+        skips={API: SkipReason.ACTION_CAP},
+    ),
+    Case(
+        "max-actions-zero-means-report-only",
+        (finding(IDLE), finding(LOW, name="web", namespace="team-a")),
+        policy={"safety": {"maxActionsPerRun": 0}},
+        actions=("notify team-a/Deployment/web",),
+        skips={API: SkipReason.ACTION_CAP},
+    ),
+    Case(
+        "cordon-share-caps-nodes-per-run",
+        tuple(finding(LOW, name=f"gpu-{i}", workload_kind="Node", wasted=10.0 - i) for i in range(3)),
+        objects=tuple(node(f"gpu-{i}") for i in range(10)),
+        policy={"safety": {"maxCordonShare": 0.2}},
+        actions=("cordon /Node/gpu-0", "cordon /Node/gpu-1"),
+        skips={"/Node/gpu-2": SkipReason.CORDON_CAP},
+    ),
+    Case(
+        "cordon-share-rounds-down-on-small-clusters",
+        (finding(LOW, name="gpu-a", workload_kind="Node"),),
+        policy={"safety": {"maxCordonShare": 0.4}},
+        skips={"/Node/gpu-a": SkipReason.CORDON_CAP},
+    ),
+    Case(
+        "non-gpu-nodes-do-not-raise-the-cordon-share",
+        (finding(LOW, name="gpu-a", workload_kind="Node"),),
+        objects=(node("gpu-a"), *(node(f"cpu-{i}", gpus=0) for i in range(8))),
+        policy={"safety": {"maxCordonShare": 0.5}},
+        skips={"/Node/gpu-a": SkipReason.CORDON_CAP},
+    ),
+    Case("no-findings-no-plan", ()),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_safety_rules(case: Case) -> None:
+    p = run_case(case)
+    assert p.blocked is None
+    assert sorted(f"{a.action.value} {a.key}" for a in p.actions) == sorted(case.actions)
+    assert {s.target.key(): s.reason for s in p.skips} == dict(case.skips)
+
+
+def test_stale_findings_block_every_action() -> None:
+    old = TimeWindow.ending(NOW - timedelta(hours=2), timedelta(hours=6))
+    p = plan(report(finding(IDLE, window=old), window=old), make_snapshot(BASE_OBJECTS), make_policy(), NOW)
+    assert p.blocked is not None and "stale" in p.blocked
+    assert p.actions == () and p.skips == ()
+
+
+def test_argo_and_flux_managed_workloads_are_flagged() -> None:
+    objects = (
+        deployment(annotations={names.ARGO_CD_TRACKING_ANNOTATION: "shop:apps/Deployment:serving/api"}),
+        deployment("api", namespace="team-a", labels={names.FLUX_KUSTOMIZE_LABEL: "apps"}),
+    )
+    p = plan(
+        report(finding(IDLE), finding(IDLE, namespace="team-a")), make_snapshot(objects), make_policy(), NOW
+    )
+    flags = {a.key: a.flags for a in p.actions}
+    assert "Argo CD application shop" in flags[API][0]
+    assert "Flux Kustomization apps" in flags["team-a/Deployment/api"][0]
+    assert all("undo" in f[0] for f in flags.values())
+
+
+def test_planned_action_carries_what_the_executor_needs() -> None:
+    p = run_case(Case("x", (finding(IDLE, gpus=2),)))
+    (a,) = p.actions
+    assert a.action is Action.SCALE_TO_ZERO
+    assert a.replicas == 2 and a.resource_version == "1"
+    assert a.gpu_count == 2 and a.gpu_hours_per_day == 48.0 and a.cost_per_day == 96.0
+    assert a.reason.startswith("idle endpoint on 2 GPUs for 6h (mean 0.2 %, max 0.9 %")
+    assert a.rule == "idle"
+
+
+def test_next_state_counts_streaks_of_eligible_candidates_only() -> None:
+    objects = (*BASE_OBJECTS, deployment("web", namespace="serving", annotations={names.EXCLUDE: "true"}))
+    state = {API: streak(1), "serving/Deployment/gone": streak(3)}
+    p = plan(
+        report(finding(IDLE), finding(IDLE, name="web"), finding(LOW, namespace="team-a")),
+        make_snapshot(objects, state),
+        make_policy(safety={"consecutiveRuns": 3}),
+        NOW,
+    )
+    entries = p.next_state.entries
+    assert set(entries) == {API}  # excluded and notify-only targets are not counted; vanished ones drop
+    assert entries[API].count == 2 and entries[API].last_seen == NOW
+    assert entries[API].since == WINDOW.start - timedelta(hours=1)
+    assert {s.reason for s in p.skips} == {
+        SkipReason.AWAITING_CONFIRMATION,
+        SkipReason.EXCLUDED_BY_ANNOTATION,
+    }
+
+
+def test_plan_needs_an_aware_now() -> None:
+    with pytest.raises(ValueError, match="timezone"):
+        plan(report(), make_snapshot(()), make_policy(), NOW.replace(tzinfo=None))
+
+
+ROUTE_POLICY = {
+    "slack": {
+        "channel": "#gpu-waste",
+        "routes": [
+            {"namespaces": ["team-*"], "channel": "#teams"},
+            {"namespaces": ["team-a"], "channel": "#never"},
+        ],
+    }
+}
+
+
+@pytest.mark.parametrize(
+    ("ns_annotation", "rule_channel", "ns", "expected"),
+    [
+        pytest.param("#owners", "#rule", "team-a", "#owners", id="namespace-annotation-wins"),
+        pytest.param(None, "#rule", "team-a", "#rule", id="rule-channel-next"),
+        pytest.param(None, None, "team-a", "#teams", id="first-matching-route"),
+        pytest.param(None, None, "serving", "#gpu-waste", id="default-channel-last"),
+        pytest.param(None, None, "", "#gpu-waste", id="nodes-go-to-the-default"),
+    ],
+)
+def test_slack_routing(ns_annotation: str | None, rule_channel: str | None, ns: str, expected: str) -> None:
+    policy = make_policy(**ROUTE_POLICY)
+    rule = policy.rules[0].model_copy(update={"channel": rule_channel})
+    snap = make_snapshot(
+        (namespace(ns or "x", **({"gpu-reaper_slack-channel": ns_annotation} if ns_annotation else {})),)
+    )
+    assert route_channel(snap.namespaces.get(ns), ns, rule, policy) == expected
+
+
+def test_skips_for_owners_carry_their_channel() -> None:
+    p = plan(
+        report(finding(IDLE)),
+        make_snapshot((*BASE_OBJECTS, hpa("api"))),
+        make_policy(slack={"channel": "#gpu-waste"}),
+        NOW,
+    )
+    (skip,) = p.skips
+    assert skip.reason.tells_owner and skip.channel == "#gpu-waste"
+    assert "HorizontalPodAutoscaler serving/api-scaler" in skip.detail

@@ -1,0 +1,275 @@
+"""Policy files: what validates, what does not, and that every error names file, line, field and problem."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from common.errors import PolicyError
+from reaper.policy import Action, LabelSelector, Policy, explain, json_schema, load_policy, parse_policy
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+MINIMAL = "rules:\n  - name: idle\n    match: {findings: [idle_endpoint]}\n    action: scale_to_zero\n"
+
+
+def one_rule(match: str, action: str, name: str = "idle") -> str:
+    return f"rules:\n  - name: {name}\n    match: {match}\n    action: {action}\n"
+
+
+def test_minimal_policy_gets_safe_defaults() -> None:
+    p = parse_policy(MINIMAL)
+    assert p.mode == "dry-run"
+    assert p.safety.consecutive_runs == 2 and p.safety.max_actions_per_run == 10
+    assert p.grace.after_creation == timedelta(hours=1)
+    assert p.protected_namespaces == ("kube-system", "gpu-reaper")
+    assert p.rules[0].kinds == ("Deployment", "StatefulSet")  # scale_to_zero's default kinds
+    assert p.rules[0].action is Action.SCALE_TO_ZERO
+
+
+def test_policy_is_immutable() -> None:
+    p = parse_policy(MINIMAL)
+    with pytest.raises(ValueError, match="frozen"):
+        p.mode = "apply"  # type: ignore[misc]
+
+
+def test_documented_example_validates_and_is_the_demo_policy() -> None:
+    p = load_policy(DOCS / "policy.example.yaml")
+    assert [r.name for r in p.rules] == ["idle-endpoints", "idle-nodes", "tell-owners"]
+    demo = Path(__file__).resolve().parents[2] / "simulation" / "demo-policy.yaml"
+    assert demo.read_text(encoding="utf-8") == (DOCS / "policy.example.yaml").read_text(encoding="utf-8")
+
+
+def test_committed_json_schema_matches_the_model() -> None:
+    committed = json.loads((DOCS / "policy.schema.json").read_text(encoding="utf-8"))
+    assert committed == json_schema(), "regenerate: gpu-reaper policy schema > docs/policy.schema.json"
+
+
+def test_json_schema_describes_durations_and_actions() -> None:
+    schema = json_schema()
+    assert schema["$schema"].endswith("2020-12/schema")
+    assert set(schema["required"]) == {"rules"}
+    grace = schema["$defs"]["Grace"]["properties"]["afterCreation"]
+    assert grace["type"] == "string" and "pattern" in grace
+    assert schema["$defs"]["Action"]["enum"] == ["notify", "scale_to_zero", "cordon"]
+
+
+def test_price_is_set_once() -> None:
+    text = MINIMAL + "pricePerGpuHour: 2\ndetection: {pricePerGpuHour: 3}\n"
+    with pytest.raises(PolicyError, match="set the price once"):
+        parse_policy(text, "p.yaml")
+    p = parse_policy(MINIMAL + "detection: {pricePerGpuHour: 3}\n")
+    assert p.price == 3 and p.thresholds.price_per_gpu_hour == 3
+    p = parse_policy(MINIMAL + "pricePerGpuHour: 2\n")
+    assert p.thresholds.price_per_gpu_hour == 2
+
+
+BROKEN = [
+    pytest.param("", "the file is empty", id="empty-file"),
+    pytest.param("# only a comment\n", "the file is empty", id="only-comments"),
+    pytest.param("rules: [\n", "not valid YAML: line 2", id="not-yaml"),
+    pytest.param("- a\n- b\n", "top level must be a mapping", id="list-at-top-level"),
+    pytest.param("mode: apply\n", "line 1: rules: required field is missing", id="no-rules"),
+    pytest.param(
+        MINIMAL + "mode: yolo\n", "line 5: mode: Input should be 'dry-run' or 'apply'", id="bad-mode"
+    ),
+    pytest.param(MINIMAL + "window: 6\n", "window: duration '6' has no unit", id="duration-without-unit"),
+    pytest.param(MINIMAL + "window: 0s\n", "window: must be longer than 0", id="zero-window"),
+    pytest.param(
+        MINIMAL + "grace: {afterCreation: -1h}\n",
+        "grace.afterCreation: duration '-1h' is negative",
+        id="negative-duration",
+    ),
+    pytest.param(
+        MINIMAL + "grace: {afterRestore: soon}\n",
+        "grace.afterRestore: invalid duration 'soon'",
+        id="garbage-duration",
+    ),
+    pytest.param(
+        MINIMAL + "safety: {maxActionsPerRun: ten}\n",
+        "safety.maxActionsPerRun: Input should be a valid integer",
+        id="wrong-type",
+    ),
+    pytest.param(
+        MINIMAL + "safety: {maxCordonShare: 1.5}\n",
+        "safety.maxCordonShare: Input should be less than or equal to 1",
+        id="share-above-one",
+    ),
+    pytest.param(
+        MINIMAL + "safety: {consecutiveRuns: 0}\n",
+        "safety.consecutiveRuns: Input should be greater than or equal to 1",
+        id="zero-confirmations",
+    ),
+    pytest.param(
+        MINIMAL + "maxActionsPerRun: 3\n",
+        "maxActionsPerRun: unknown field; it belongs at safety.maxActionsPerRun",
+        id="misplaced-field",
+    ),
+    pytest.param(
+        MINIMAL + "safety: {maxActionPerRun: 3}\n",
+        "safety.maxActionPerRun: unknown field; did you mean 'maxActionsPerRun'?",
+        id="misspelt-field",
+    ),
+    pytest.param(
+        MINIMAL + "exclude: {namespaces: ['team-[a']}\n",
+        "exclude.namespaces[0]: glob 'team-[a' has an unclosed '['",
+        id="unclosed-glob",
+    ),
+    pytest.param(
+        MINIMAL + "exclude: {namespaces: ['Team-A']}\n",
+        "can never match: Kubernetes names are lowercase",
+        id="uppercase-glob",
+    ),
+    pytest.param(
+        MINIMAL + "exclude: {namespaces: ['team a']}\n",
+        "characters no Kubernetes name contains",
+        id="space-in-glob",
+    ),
+    pytest.param(
+        MINIMAL + "exclude: {workloads: ['api']}\n",
+        "exclude.workloads[0]: workload glob 'api' must be NAMESPACE/NAME",
+        id="workload-glob-without-namespace",
+    ),
+    pytest.param(
+        MINIMAL + "exclude: {labelSelector: {}}\n",
+        "exclude.labelSelector: an empty selector matches everything",
+        id="empty-selector",
+    ),
+    pytest.param(
+        MINIMAL
+        + "exclude: {labelSelector: {matchExpressions: [{key: app, operator: Exists, values: [a]}]}}\n",
+        "operator Exists takes no values",
+        id="selector-values-with-exists",
+    ),
+    pytest.param(
+        MINIMAL + "exclude: {labelSelector: {matchLabels: {'bad key!': x}}}\n",
+        "label key 'bad key!'",
+        id="bad-label-key",
+    ),
+    pytest.param(
+        MINIMAL + "slack: {channel: general}\n",
+        "slack.channel: Slack channel 'general' must be '#name'",
+        id="bad-channel",
+    ),
+    pytest.param(
+        MINIMAL + "reaperNamespace: Gpu_Reaper\n",
+        "reaperNamespace: 'Gpu_Reaper' is not a valid namespace name",
+        id="bad-namespace",
+    ),
+    pytest.param(MINIMAL + "currency: dollars\n", "currency: String should match pattern", id="bad-currency"),
+    pytest.param(
+        MINIMAL + "detection: {idlePercent: 200}\n",
+        "detection.idlePercent: Input should be less than or equal to 100",
+        id="bad-detection-threshold",
+    ),
+    pytest.param(
+        one_rule("{findings: [unknown]}", "scale_to_zero"),
+        "line 3: rules[0].match.findings[0]: Input should be 'idle_endpoint', 'low_utilization' or "
+        "'dataloader_starvation'",
+        id="acting-on-unknown",
+    ),
+    pytest.param(
+        one_rule("{findings: [idle_endpoint]}", "delete"),
+        "line 4: rules[0].action: Input should be 'notify', 'scale_to_zero' or 'cordon' (got 'delete')",
+        id="unknown-action",
+    ),
+    pytest.param(
+        one_rule("{findings: [idle_endpoint], kinds: [Job]}", "scale_to_zero"),
+        "scale_to_zero applies to Deployment and StatefulSet only, not Job",
+        id="scale-a-job",
+    ),
+    pytest.param(
+        one_rule("{findings: [low_utilization], kinds: [Deployment]}", "cordon"),
+        "action cordon applies to kind Node only",
+        id="cordon-a-deployment",
+    ),
+    pytest.param(
+        one_rule("{findings: [low_utilization], kinds: [Deplyment]}", "notify"),
+        "rules[0].match.kinds[0]: Input should be 'Deployment'",
+        id="misspelt-kind",
+    ),
+    pytest.param(
+        MINIMAL + MINIMAL.replace("rules:\n", ""), "rule name 'idle' is used twice", id="duplicate-rule-names"
+    ),
+    pytest.param(
+        MINIMAL + "mode: apply\nmode: dry-run\n", "line 6: mode: key given twice", id="duplicate-key"
+    ),
+    pytest.param(
+        one_rule("{findings: [idle_endpoint]}", "notify", name="Idle Rule"),
+        "rules[0].name: String should match pattern",
+        id="bad-rule-name",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "message"), BROKEN)
+def test_broken_policy_error_names_file_field_and_problem(text: str, message: str) -> None:
+    with pytest.raises(PolicyError) as caught:
+        parse_policy(text, "policy.yaml")
+    assert message in str(caught.value)
+    assert all(line.startswith("policy.yaml: ") for line in str(caught.value).splitlines())
+
+
+def test_all_problems_are_reported_at_once_in_file_order() -> None:
+    text = MINIMAL + "safety:\n  maxCordonShare: 2\ngrace:\n  afterCreation: -1m\n"
+    with pytest.raises(PolicyError) as caught:
+        parse_policy(text, "p.yaml")
+    lines = str(caught.value).splitlines()
+    assert [line.split(":")[1].strip() for line in lines] == ["line 6", "line 8"]
+
+
+def test_unreadable_file_is_a_policy_error(tmp_path: Path) -> None:
+    with pytest.raises(PolicyError, match="cannot read the policy file"):
+        load_policy(tmp_path / "missing.yaml")
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"\xff\xfe\x00rules")
+    with pytest.raises(PolicyError, match="not a text file"):
+        load_policy(binary)
+
+
+def test_explain_says_what_the_policy_does() -> None:
+    text = explain(load_policy(DOCS / "policy.example.yaml"))
+    assert "1. idle-endpoints: idle_endpoint on Deployment, StatefulSet" in text
+    assert "→ scale_to_zero after 2 consecutive runs" in text
+    assert "never touched: namespaces kube-system, gpu-reaper (always)" in text
+    assert "HPA/KEDA-managed workloads: never scaled" in text
+
+
+@pytest.mark.parametrize(
+    ("selector", "labels", "matches"),
+    [
+        pytest.param({"matchLabels": {"app": "a"}}, {"app": "a", "x": "y"}, True, id="match-labels"),
+        pytest.param({"matchLabels": {"app": "a"}}, {"app": "b"}, False, id="match-labels-differ"),
+        pytest.param(
+            {"matchExpressions": [{"key": "t", "operator": "In", "values": ["1", "2"]}]},
+            {"t": "2"},
+            True,
+            id="in",
+        ),
+        pytest.param(
+            {"matchExpressions": [{"key": "t", "operator": "NotIn", "values": ["1"]}]},
+            {},
+            True,
+            id="notin-absent",
+        ),
+        pytest.param(
+            {"matchExpressions": [{"key": "t", "operator": "Exists"}]}, {"t": ""}, True, id="exists"
+        ),
+        pytest.param(
+            {"matchExpressions": [{"key": "t", "operator": "DoesNotExist"}]},
+            {"t": "1"},
+            False,
+            id="does-not-exist",
+        ),
+    ],
+)
+def test_label_selector_semantics(selector: dict[str, object], labels: dict[str, str], matches: bool) -> None:
+    assert LabelSelector.model_validate(selector).matches(labels) is matches
+
+
+def test_policy_round_trips_through_its_own_serialisation() -> None:
+    p = load_policy(DOCS / "policy.example.yaml")
+    again = Policy.model_validate(p.model_dump(by_alias=True, mode="json"))
+    assert again == p

@@ -1,0 +1,336 @@
+"""The chart's RBAC is exactly what the reaper uses, derived from the reaper's own requests.
+
+``gpu-reaper`` runs for real against the emulated API server through every path that talks to it:
+a dry run; an applied run that creates the Lease and the state ConfigMap, scales a Deployment and a
+StatefulSet, cordons a node, records Events and re-reads after a 409; a second applied run that
+takes over the existing Lease and patches the ConfigMap; and every kind of restore. Each request in
+the emulator's log becomes the attributes the API server's RBAC authorizer checks (harness.rbac),
+and the Roles and ClusterRoles the chart renders for the reaper's ServiceAccount must grant every
+one of them and nothing more. A new API call in reaper/kube.py or reaper/executor.py fails here
+until the chart grants it; a grant the reaper stops using fails here until it is removed.
+"""
+
+from __future__ import annotations
+
+import io
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cli.reaper import main
+from common.model import FindingKind
+from harness.chart import NAMESPACE, Manifest, only, render, values_file
+from harness.findings import NOW, finding, report
+from harness.kube_emulator import EmulatedCluster, Fault
+from harness.rbac import NAMED_VERBS, READ_VERBS, Access, Grant, access_of, grants
+from simulation.cluster import manifest
+
+LONG_AGO = NOW - timedelta(days=30)
+GPU_NODE = {"capacity": {"nvidia.com/gpu": "8"}}
+POLICY = """\
+safety: {consecutiveRuns: 1, maxCordonShare: 0.5}
+rules:
+  - name: idle-endpoints
+    match: {findings: [idle_endpoint]}
+    action: scale_to_zero
+  - name: idle-nodes
+    match: {findings: [low_utilization], kinds: [Node]}
+    action: cordon
+"""
+# What the reaper does with the API, whatever the chart says: no delete, watch or PUT, and no Secret.
+ALLOWED_VERBS = frozenset({"get", "list", "create", "patch"})
+NEVER_RESOURCES = frozenset({"secrets", "pods", "pods/exec", "serviceaccounts/token"})
+
+VALUE_SETS = {"default-values": {}, "all-enabled": values_file("all-enabled-values.yaml")}
+RENDERED = {name: render(values) for name, values in VALUE_SETS.items()}
+
+
+def _service_account(manifests: list[Manifest]) -> tuple[str, str]:
+    cronjob = only(manifests, "CronJob")
+    pod = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    return cronjob["metadata"].get("namespace", NAMESPACE), pod["serviceAccountName"]
+
+
+def _granted(manifests: list[Manifest]) -> set[Grant]:
+    return grants((m.doc for m in manifests), _service_account(manifests))
+
+
+def _seed(cluster: EmulatedCluster) -> None:
+    def deployment(name: str, replicas: int = 2) -> dict[str, Any]:
+        return manifest("Deployment", name, "serving", created=LONG_AGO, spec={"replicas": replicas})
+
+    def autoscaler(kind: str, target: str) -> dict[str, Any]:
+        spec = {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target}}
+        return manifest(kind, f"{target}-scaler", "serving", spec=spec)
+
+    cluster.declare("ScaledObject")  # KEDA installed: its list answers rather than 404
+    cluster.seed(
+        [
+            *(manifest("Namespace", n) for n in ("serving", NAMESPACE)),
+            deployment("ranker"),
+            deployment("hpa-scaled"),
+            deployment("keda-scaled"),
+            manifest("StatefulSet", "embeddings", "serving", created=LONG_AGO, spec={"replicas": 1}),
+            autoscaler("HorizontalPodAutoscaler", "hpa-scaled"),
+            autoscaler("ScaledObject", "keda-scaled"),
+            *(
+                manifest("Node", n, created=LONG_AGO, spec={}, status=GPU_NODE)
+                for n in ("gpu-busy", "gpu-spare")
+            ),
+        ]
+    )
+
+
+def _findings(tmp_path: Path) -> Path:
+    idle = [
+        finding(FindingKind.IDLE_ENDPOINT, name=name, workload_kind=kind)
+        for kind, name in (
+            ("Deployment", "ranker"),
+            ("Deployment", "hpa-scaled"),
+            ("Deployment", "keda-scaled"),
+            ("StatefulSet", "embeddings"),
+        )
+    ]
+    spare = finding(FindingKind.LOW_UTILIZATION, name="gpu-spare", workload_kind="Node")
+    path = tmp_path / "findings.json"
+    path.write_text(report(*idle, spare).to_json(), encoding="utf-8")
+    return path
+
+
+def _cli(*argv: str) -> str:
+    out = io.StringIO()
+    code = main(list(argv), stdout=out)
+    assert code == 0, out.getvalue()
+    return out.getvalue().strip().splitlines()[-1]
+
+
+@pytest.fixture
+def reaper_requests(cluster: EmulatedCluster, tmp_path: Path) -> dict[str, list[Access]]:
+    """The authorization attributes of every request of each step, by step."""
+    _seed(cluster)
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY, encoding="utf-8")
+    kube = ["--kubeconfig", str(cluster.kubeconfig), "--reaper-namespace", NAMESPACE]
+    run = [
+        "run",
+        "--findings",
+        str(_findings(tmp_path)),
+        "--policy",
+        str(policy),
+        "--end",
+        "2026-01-05T00:00:00Z",
+    ]
+    # Stale resourceVersions on the first patches: the executor re-reads and tries again.
+    cluster.fail(Fault("PATCH", "Deployment", name="ranker", status=409))
+    cluster.fail(Fault("PATCH", "Node", name="gpu-spare", status=409))
+    steps = {
+        "dry-run": (
+            [*run, "--dry-run", *kube],
+            "gpu-reaper: mode=dry-run findings=5 planned=3 applied=0 skipped=2 failed=0",
+        ),
+        "first apply": (
+            [*run, "--apply", *kube],
+            "gpu-reaper: mode=apply findings=5 planned=3 applied=3 skipped=2 failed=0",
+        ),
+        "second apply": ([*run, "--apply", *kube], None),
+        "restore dry-run": (
+            ["restore", "serving/ranker", "--dry-run", *kube],
+            "gpu-reaper: restore mode=dry-run restored=1 unchanged=0 failed=0",
+        ),
+        "restore one": (
+            ["restore", "serving/embeddings", *kube],
+            "gpu-reaper: restore mode=apply restored=1 unchanged=0 failed=0",
+        ),
+        "uncordon one": (
+            ["restore", "--node", "gpu-spare", *kube],
+            "gpu-reaper: restore mode=apply restored=1 unchanged=0 failed=0",
+        ),
+        "restore all": (
+            ["restore", "--all", *kube],
+            "gpu-reaper: restore mode=apply restored=1 unchanged=0 failed=0",
+        ),
+    }
+    out: dict[str, list[Access]] = {}
+    seen = 0
+    for step, (argv, summary) in steps.items():
+        line = _cli(*argv)
+        if summary is not None:
+            assert line == summary, step
+        log = cluster.request_urls()
+        out[step] = [access_of(method, url) for method, url in log[seen:]]
+        seen = len(log)
+    return out
+
+
+def _all(requests: dict[str, list[Access]]) -> set[Access]:
+    return {a for step in requests.values() for a in step}
+
+
+@pytest.mark.parametrize("values", RENDERED.keys())
+def test_every_request_the_reaper_makes_is_granted_by_the_chart(
+    reaper_requests: dict[str, list[Access]], values: str
+) -> None:
+    granted = _granted(RENDERED[values])
+    denied = sorted(str(a) for a in _all(reaper_requests) if not any(g.allows(a) for g in granted))
+    assert denied == [], "the chart's RBAC does not grant what the reaper does"
+
+
+def _needed(grant: Grant, granted: set[Grant], used: set[Access]) -> bool:
+    """Some request of the reaper is allowed by ``grant`` and by no other grant."""
+    others = granted - {grant}
+    return any(grant.allows(a) and not any(o.allows(a) for o in others) for a in used)
+
+
+@pytest.mark.parametrize("values", RENDERED.keys())
+def test_the_chart_grants_nothing_the_reaper_does_not_use(
+    reaper_requests: dict[str, list[Access]], values: str
+) -> None:
+    granted, used = _granted(RENDERED[values]), _all(reaper_requests)
+    assert not [str(g) for g in granted if "*" in (g.group, g.resource, g.verb)], "no wildcards"
+    unneeded = sorted(str(g) for g in granted if not _needed(g, granted, used))
+    assert unneeded == [], "the chart grants what the reaper never uses (or grants it twice)"
+    # What the reaper does only in its own namespace belongs in the Role, not the ClusterRole.
+    too_wide = sorted(
+        str(g)
+        for g in granted
+        if g.namespace is None and not any(g.allows(a) and a.namespace != NAMESPACE for a in used)
+    )
+    assert too_wide == [], "granted cluster-wide but used only in the reaper's namespace"
+
+
+def test_in_its_own_namespace_the_reaper_reads_and_patches_only_the_objects_it_owns(
+    reaper_requests: dict[str, list[Access]],
+) -> None:
+    # Creating cannot be limited to a name; every other grant in the reaper's namespace is.
+    local = [g for g in _granted(RENDERED["default-values"]) if g.namespace is not None]
+    assert local and all(g.namespace == NAMESPACE for g in local)
+    named = {g for g in local if g.verb in NAMED_VERBS}
+    assert named and all(g.name is not None for g in named)
+    used = {
+        (a.resource, a.verb, a.name)
+        for a in _all(reaper_requests)
+        if a.namespace == NAMESPACE and a.verb in NAMED_VERBS
+    }
+    assert {(g.resource, g.verb, g.name) for g in named} == used
+
+
+def test_the_reaper_never_deletes_watches_replaces_or_reads_secrets(
+    reaper_requests: dict[str, list[Access]],
+) -> None:
+    used = _all(reaper_requests)
+    assert {a.verb for a in used} <= ALLOWED_VERBS
+    assert not {a.resource for a in used} & NEVER_RESOURCES
+    assert all(a.verb in READ_VERBS for a in reaper_requests["dry-run"] + reaper_requests["restore dry-run"])
+
+
+def test_without_cordoning_only_node_patches_are_refused(reaper_requests: dict[str, list[Access]]) -> None:
+    granted = _granted(render({"rbac": {"cordonNodes": False}}))
+    denied = {a for a in _all(reaper_requests) if not any(g.allows(a) for g in granted)}
+    assert denied and {(a.verb, a.group, a.resource) for a in denied} == {("patch", "", "nodes")}
+
+
+def test_only_the_reapers_service_account_is_bound() -> None:
+    for manifests in RENDERED.values():
+        account = _service_account(manifests)
+        for m in manifests:
+            if m.kind in ("RoleBinding", "ClusterRoleBinding"):
+                subjects = {(s["kind"], s.get("namespace"), s["name"]) for s in m.doc["subjects"]}
+                assert subjects == {("ServiceAccount", *account)}, m.id
+
+
+@pytest.mark.parametrize(
+    ("method", "url", "expected"),
+    [
+        ("GET", "/api/v1/nodes?limit=500", Access("list", "", "nodes", None, None)),
+        ("GET", "/api/v1/nodes?watch=true", Access("watch", "", "nodes", None, None)),
+        ("GET", "/api/v1/namespaces", Access("list", "", "namespaces", None, None)),
+        ("GET", "/api/v1/namespaces/team-a", Access("get", "", "namespaces", "team-a", "team-a")),
+        (
+            "PUT",
+            "/api/v1/namespaces/team-a/finalize",
+            Access("update", "", "namespaces/finalize", "team-a", "team-a"),
+        ),
+        ("POST", "/api/v1/namespaces/default/events", Access("create", "", "events", "default", None)),
+        (
+            "PATCH",
+            "/apis/apps/v1/namespaces/ml/deployments/api",
+            Access("patch", "apps", "deployments", "ml", "api"),
+        ),
+        (
+            "PATCH",
+            "/apis/apps/v1/namespaces/ml/deployments/api/scale",
+            Access("patch", "apps", "deployments/scale", "ml", "api"),
+        ),
+        ("DELETE", "/api/v1/namespaces/ml/pods", Access("deletecollection", "", "pods", "ml", None)),
+        ("DELETE", "/api/v1/namespaces/ml/pods/p", Access("delete", "", "pods", "ml", "p")),
+        (
+            "GET",
+            "/apis/keda.sh/v1alpha1/scaledobjects",
+            Access("list", "keda.sh", "scaledobjects", None, None),
+        ),
+    ],
+)
+def test_requests_map_to_the_attributes_the_authorizer_checks(
+    method: str, url: str, expected: Access
+) -> None:
+    assert access_of(method, url) == expected
+
+
+@pytest.mark.parametrize("url", ["/version", "/apis", "/api/v1", "/apis/apps/v1", "/healthz"])
+def test_discovery_and_non_resource_urls_are_not_taken_for_resource_requests(url: str) -> None:
+    with pytest.raises(ValueError, match="not a resource request"):
+        access_of("GET", url)
+
+
+def test_grants_follow_rbac_scoping_and_resource_names() -> None:
+    def role(kind: str, name: str, rule: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
+        meta = {"name": name} | ({"namespace": namespace} if namespace else {})
+        return {"kind": kind, "metadata": meta, "rules": [rule]}
+
+    def binding(
+        kind: str, role_kind: str, role_name: str, account: str, namespace: str | None = None
+    ) -> dict[str, Any]:
+        meta = {"name": role_name} | ({"namespace": namespace} if namespace else {})
+        subject = {"kind": "ServiceAccount", "namespace": "ops", "name": account}
+        return {
+            "kind": kind,
+            "metadata": meta,
+            "roleRef": {"kind": role_kind, "name": role_name},
+            "subjects": [subject],
+        }
+
+    lease = {
+        "apiGroups": ["coordination.k8s.io"],
+        "resources": ["leases"],
+        "verbs": ["get"],
+        "resourceNames": ["mine"],
+    }
+    reader = {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["list"]}
+    docs = [
+        role("Role", "own", lease, "ops"),
+        binding("RoleBinding", "Role", "own", "reaper", "ops"),
+        role("ClusterRole", "reader", reader),
+        binding("RoleBinding", "ClusterRole", "reader", "reaper", "team-a"),  # a ClusterRole in one namespace
+        role("ClusterRole", "everything", {"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}),
+        binding("ClusterRoleBinding", "ClusterRole", "everything", "someone-else"),
+    ]
+    granted = grants(docs, ("ops", "reaper"))
+    assert {(g.role, g.namespace, g.verb, g.name) for g in granted} == {
+        ("Role/own", "ops", "get", "mine"),
+        ("ClusterRole/reader", "team-a", "list", None),
+    }
+
+    def allowed(access: Access) -> bool:
+        return any(g.allows(access) for g in granted)
+
+    assert allowed(Access("get", "coordination.k8s.io", "leases", "ops", "mine"))
+    assert not allowed(Access("get", "coordination.k8s.io", "leases", "ops", "theirs"))
+    assert not allowed(Access("get", "coordination.k8s.io", "leases", "team-a", "mine"))
+    assert not allowed(Access("list", "coordination.k8s.io", "leases", "ops", None))
+    assert allowed(Access("list", "apps", "deployments", "team-a", None))
+    assert not allowed(
+        Access("list", "apps", "deployments", None, None)
+    )  # cluster-wide needs a ClusterRoleBinding
+    assert not allowed(Access("list", "apps", "deployments/scale", "team-a", None))

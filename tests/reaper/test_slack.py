@@ -1,0 +1,233 @@
+"""Slack: Block Kit formatting (pure) and delivery through slack-sdk to a local stand-in for slack.com."""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pytest_httpserver import HTTPServer
+from werkzeug import Request, Response
+
+from common.errors import BadInputError
+from common.model import FindingKind
+from harness.findings import NOW, finding, report
+from reaper.errors import SlackError
+from reaper.executor import ActionResult, Outcome
+from reaper.messages import Message, build_messages, preview
+from reaper.planner import plan
+from reaper.policy import Policy
+from reaper.runner import EXIT_OK, RunSettings, run
+from reaper.slack import SlackCredentials, SlackNotifier, load_credentials
+from simulation.cluster import InMemoryCluster, manifest
+
+TOKEN = "xoxb-0000-secret-token"
+LONG_AGO = NOW - timedelta(days=30)
+POLICY: dict[str, Any] = {
+    "pricePerGpuHour": 2.0,
+    "safety": {"consecutiveRuns": 1, "maxCordonShare": 1.0},
+    "slack": {"channel": "#gpu-waste", "routes": [{"namespaces": ["research"], "channel": "#research"}]},
+    "rules": [
+        {"name": "idle", "match": {"findings": ["idle_endpoint"]}, "action": "scale_to_zero"},
+        {"name": "tell", "match": {"findings": ["low_utilization"]}, "action": "notify"},
+    ],
+}
+
+
+def cluster() -> InMemoryCluster:
+    objects = [manifest("Namespace", n) for n in ("serving", "research", "team-b", "gpu-reaper")]
+    objects[2]["metadata"]["annotations"] = {"gpu-reaper/slack-channel": "#team-b"}
+    for ns, name in (("serving", "ranker"), ("research", "notebook"), ("team-b", "mig")):
+        objects.append(manifest("Deployment", name, ns, created=LONG_AGO, spec={"replicas": 2}))
+    return InMemoryCluster(objects)
+
+
+FINDINGS = report(
+    finding(FindingKind.IDLE_ENDPOINT, name="ranker", gpus=2),
+    finding(FindingKind.LOW_UTILIZATION, name="notebook", namespace="research"),
+    finding(FindingKind.IDLE_ENDPOINT, name="mig", namespace="team-b"),
+)
+
+
+def messages_for(apply: bool, policy: dict[str, Any] | None = None, single: bool = False) -> list[Message]:
+    p = Policy.model_validate(policy or POLICY)
+    the_plan = plan(FINDINGS, cluster().snapshot("gpu-reaper"), p, NOW)
+    outcome = Outcome.APPLIED if apply else Outcome.DRY_RUN
+    results = [ActionResult(a, outcome) for a in the_plan.actions]
+    return build_messages(the_plan, results, p, dry_run=not apply, single=single)
+
+
+def text_of(message: Message) -> str:
+    return preview([message])
+
+
+def test_one_message_per_owner_channel() -> None:
+    by_channel = {m.channel: text_of(m) for m in messages_for(apply=True)}
+    assert set(by_channel) == {"#gpu-waste", "#research", "#team-b"}
+    assert "*Scaled to zero* `serving/ranker` (Deployment)" in by_channel["#gpu-waste"]
+    assert "2 → 0 replicas · 48 GPU-hours/day (≈ 96 USD/day)" in by_channel["#gpu-waste"]
+    assert "*Heads-up* `research/notebook` (Deployment)" in by_channel["#research"]
+    assert "`team-b/mig`" in by_channel["#team-b"]  # the namespace annotation routes it
+
+
+def test_message_says_what_was_done_and_how_to_opt_out_and_restore() -> None:
+    (m,) = [m for m in messages_for(apply=True) if m.channel == "#gpu-waste"]
+    header = m.blocks[0]
+    assert header["type"] == "header" and header["text"]["text"] == "GPU reaper: reclaimed 1 of 1 targets"
+    text = text_of(m)
+    assert "Reclaimed 48 GPU-hours/day (≈ 96 USD/day)" in text
+    assert "kubectl annotate deployment ranker -n serving gpu-reaper/exclude=true" in text
+    assert "Restore: `gpu-reaper restore serving/ranker`" in text
+    assert m.text.startswith("GPU reaper: reclaimed 1 of 1 targets")
+
+
+def test_dry_run_message_says_would_and_offers_no_restore() -> None:
+    (m,) = [m for m in messages_for(apply=False) if m.channel == "#gpu-waste"]
+    text = text_of(m)
+    assert "*Would scale to zero* `serving/ranker`" in text
+    assert "Reclaimable 48 GPU-hours/day" in text
+    assert "Restore:" not in text
+
+
+def test_webhook_gets_one_message_with_everything() -> None:
+    (m,) = messages_for(apply=True, single=True)
+    assert m.channel is None
+    text = text_of(m)
+    assert "serving/ranker" in text and "research/notebook" in text and "team-b/mig" in text
+
+
+def test_long_runs_are_truncated_within_slack_limits() -> None:
+    policy = {**POLICY, "slack": {"channel": "#gpu-waste", "maxItemsPerMessage": 5}}
+    findings = report(*(finding(FindingKind.LOW_UTILIZATION, name=f"w{i:02d}") for i in range(30)))
+    p = Policy.model_validate(policy)
+    objects = [
+        manifest("Deployment", f"w{i:02d}", "serving", created=LONG_AGO, spec={"replicas": 1})
+        for i in range(30)
+    ]
+    the_plan = plan(findings, InMemoryCluster(objects).snapshot("gpu-reaper"), p, NOW)
+    (m,) = build_messages(
+        the_plan, [ActionResult(a, Outcome.APPLIED) for a in the_plan.actions], p, dry_run=False
+    )
+    assert len(m.blocks) <= 50
+    assert all(len(b.get("text", {}).get("text", "")) <= 3000 for b in m.blocks)
+    assert "…and 25 more in the run's log" in text_of(m)
+
+
+def test_mrkdwn_is_escaped() -> None:
+    from reaper.messages import escape
+
+    assert escape("<!channel> & co") == "&lt;!channel&gt; &amp; co"
+
+
+# --- delivery -------------------------------------------------------------------------------------------
+
+
+def slack_ok(request: Request) -> Response:
+    return Response(json.dumps({"ok": True, "channel": "C1", "ts": "1.1"}), content_type="application/json")
+
+
+def posted(httpserver: HTTPServer) -> list[dict[str, Any]]:
+    return [json.loads(req.get_data()) for req, _ in httpserver.log if req.path == "/api/chat.postMessage"]
+
+
+def test_bot_token_posts_each_channel_with_blocks(httpserver: HTTPServer) -> None:
+    httpserver.expect_request("/api/chat.postMessage", method="POST").respond_with_handler(slack_ok)
+    notifier = SlackNotifier(SlackCredentials(token=TOKEN), api_url=httpserver.url_for("/api/"))
+    for m in messages_for(apply=True):
+        notifier.send(m)
+    bodies = posted(httpserver)
+    assert sorted(b["channel"] for b in bodies) == ["#gpu-waste", "#research", "#team-b"]
+    assert all(b["blocks"][0]["type"] == "header" and b["text"] for b in bodies)
+    auth = {req.headers["Authorization"] for req, _ in httpserver.log}
+    assert auth == {f"Bearer {TOKEN}"}
+
+
+def test_rate_limits_are_retried(httpserver: HTTPServer) -> None:
+    httpserver.expect_ordered_request("/api/chat.postMessage").respond_with_response(
+        Response(json.dumps({"ok": False, "error": "ratelimited"}), status=429, headers={"Retry-After": "0"})
+    )
+    httpserver.expect_ordered_request("/api/chat.postMessage").respond_with_handler(slack_ok)
+    notifier = SlackNotifier(SlackCredentials(token=TOKEN), api_url=httpserver.url_for("/api/"))
+    notifier.send(messages_for(apply=True)[0])
+    assert len(posted(httpserver)) == 2
+
+
+def test_slack_errors_become_slack_error_without_the_token(httpserver: HTTPServer) -> None:
+    httpserver.expect_request("/api/chat.postMessage").respond_with_json(
+        {"ok": False, "error": "channel_not_found"}
+    )
+    notifier = SlackNotifier(SlackCredentials(token=TOKEN), api_url=httpserver.url_for("/api/"))
+    with pytest.raises(SlackError, match="channel_not_found") as caught:
+        notifier.send(messages_for(apply=True)[0])
+    assert TOKEN not in str(caught.value)
+
+
+def test_webhook_posts_one_message(httpserver: HTTPServer) -> None:
+    httpserver.expect_request("/hooks/T000/B000/XXX", method="POST").respond_with_data("ok")
+    notifier = SlackNotifier(SlackCredentials(webhook_url=httpserver.url_for("/hooks/T000/B000/XXX")))
+    assert notifier.webhook_mode
+    (m,) = messages_for(apply=True, single=True)
+    notifier.send(m)
+    ((req, _),) = httpserver.log
+    assert json.loads(req.get_data())["blocks"][0]["type"] == "header"
+
+
+def test_webhook_failure_hides_the_url(httpserver: HTTPServer) -> None:
+    url = httpserver.url_for("/hooks/T000/B000/SECRET")
+    httpserver.expect_request("/hooks/T000/B000/SECRET").respond_with_data("invalid_token", status=403)
+    with pytest.raises(SlackError, match="answered 403") as caught:
+        SlackNotifier(SlackCredentials(webhook_url=url)).send(messages_for(apply=True, single=True)[0])
+    assert "SECRET" not in str(caught.value)
+
+
+def test_a_slack_outage_never_aborts_reaping(
+    httpserver: HTTPServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    httpserver.expect_request("/api/chat.postMessage").respond_with_data("down", status=500)
+    notifier = SlackNotifier(SlackCredentials(token=TOKEN), api_url=httpserver.url_for("/api/"))
+    memory = cluster()
+    settings = RunSettings(policy=Policy.model_validate(POLICY), apply=True, namespace="gpu-reaper", end=NOW)
+    with caplog.at_level(logging.DEBUG):
+        result = run(settings, lambda w, t: FINDINGS, lambda: memory, notifier, sleep=lambda s: None)
+    assert result.exit_code == EXIT_OK
+    assert result.count(Outcome.APPLIED) == 3 and result.slack_failures == 3 and result.slack_sent == 0
+    assert result.metrics().slack_failures == 3
+    assert memory.get("Deployment", "serving", "ranker")["spec"]["replicas"] == 0
+    assert TOKEN not in caplog.text
+
+
+# --- credentials ----------------------------------------------------------------------------------------
+
+
+def test_credentials_from_env_or_files_never_shown(tmp_path: Path) -> None:
+    assert load_credentials({}) is None
+    creds = load_credentials({"SLACK_BOT_TOKEN": TOKEN})
+    assert creds is not None and creds.token == TOKEN and TOKEN not in repr(creds)
+    secret = tmp_path / "token"
+    secret.write_text(TOKEN + "\n", encoding="utf-8")
+    from_file = load_credentials({"GPU_REAPER_SLACK_TOKEN_FILE": str(secret)})
+    assert from_file is not None and from_file.token == TOKEN
+    hook = load_credentials({"GPU_REAPER_SLACK_WEBHOOK_URL": "https://hooks.slack.com/services/T/B/X"})
+    assert hook is not None and hook.webhook_mode and "hooks" not in repr(hook)
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        pytest.param(
+            {"GPU_REAPER_SLACK_TOKEN": "hunter2"}, "does not look like a bot token", id="not-a-token"
+        ),
+        pytest.param(
+            {"GPU_REAPER_SLACK_TOKEN_FILE": "/nonexistent/token"},
+            "cannot read the Slack token file",
+            id="missing-file",
+        ),
+    ],
+)
+def test_bad_slack_credentials_are_bad_input(env: dict[str, str], message: str) -> None:
+    with pytest.raises(BadInputError, match=message) as caught:
+        load_credentials(env)
+    assert "hunter2" not in str(caught.value)
