@@ -35,10 +35,10 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from common.model import Finding, FindingKind, FindingsReport, TimeWindow, WorkloadRef  # noqa: E402
 from harness.kube_emulator import RESOURCES, ApiServer, write_kubeconfig  # noqa: E402
-from reaper.cluster import build_snapshot  # noqa: E402
+from reaper.cluster import build_snapshot, read_snapshot  # noqa: E402
 from reaper.kube import KubeClient, KubeSettings  # noqa: E402
 from reaper.planner import plan  # noqa: E402
-from reaper.policy import Policy  # noqa: E402
+from reaper.policy import Policy, RunMode  # noqa: E402
 from reaper.runner import RunSettings, run  # noqa: E402
 from simulation.cluster import manifest  # noqa: E402
 
@@ -235,13 +235,13 @@ def main() -> int:
             ]
 
             client = emu.client()
-            list_time, snapshot = timed(lambda: client.snapshot("gpu-reaper"), args.repeat)
+            list_time, snapshot = timed(lambda: read_snapshot(client, "gpu-reaper"), args.repeat)
             list_calls = sum(client.calls.values()) // args.repeat
 
             plan_time, the_plan = timed(lambda: plan(report, snapshot, POLICY, NOW), args.repeat)
 
             dry = emu.client()
-            settings = RunSettings(policy=POLICY, apply=False, namespace="gpu-reaper", end=NOW)
+            settings = RunSettings(policy=POLICY, mode=RunMode.DRY_RUN, namespace="gpu-reaper", end=NOW)
             run_time, result = timed(lambda: run(settings, lambda w, t: report, lambda: dry), 1)
             mutating = sum(n for (verb, _), n in dry.calls.items() if verb != "GET")
             dry_calls = sum(dry.calls.values())

@@ -23,7 +23,7 @@ from reaper.errors import KubeError, LeaseHeldError, PushgatewayError
 from reaper.executor import Executor, Outcome
 from reaper.kube import KubeClient, KubeSettings
 from reaper.metrics import exposition, registry_for
-from reaper.policy import Policy, explain, json_schema, load_policy
+from reaper.policy import Policy, RunMode, explain, json_schema, load_policy
 from reaper.pushgateway import push
 from reaper.runner import (
     EXIT_ACTION_FAILED,
@@ -206,13 +206,13 @@ def _run_inputs(args: argparse.Namespace) -> _RunInputs:
     policy = load_policy(args.policy)
     if args.window:
         policy = policy.model_copy(update={"window": args.window})
-    apply = bool(args.apply) or (policy.mode == "apply" and not args.dry_run)
+    mode = RunMode.APPLY if args.apply else RunMode.DRY_RUN if args.dry_run else policy.mode
     namespace = _reaper_namespace(args, policy)
     if namespace != policy.reaper_namespace:
         # Whatever namespace the reaper runs in is protected, not only the one the policy names.
         policy = policy.model_copy(update={"reaper_namespace": namespace})
     settings = RunSettings(
-        policy=policy, apply=apply, namespace=namespace, end=args.end, lease_wait=args.lease_wait
+        policy=policy, mode=mode, namespace=namespace, end=args.end, lease_wait=args.lease_wait
     )
     kube = KubeSettings(kubeconfig=args.kubeconfig, context=args.context, timeout_seconds=args.api_timeout)
     return _RunInputs(settings, kube, args.pushgateway_url)
@@ -290,7 +290,8 @@ def _cmd_restore(args: argparse.Namespace, out: TextIO) -> int:
         kubeconfig=args.kubeconfig, context=args.context, timeout_seconds=args.api_timeout
     )
     client = KubeClient.from_settings(kube_settings)
-    executor = Executor(client, apply=not args.dry_run, namespace=namespace)
+    mode = RunMode.DRY_RUN if args.dry_run else RunMode.APPLY
+    executor = Executor(client, mode=mode, namespace=namespace)
     try:
         with executor.lease(wait=args.lease_wait.total_seconds() or 30.0):
             if args.all:
@@ -312,10 +313,9 @@ def _cmd_restore(args: argparse.Namespace, out: TextIO) -> int:
         print(f"{r.outcome.value:8} {r.target}: {r.detail}", file=out)
     failed = sum(1 for r in results if r.outcome is Outcome.FAILED)
     restored = sum(1 for r in results if r.outcome in (Outcome.APPLIED, Outcome.DRY_RUN))
-    mode = "dry-run" if args.dry_run else "apply"
     print(
-        f"gpu-reaper: restore mode={mode} restored={restored} unchanged={len(results) - restored - failed} "
-        f"failed={failed}",
+        f"gpu-reaper: restore mode={mode.value} restored={restored} "
+        f"unchanged={len(results) - restored - failed} failed={failed}",
         file=out,
     )
     return EXIT_ACTION_FAILED if failed else EXIT_OK

@@ -2,8 +2,8 @@
 
 They live in the policy file the reaper also reads, under the top-level ``detection:`` key, in the
 same camelCase spelling as the rest of that file (``idlePercent: 2``); snake_case names are accepted
-too. ``load_thresholds`` reads only that key, so the analyzer never depends on the reaper's part of
-the file.
+too. ``load_thresholds`` reads only that key through the one policy-file loader (common.policy_file),
+so the analyzer never depends on the reaper's part of the file and reports errors the same way.
 """
 
 from __future__ import annotations
@@ -13,19 +13,17 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Annotated
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    ValidationError,
     field_validator,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
 
 from common.durations import Duration
-from common.errors import BadInputError
+from common.policy_file import load_policy_document
 
 # Placeholders a request-rate query template may use (see docs/detectors.md).
 REQUEST_RATE_PLACEHOLDERS = frozenset({"namespace", "kind", "workload", "pods", "window"})
@@ -105,36 +103,8 @@ class Thresholds(BaseModel):
 
 
 def load_thresholds(path: str | Path) -> Thresholds:
-    """Read the ``detection:`` block of a policy file; raises BadInputError naming file, field and problem."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise BadInputError(f"{path}: cannot read policy file ({e.strerror or e})") from e
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise BadInputError(f"{path}: not valid YAML: {e}") from e
-    if doc is None:
-        return Thresholds()
-    if not isinstance(doc, dict):
-        raise BadInputError(f"{path}: a policy file is a YAML mapping, got {type(doc).__name__}")
-    section = doc.get("detection")
-    if section is None:
-        return Thresholds()
-    if not isinstance(section, dict):
-        raise BadInputError(f"{path}: detection: must be a mapping, got {type(section).__name__}")
-    try:
-        return Thresholds.model_validate(section)
-    except ValidationError as e:
-        raise BadInputError(f"{path}: {describe_errors(e, prefix='detection')}") from e
+    """Read the ``detection:`` block of a policy file; raises PolicyError at file:line:field.
 
-
-def describe_errors(error: ValidationError, prefix: str = "") -> str:
-    """``detection.idlePercent: Input should be less than or equal to 100`` for each problem."""
-    parts = []
-    for err in error.errors():
-        loc = ".".join(str(p) for p in (prefix, *err["loc"]) if p != "")
-        message = err["msg"].removeprefix("Value error, ")
-        parts.append(f"{loc or '(top level)'}: {message}")
-    return "; ".join(parts)
+    The rest of the file is the reaper's: only its YAML must be sound here, not its content.
+    """
+    return load_policy_document(path).validate(Thresholds, section="detection")

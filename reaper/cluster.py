@@ -10,11 +10,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import MappingProxyType
-from typing import Any, Protocol
+from typing import Any
 
 from common.model import WorkloadRef
 from common.timeutil import parse_time
 from reaper import names
+from reaper.kube_api import KubeApi
 from reaper.state import ReaperState
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
@@ -223,17 +224,7 @@ def build_snapshot(
     )
 
 
-class ObjectReader(Protocol):
-    """The reads a snapshot takes: ``reaper.kube.KubeClient``, or the demo's in-memory cluster."""
-
-    def get_optional(self, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None: ...
-
-    def list_objects(self, kind: str, namespace: str | None = None) -> list[dict[str, Any]]: ...
-
-    def list_optional(self, kind: str) -> list[dict[str, Any]]: ...
-
-
-def read_snapshot(reader: ObjectReader, reaper_namespace: str) -> ClusterSnapshot:
+def read_snapshot(reader: KubeApi, reaper_namespace: str) -> ClusterSnapshot:
     """One list per kind (KEDA's ScaledObjects only where the CRD exists) and the confirmation state."""
     state_cm = reader.get_optional("ConfigMap", reaper_namespace, names.STATE_CONFIGMAP)
     state_text = ((state_cm or {}).get("data") or {}).get(names.STATE_KEY)

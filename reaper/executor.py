@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from common.errors import BadInputError
 from common.timeutil import parse_time, rfc3339
@@ -28,8 +28,9 @@ from reaper.errors import (
     NotFoundError,
     TooManyRequestsError,
 )
+from reaper.kube_api import KubeApi
 from reaper.planner import Plan, PlannedAction, opt_out
-from reaper.policy import SCALABLE_KINDS, Action
+from reaper.policy import SCALABLE_KINDS, Action, RunMode
 from reaper.state import ReaperState
 
 log = logging.getLogger(__name__)
@@ -40,22 +41,6 @@ Clock = Callable[[], datetime]
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
-
-
-class Kube(Protocol):
-    """What the executor needs from the adapter (reaper.kube.KubeClient, or a test double)."""
-
-    def get(self, kind: str, namespace: str | None, name: str) -> dict[str, Any]: ...
-
-    def get_optional(self, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None: ...
-
-    def list_objects(self, kind: str, namespace: str | None = None) -> list[dict[str, Any]]: ...
-
-    def patch(
-        self, kind: str, namespace: str | None, name: str, body: Mapping[str, Any]
-    ) -> dict[str, Any]: ...
-
-    def create(self, kind: str, namespace: str | None, body: Mapping[str, Any]) -> dict[str, Any]: ...
 
 
 class Outcome(StrEnum):
@@ -99,9 +84,9 @@ class _Changed(Exception):
 class Executor:
     def __init__(
         self,
-        kube: Kube,
+        kube: KubeApi,
         *,
-        apply: bool,
+        mode: RunMode,
         namespace: str,
         clock: Clock = utc_now,
         wall_clock: Clock = utc_now,
@@ -112,7 +97,7 @@ class Executor:
         max_consecutive_failures: int = 3,
     ) -> None:
         self.kube = kube
-        self.apply = apply
+        self.mode = mode
         self.namespace = namespace
         self.clock = clock  # the run's "now" (may be --end for a replay): annotation timestamps
         self.wall_clock = wall_clock  # real time: the Lease is about live concurrency
@@ -126,7 +111,7 @@ class Executor:
     # --- the single write point ------------------------------------------------------------------
 
     def _write(self, what: str, call: Callable[[], T]) -> T | None:
-        if not self.apply:
+        if not self.mode.writes:
             log.info("DRY-RUN: would %s", what)
             return None
         log.info("%s", what[0].upper() + what[1:])
@@ -135,7 +120,7 @@ class Executor:
     @property
     def _done(self) -> Outcome:
         """The outcome of an action that went through :meth:`_write`."""
-        return Outcome.APPLIED if self.apply else Outcome.DRY_RUN
+        return Outcome.APPLIED if self.mode.writes else Outcome.DRY_RUN
 
     # --- a run -------------------------------------------------------------------------------------
 
@@ -435,20 +420,18 @@ class Executor:
             return None  # unreadable: treat as expired rather than wedge every future run
 
     def _release(self) -> None:
-        version = ""  # dry-run: the lease was never taken, there is nothing to read
-        if self.apply:
+        def release() -> None:
+            # Read inside the write gate: in dry-run the lease was never taken, there is nothing to read.
             current = self.kube.get_optional("Lease", self.namespace, names.LEASE_NAME)
             if current is None or (current.get("spec") or {}).get("holderIdentity") != self.identity:
                 return  # not ours any more (it expired and was taken over): leave it alone
-            version = _meta(current, "resourceVersion")
-        body = {
-            "metadata": {"resourceVersion": version},
-            "spec": {"holderIdentity": None, "renewTime": None, "acquireTime": None},
-        }
-        self._write(
-            f"release Lease {self.namespace}/{names.LEASE_NAME}",
-            lambda: self.kube.patch("Lease", self.namespace, names.LEASE_NAME, body),
-        )
+            body = {
+                "metadata": {"resourceVersion": _meta(current, "resourceVersion")},
+                "spec": {"holderIdentity": None, "renewTime": None, "acquireTime": None},
+            }
+            self.kube.patch("Lease", self.namespace, names.LEASE_NAME, body)
+
+        self._write(f"release Lease {self.namespace}/{names.LEASE_NAME}", release)
 
     # --- restore -----------------------------------------------------------------------------------
 

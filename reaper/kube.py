@@ -27,7 +27,6 @@ from kubernetes.config.config_exception import ConfigException
 
 from common.errors import BadInputError
 from reaper import names
-from reaper.cluster import ClusterSnapshot, read_snapshot
 from reaper.errors import KubeError, KubeUnavailableError, NotFoundError, kube_error_for
 
 log = logging.getLogger(__name__)
@@ -85,7 +84,7 @@ def _path(kind: str, namespace: str | None = None, name: str | None = None) -> s
 
 
 class KubeClient:
-    """Plain-JSON access to the few resources the reaper uses. ``calls`` counts requests by verb and kind."""
+    """The ``reaper.kube_api.KubeApi`` over HTTP. ``calls`` counts requests by verb and kind."""
 
     def __init__(self, api: k8s.ApiClient, timeout_seconds: float = 15.0, page_size: int = 500) -> None:
         self._api = api
@@ -174,9 +173,6 @@ class KubeClient:
             return self.get(kind, namespace, name)
         except NotFoundError:
             return None
-
-    def snapshot(self, reaper_namespace: str) -> ClusterSnapshot:
-        return read_snapshot(self, reaper_namespace)
 
     # --- writes (called only by the executor) --------------------------------------------------------
 

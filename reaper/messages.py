@@ -15,7 +15,7 @@ from common.timeutil import rfc3339
 from reaper import names
 from reaper.executor import ActionResult, Outcome
 from reaper.planner import Plan, Skip, summarize
-from reaper.policy import SCALABLE_KINDS, Action, Policy
+from reaper.policy import SCALABLE_KINDS, Action, Policy, RunMode
 
 _MAX_TEXT = 2900  # Slack's section text limit is 3000 characters
 
@@ -97,7 +97,7 @@ def _sections(lines: Sequence[str]) -> list[dict[str, Any]]:
     return blocks
 
 
-def _how_to(refs: Iterable[WorkloadRef], dry_run: bool) -> str:
+def _how_to(refs: Iterable[WorkloadRef], mode: RunMode) -> str:
     refs = list(refs)
     example = next((r for r in refs if r.kind in SCALABLE_KINDS), None)
     if example is not None:
@@ -114,7 +114,7 @@ def _how_to(refs: Iterable[WorkloadRef], dry_run: bool) -> str:
             if namespaced
             else f"Opt out: `kubectl annotate node NAME {names.EXCLUDE}=true`"
         )
-    if dry_run:
+    if not mode.writes:
         return opt_out
     restore = (
         f"`gpu-reaper restore {example.namespace}/{example.name}` (or `--all`)"
@@ -129,7 +129,7 @@ def build_messages(
     results: Sequence[ActionResult],
     policy: Policy,
     *,
-    dry_run: bool,
+    mode: RunMode,
     single: bool = False,
 ) -> list[Message]:
     """One message per channel (``single``: one message with everything, for an incoming webhook)."""
@@ -146,7 +146,7 @@ def build_messages(
     if not by_channel and policy.slack.notify_when_idle and (single or policy.slack.channel):
         by_channel[None if single else policy.slack.channel] = ([], [])
     return [
-        _message(channel, items, skips, plan, policy, dry_run)
+        _message(channel, items, skips, plan, policy, mode)
         for channel, (items, skips) in sorted(by_channel.items(), key=lambda kv: kv[0] or "")
     ]
 
@@ -157,7 +157,7 @@ def _message(
     skips: list[Skip],
     plan: Plan,
     policy: Policy,
-    dry_run: bool,
+    mode: RunMode,
 ) -> Message:
     limit = policy.slack.max_items_per_message
     currency = policy.currency
@@ -165,7 +165,7 @@ def _message(
     notices = [r for r in results if not r.action.action.destructive]
     done = [r for r in changed if r.outcome in (Outcome.APPLIED, Outcome.DRY_RUN)]
     hours, cost = summarize(r.action for r in done)
-    mode = "dry-run" if dry_run else "apply"
+    dry_run = not mode.writes
     if dry_run:
         what = f"would reclaim {len(done)} of {len(changed)} targets" if changed else "nothing to reclaim"
         title = f"GPU reaper (dry-run): {what}"
@@ -176,7 +176,7 @@ def _message(
     summary = (
         f"*Window* {rfc3339(plan.window.start)} → {rfc3339(plan.window.end)}"
         f" · *Findings* {len(plan.findings)}"
-        f" · *Mode* {mode}\n{reclaimed}"
+        f" · *Mode* {mode.value}\n{reclaimed}"
     )
     blocks: list[dict[str, Any]] = [
         {"type": "header", "text": {"type": "plain_text", "text": title[:150]}},
@@ -201,7 +201,7 @@ def _message(
             }
         )
     refs = [r.action.target for r in results] + [s.target for s in skips]
-    blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": _how_to(refs, dry_run)}]})
+    blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": _how_to(refs, mode)}]})
     return Message(channel=channel, text=f"{title}. {reclaimed}.", blocks=tuple(blocks[:50]))
 
 

@@ -1,13 +1,14 @@
 """Findings + cluster snapshot + policy + now → a plan: actions with reasons, and every skip with its reason.
 
-Pure: no I/O, no clock (``now`` comes in), no Kubernetes objects (plain snapshot data). The order of
-the checks below is the documented order of the safety rules (docs/reaper.md, "Safety rules").
+Pure: no I/O, no clock (``now`` comes in), no Kubernetes objects (plain snapshot data). ``RULES`` is
+the ordered list of small named checks that docs/reaper.md's "Safety rules" table documents: each
+finding goes through them in order, and the first that holds it back names its skip reason.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -123,11 +124,19 @@ def describe_finding(finding: Finding) -> str:
     what = finding.kind.value.replace("_", " ")
     gpus = finding.gpu_count
     text = f"{what} on {gpus} GPU{'s' if gpus != 1 else ''} for {_fmt(finding.window.duration)}"
+    utilization = _utilization(finding)
+    if utilization is not None:
+        text += f" (mean {utilization[0]:.1f} %, max {utilization[1]:.1f} % utilization)"
+    return text
+
+
+def _utilization(finding: Finding) -> tuple[float, float] | None:
+    """Mean and peak utilization (percent) from the finding's evidence: the one place it is read."""
     mean = finding.evidence.get("mean_util_percent")
     peak = finding.evidence.get("max_util_percent")
     if isinstance(mean, int | float) and isinstance(peak, int | float):
-        text += f" (mean {mean:.1f} %, max {peak:.1f} % utilization)"
-    return text
+        return float(mean), float(peak)
+    return None
 
 
 def opt_out(annotations: Mapping[str, str], now: datetime, what: str) -> str | None:
@@ -196,13 +205,301 @@ def _matches(rule: Rule, finding: Finding, labels: Mapping[str, str] | None) -> 
     )
 
 
-# --- the planner -------------------------------------------------------------------------------------
+# --- the rules, in the order of the table in docs/reaper.md ("Safety rules") ------------------------
+
+
+@dataclass
+class Candidate:
+    """One finding on its way through the rules, with what the rules have learned about it so far."""
+
+    finding: Finding
+    node: Node | None
+    workload: Workload | None
+    namespace: Namespace | None
+    rule: Rule | None = None  # set by the first matching rule
+    channel: str | None = None
+    flags: tuple[str, ...] = ()  # e.g. GitOps ownership that would undo the action
+    confirmations: int = 1
+    since: datetime | None = None  # when the confirmation streak began
+
+    @property
+    def ref(self) -> WorkloadRef:
+        return self.finding.workload
+
+    @property
+    def is_node(self) -> bool:
+        return self.ref.kind == "Node"
+
+    @property
+    def obj(self) -> Node | Workload | None:
+        return self.node if self.is_node else self.workload
+
+    @property
+    def labels(self) -> Mapping[str, str] | None:
+        obj = self.obj
+        return obj.labels if obj is not None else None
+
+    @property
+    def annotations(self) -> Mapping[str, str]:
+        obj = self.obj
+        return obj.annotations if obj is not None else {}
+
+    @property
+    def destructive(self) -> bool:
+        return self.rule is not None and self.rule.action.destructive
+
+
+@dataclass(frozen=True)
+class Hold:
+    """A rule's verdict that the finding goes no further."""
+
+    reason: SkipReason
+    detail: str
 
 
 @dataclass
 class _Budget:
     actions_left: int
     cordons_left: int
+
+
+@dataclass
+class Planning:
+    """What the rules see of the run: inputs, plus what earlier findings used up or recorded."""
+
+    snapshot: ClusterSnapshot
+    policy: Policy
+    now: datetime
+    budget: _Budget
+    targets: set[str] = field(default_factory=set)  # planned this run
+    next_entries: dict[str, Confirmation] = field(default_factory=dict)
+
+
+RuleCheck = Callable[[Candidate, Planning], Hold | None]
+
+
+def too_little_data(c: Candidate, p: Planning) -> Hold | None:
+    """1. Never act on too little data."""
+    if not c.finding.kind.actionable:
+        return Hold(SkipReason.INSUFFICIENT_DATA, "too little data to judge (coverage below threshold)")
+    return None
+
+
+def protected_namespace(c: Candidate, p: Planning) -> Hold | None:
+    """2. Namespaces that are never touched, whatever the rules say."""
+    if not c.is_node and c.ref.namespace in p.policy.protected_namespaces:
+        return Hold(SkipReason.PROTECTED_NAMESPACE, f"namespace {c.ref.namespace} is never touched")
+    return None
+
+
+def first_matching_rule(c: Candidate, p: Planning) -> Hold | None:
+    """3. The first rule that matches decides."""
+    c.rule = next((r for r in p.policy.rules if _matches(r, c.finding, c.labels)), None)
+    if c.rule is None:
+        return Hold(SkipReason.NO_RULE, "no policy rule matches this finding")
+    c.channel = route_channel(c.namespace, c.ref.namespace, c.rule, p.policy)
+    return None
+
+
+def policy_exclusion(c: Candidate, p: Planning) -> Hold | None:
+    """4. The policy's global exclusions."""
+    ex, ref, labels = p.policy.exclude, c.ref, c.labels
+    hit: str | None
+    if c.is_node:
+        hit = glob_match(ref.name, ex.nodes)
+        if hit:
+            return Hold(SkipReason.EXCLUDED_BY_POLICY, f"node matches exclude.nodes {hit!r}")
+    else:
+        hit = glob_match(ref.namespace, ex.namespaces)
+        if hit:
+            return Hold(SkipReason.EXCLUDED_BY_POLICY, f"namespace matches exclude.namespaces {hit!r}")
+        hit = glob_match(f"{ref.namespace}/{ref.name}", ex.workloads)
+        if hit:
+            return Hold(SkipReason.EXCLUDED_BY_POLICY, f"workload matches exclude.workloads {hit!r}")
+    if ex.label_selector is not None and labels is not None and ex.label_selector.matches(labels):
+        return Hold(
+            SkipReason.EXCLUDED_BY_POLICY,
+            f"labels match exclude.labelSelector ({ex.label_selector.describe()})",
+        )
+    return None
+
+
+def owner_opt_out(c: Candidate, p: Planning) -> Hold | None:
+    """5. The owner's opt-out annotations, on the object or on its namespace."""
+    what = "node" if c.is_node else c.ref.kind.lower()
+    opted_out = opt_out(c.annotations, p.now, what) or (
+        opt_out(c.namespace.annotations, p.now, f"namespace {c.ref.namespace}") if c.namespace else None
+    )
+    return Hold(SkipReason.EXCLUDED_BY_ANNOTATION, opted_out) if opted_out else None
+
+
+def live_object(c: Candidate, p: Planning) -> Hold | None:
+    """6a. A destructive action needs the live object."""
+    if c.destructive and c.obj is None:
+        return Hold(SkipReason.NOT_FOUND, f"{c.ref.kind} {c.ref.name} is not in the cluster snapshot")
+    return None
+
+
+def gpu_node(c: Candidate, p: Planning) -> Hold | None:
+    """6b. A node is cordoned only if it has GPUs to reclaim."""
+    if c.destructive and c.node is not None and c.node.gpus == 0:
+        return Hold(SkipReason.NOT_A_GPU_NODE, "the node advertises no GPUs")
+    return None
+
+
+def something_left_to_do(c: Candidate, p: Planning) -> Hold | None:
+    """6c. Nothing to do on what is already at zero or cordoned."""
+    if not c.destructive:
+        return None
+    if c.workload is not None and c.workload.replicas == 0:
+        return Hold(SkipReason.ALREADY_DONE, "already at 0 replicas")
+    if c.node is not None and c.node.unschedulable:
+        return Hold(SkipReason.ALREADY_DONE, "already cordoned")
+    return None
+
+
+def creation_grace(c: Candidate, p: Planning) -> Hold | None:
+    """7a. Grace after creation: model loading, new nodes."""
+    obj = c.obj
+    created = obj.created if obj is not None else None
+    grace = p.policy.grace.after_creation
+    if created is not None and p.now - created < grace:
+        return Hold(
+            SkipReason.CREATION_GRACE,
+            f"created {_fmt(p.now - created)} ago; grace after creation is {_fmt(grace)}",
+        )
+    return None
+
+
+def restore_grace(c: Candidate, p: Planning) -> Hold | None:
+    """7b. Grace after a restore: it resets the idle clock."""
+    restored = c.annotations.get(names.RESTORED_AT)
+    if restored is None:
+        return None
+    try:
+        restored_at: datetime | None = parse_time(restored)
+    except ValueError:
+        restored_at = None
+    grace = p.policy.grace.after_restore
+    if restored_at is None or p.now - restored_at < grace:
+        ago = f"restored {_fmt(p.now - restored_at)} ago" if restored_at else "restore time unreadable"
+        return Hold(SkipReason.RESTORE_GRACE, f"{ago}; grace after restore is {_fmt(grace)}")
+    return None
+
+
+def autoscaled(c: Candidate, p: Planning) -> Hold | None:
+    """8. Never scale behind an autoscaler's back: it would fight us, or silently stay disabled."""
+    if c.rule is None or c.rule.action is not Action.SCALE_TO_ZERO:
+        return None
+    scalers = p.snapshot.autoscalers_for(c.ref)
+    if scalers:
+        return Hold(
+            SkipReason.AUTOSCALED,
+            f"scaled by {', '.join(a.describe() for a in scalers)}; lower its minimum replicas "
+            "(KEDA: minReplicaCount 0) instead",
+        )
+    return None
+
+
+def gitops_managed(c: Candidate, p: Planning) -> Hold | None:
+    """9. GitOps would undo a scale-down on its next sync: flag it, or skip it if the policy says so."""
+    if c.rule is None or c.rule.action is not Action.SCALE_TO_ZERO or c.workload is None:
+        return None
+    owner = _gitops_owner(c.workload.labels, c.workload.annotations)
+    if owner is None:
+        return None
+    c.flags = (f"managed by {owner}: its next sync may undo this",)
+    if p.policy.safety.gitops == "skip":
+        return Hold(SkipReason.GITOPS_MANAGED, c.flags[0])
+    return None
+
+
+def one_action_per_target(c: Candidate, p: Planning) -> Hold | None:
+    """10. One action per target per run."""
+    if c.ref.key() in p.targets:
+        return Hold(SkipReason.DUPLICATE, "another finding already planned an action here")
+    return None
+
+
+def confirmed(c: Candidate, p: Planning) -> Hold | None:
+    """11a. Confirmed on N consecutive runs (the streak is recorded either way)."""
+    if c.rule is None or not c.destructive:
+        return None
+    action = c.rule.action.value
+    safety = p.policy.safety
+    streak = p.snapshot.state.streak(c.ref.key(), action, p.now, safety.confirmation_max_gap)
+    c.confirmations = (streak.count + 1) if streak else 1
+    c.since = min(streak.since, c.finding.window.start) if streak else c.finding.window.start
+    p.next_entries[c.ref.key()] = Confirmation(
+        action=action, count=c.confirmations, since=c.since, last_seen=p.now
+    )
+    required = safety.consecutive_runs
+    if c.confirmations < required:
+        return Hold(
+            SkipReason.AWAITING_CONFIRMATION,
+            f"seen on {c.confirmations} of {required} consecutive runs; would {action} "
+            f"after {required - c.confirmations} more",
+        )
+    return None
+
+
+def held_long_enough(c: Candidate, p: Planning) -> Hold | None:
+    """11b. Held for the rule's ``for:`` duration, counted across runs."""
+    if c.rule is None or not c.destructive or c.since is None:
+        return None
+    held = p.now - c.since
+    if held < c.rule.match.for_:
+        return Hold(
+            SkipReason.NOT_HELD_LONG_ENOUGH,
+            f"held for {_fmt(held)}; rule {c.rule.name} wants {_fmt(c.rule.match.for_)}",
+        )
+    return None
+
+
+def action_cap(c: Candidate, p: Planning) -> Hold | None:
+    """12a. Blast radius: at most maxActionsPerRun destructive actions."""
+    if c.destructive and p.budget.actions_left <= 0:
+        return Hold(
+            SkipReason.ACTION_CAP,
+            f"safety.maxActionsPerRun ({p.policy.safety.max_actions_per_run}) reached this run",
+        )
+    return None
+
+
+def cordon_cap(c: Candidate, p: Planning) -> Hold | None:
+    """12b. Blast radius: at most maxCordonShare of the GPU nodes cordoned."""
+    if c.rule is not None and c.rule.action is Action.CORDON and p.budget.cordons_left <= 0:
+        return Hold(
+            SkipReason.CORDON_CAP,
+            f"safety.maxCordonShare ({p.policy.safety.max_cordon_share:.0%} of "
+            f"{p.snapshot.gpu_node_count} GPU nodes) reached this run",
+        )
+    return None
+
+
+# The documented table, in order: the first rule that holds a finding back decides its skip reason.
+RULES: tuple[RuleCheck, ...] = (
+    too_little_data,
+    protected_namespace,
+    first_matching_rule,
+    policy_exclusion,
+    owner_opt_out,
+    live_object,
+    gpu_node,
+    something_left_to_do,
+    creation_grace,
+    restore_grace,
+    autoscaled,
+    gitops_managed,
+    one_action_per_target,
+    confirmed,
+    held_long_enough,
+    action_cap,
+    cordon_cap,
+)
+
+
+# --- the planner -------------------------------------------------------------------------------------
 
 
 def plan(report: FindingsReport, snapshot: ClusterSnapshot, policy: Policy, now: datetime) -> Plan:
@@ -221,277 +518,99 @@ def plan(report: FindingsReport, snapshot: ClusterSnapshot, policy: Policy, now:
                 f"safety.maxDataAge ({_fmt(policy.safety.max_data_age)}); nothing is done on stale data"
             ),
         )
-    planner = _Planner(snapshot, policy, now)
+    planning = Planning(
+        snapshot=snapshot,
+        policy=policy,
+        now=now,
+        budget=_Budget(
+            actions_left=policy.safety.max_actions_per_run,
+            # Rounded down: on a small cluster a 10 % share allows no cordon at all, by design.
+            cordons_left=math.floor(policy.safety.max_cordon_share * snapshot.gpu_node_count + 1e-9),
+        ),
+    )
+    actions: list[PlannedAction] = []
+    skips: list[Skip] = []
     # Biggest waste first, so the per-run caps keep the actions that reclaim the most.
     ordered = sorted(report.findings, key=lambda f: (-f.wasted_gpu_hours, -f.gpu_count, f.workload.key()))
     for finding in ordered:
-        planner.consider(finding)
+        candidate = _candidate(finding, snapshot)
+        hold = next((h for check in RULES if (h := check(candidate, planning)) is not None), None)
+        if hold is not None:
+            skips.append(_skip(candidate, hold, policy))
+        else:
+            actions.append(_action(candidate, planning))
     return Plan(
         now=now,
         window=report.window,
         findings=report.findings,
-        actions=tuple(planner.actions),
-        skips=tuple(planner.skips),
-        next_state=ReaperState(updated_at=now, entries=planner.next_entries),
+        actions=tuple(actions),
+        skips=tuple(skips),
+        next_state=ReaperState(updated_at=now, entries=planning.next_entries),
     )
 
 
-class _Planner:
-    def __init__(self, snapshot: ClusterSnapshot, policy: Policy, now: datetime) -> None:
-        self.snapshot = snapshot
-        self.policy = policy
-        self.now = now
-        safety = policy.safety
-        self.budget = _Budget(
-            actions_left=safety.max_actions_per_run,
-            # Rounded down: on a small cluster a 10 % share allows no cordon at all, by design.
-            cordons_left=math.floor(safety.max_cordon_share * snapshot.gpu_node_count + 1e-9),
-        )
-        self.actions: list[PlannedAction] = []
-        self.skips: list[Skip] = []
-        self.next_entries: dict[str, Confirmation] = {}
-        self.targets: set[str] = set()
+def _candidate(finding: Finding, snapshot: ClusterSnapshot) -> Candidate:
+    ref = finding.workload
+    is_node = ref.kind == "Node"
+    return Candidate(
+        finding=finding,
+        node=snapshot.nodes.get(ref.name) if is_node else None,
+        workload=snapshot.workload(ref) if ref.kind in SCALABLE_KINDS else None,
+        namespace=None if is_node else snapshot.namespaces.get(ref.namespace),
+    )
 
-    def _money(self, gpus: int) -> tuple[float, float | None]:
-        per_day = gpus * HOURS_PER_DAY
-        price = self.policy.price
-        return per_day, (per_day * price if price is not None else None)
 
-    def skip(
-        self,
-        finding: Finding,
-        reason: SkipReason,
-        detail: str,
-        rule: Rule | None = None,
-        channel: str | None = None,
-        flags: tuple[str, ...] = (),
-    ) -> None:
-        per_day, cost = self._money(finding.gpu_count)
-        self.skips.append(
-            Skip(
-                target=finding.workload,
-                reason=reason,
-                detail=detail,
-                finding=finding,
-                action=rule.action if rule else None,
-                rule=rule.name if rule else None,
-                channel=channel,
-                flags=flags,
-                gpu_hours_per_day=per_day,
-                cost_per_day=cost,
-            )
-        )
+def _money(gpus: int, policy: Policy) -> tuple[float, float | None]:
+    per_day = gpus * HOURS_PER_DAY
+    price = policy.price
+    return per_day, (per_day * price if price is not None else None)
 
-    def consider(self, finding: Finding) -> None:
-        policy, snap, now = self.policy, self.snapshot, self.now
-        ref = finding.workload
-        is_node = ref.kind == "Node"
 
-        # 1. Never act on too little data.
-        if not finding.kind.actionable:
-            self.skip(
-                finding, SkipReason.INSUFFICIENT_DATA, "too little data to judge (coverage below threshold)"
-            )
-            return
-        # 2. Namespaces that are never touched, whatever the rules say.
-        if not is_node and ref.namespace in policy.protected_namespaces:
-            self.skip(finding, SkipReason.PROTECTED_NAMESPACE, f"namespace {ref.namespace} is never touched")
-            return
+def _skip(c: Candidate, hold: Hold, policy: Policy) -> Skip:
+    per_day, cost = _money(c.finding.gpu_count, policy)
+    # Only the skips the owner hears about are routed, with the flags they need to see.
+    tells = hold.reason.tells_owner
+    return Skip(
+        target=c.ref,
+        reason=hold.reason,
+        detail=hold.detail,
+        finding=c.finding,
+        action=c.rule.action if c.rule else None,
+        rule=c.rule.name if c.rule else None,
+        channel=c.channel if tells else None,
+        flags=c.flags if tells else (),
+        gpu_hours_per_day=per_day,
+        cost_per_day=cost,
+    )
 
-        node: Node | None = snap.nodes.get(ref.name) if is_node else None
-        workload: Workload | None = snap.workload(ref) if ref.kind in SCALABLE_KINDS else None
-        namespace = None if is_node else snap.namespaces.get(ref.namespace)
-        obj = node if is_node else workload
-        labels = obj.labels if obj is not None else None
-        annotations = obj.annotations if obj is not None else {}
 
-        # 3. The first rule that matches decides.
-        rule = next((r for r in policy.rules if _matches(r, finding, labels)), None)
-        if rule is None:
-            self.skip(finding, SkipReason.NO_RULE, "no policy rule matches this finding")
-            return
-        channel = route_channel(namespace, ref.namespace, rule, policy)
-
-        # 4. The policy's global exclusions.
-        excluded = self._policy_exclusion(ref, labels)
-        if excluded:
-            self.skip(finding, SkipReason.EXCLUDED_BY_POLICY, excluded, rule)
-            return
-        # 5. The owner's opt-out annotations, on the object or on its namespace.
-        what = "node" if is_node else ref.kind.lower()
-        opted_out = opt_out(annotations, now, what) or (
-            opt_out(namespace.annotations, now, f"namespace {ref.namespace}") if namespace else None
-        )
-        if opted_out:
-            self.skip(finding, SkipReason.EXCLUDED_BY_ANNOTATION, opted_out, rule)
-            return
-
-        destructive = rule.action.destructive
-        # 6. A destructive action needs the live object, and something left to do.
-        if destructive and obj is None:
-            self.skip(
-                finding, SkipReason.NOT_FOUND, f"{ref.kind} {ref.name} is not in the cluster snapshot", rule
-            )
-            return
-        if node is not None and destructive and node.gpus == 0:
-            self.skip(finding, SkipReason.NOT_A_GPU_NODE, "the node advertises no GPUs", rule)
-            return
-        if destructive and (
-            (workload is not None and workload.replicas == 0) or (node is not None and node.unschedulable)
-        ):
-            done = "already cordoned" if is_node else "already at 0 replicas"
-            self.skip(finding, SkipReason.ALREADY_DONE, done, rule)
-            return
-
-        # 7. Grace after creation (model loading, new nodes) and after a restore (resets the idle clock).
-        created = obj.created if obj is not None else None
-        if created is not None and now - created < policy.grace.after_creation:
-            self.skip(
-                finding,
-                SkipReason.CREATION_GRACE,
-                f"created {_fmt(now - created)} ago; "
-                f"grace after creation is {_fmt(policy.grace.after_creation)}",
-                rule,
-            )
-            return
-        restored = annotations.get(names.RESTORED_AT)
-        if restored is not None:
-            try:
-                restored_at: datetime | None = parse_time(restored)
-            except ValueError:
-                restored_at = None
-            if restored_at is None or now - restored_at < policy.grace.after_restore:
-                ago = f"restored {_fmt(now - restored_at)} ago" if restored_at else "restore time unreadable"
-                self.skip(
-                    finding,
-                    SkipReason.RESTORE_GRACE,
-                    f"{ago}; grace after restore is {_fmt(policy.grace.after_restore)}",
-                    rule,
-                )
-                return
-
-        flags: tuple[str, ...] = ()
-        if rule.action is Action.SCALE_TO_ZERO:
-            # 8. Never scale behind an autoscaler's back: it would fight us, or silently stay disabled.
-            scalers = snap.autoscalers_for(ref)
-            if scalers:
-                self.skip(
-                    finding,
-                    SkipReason.AUTOSCALED,
-                    f"scaled by {', '.join(a.describe() for a in scalers)}; lower its minimum replicas "
-                    "(KEDA: minReplicaCount 0) instead",
-                    rule,
-                    channel,
-                )
-                return
-            # 9. GitOps would undo a scale-down on its next sync: flag it, or skip it if the policy says so.
-            owner = _gitops_owner(workload.labels, workload.annotations) if workload else None
-            if owner:
-                flags = (f"managed by {owner}: its next sync may undo this",)
-                if policy.safety.gitops == "skip":
-                    self.skip(finding, SkipReason.GITOPS_MANAGED, flags[0], rule, channel, flags)
-                    return
-
-        # 10. One action per target per run.
-        if ref.key() in self.targets:
-            self.skip(finding, SkipReason.DUPLICATE, "another finding already planned an action here", rule)
-            return
-
-        confirmations = 1
-        if destructive:
-            # 11. Confirmed on N consecutive runs, and held for the rule's `for:` duration.
-            required = policy.safety.consecutive_runs
-            streak = snap.state.streak(ref.key(), rule.action.value, now, policy.safety.confirmation_max_gap)
-            confirmations = (streak.count + 1) if streak else 1
-            since = min(streak.since, finding.window.start) if streak else finding.window.start
-            self.next_entries[ref.key()] = Confirmation(
-                action=rule.action.value, count=confirmations, since=since, last_seen=now
-            )
-            if confirmations < required:
-                self.skip(
-                    finding,
-                    SkipReason.AWAITING_CONFIRMATION,
-                    f"seen on {confirmations} of {required} consecutive runs; would {rule.action.value} "
-                    f"after {required - confirmations} more",
-                    rule,
-                    channel,
-                    flags,
-                )
-                return
-            held = now - since
-            if held < rule.match.for_:
-                self.skip(
-                    finding,
-                    SkipReason.NOT_HELD_LONG_ENOUGH,
-                    f"held for {_fmt(held)}; rule {rule.name} wants {_fmt(rule.match.for_)}",
-                    rule,
-                    channel,
-                    flags,
-                )
-                return
-            # 12. Blast radius: per-run caps.
-            if self.budget.actions_left <= 0:
-                self.skip(
-                    finding,
-                    SkipReason.ACTION_CAP,
-                    f"safety.maxActionsPerRun ({policy.safety.max_actions_per_run}) reached this run",
-                    rule,
-                    channel,
-                    flags,
-                )
-                return
-            if rule.action is Action.CORDON and self.budget.cordons_left <= 0:
-                self.skip(
-                    finding,
-                    SkipReason.CORDON_CAP,
-                    f"safety.maxCordonShare ({policy.safety.max_cordon_share:.0%} of "
-                    f"{snap.gpu_node_count} GPU nodes) reached this run",
-                    rule,
-                    channel,
-                    flags,
-                )
-                return
-            self.budget.actions_left -= 1
-            if rule.action is Action.CORDON:
-                self.budget.cordons_left -= 1
-
-        gpus = finding.gpu_count or (node.gpus if node is not None else 0)
-        per_day, cost = self._money(gpus)
-        self.targets.add(ref.key())
-        self.actions.append(
-            PlannedAction(
-                action=rule.action,
-                target=ref,
-                finding=finding,
-                rule=rule.name,
-                reason=f"{describe_finding(finding)} (rule {rule.name})",
-                channel=channel,
-                gpu_count=gpus,
-                replicas=workload.replicas if workload is not None else None,
-                resource_version=obj.resource_version if obj is not None else "",
-                flags=flags,
-                confirmations=confirmations,
-                gpu_hours_per_day=per_day if destructive else 0.0,
-                cost_per_day=cost if destructive else None,
-            )
-        )
-
-    def _policy_exclusion(self, ref: WorkloadRef, labels: Mapping[str, str] | None) -> str | None:
-        ex = self.policy.exclude
-        if ref.kind == "Node":
-            hit = glob_match(ref.name, ex.nodes)
-            if hit:
-                return f"node matches exclude.nodes {hit!r}"
-        else:
-            hit = glob_match(ref.namespace, ex.namespaces)
-            if hit:
-                return f"namespace matches exclude.namespaces {hit!r}"
-            hit = glob_match(f"{ref.namespace}/{ref.name}", ex.workloads)
-            if hit:
-                return f"workload matches exclude.workloads {hit!r}"
-        if ex.label_selector is not None and labels is not None and ex.label_selector.matches(labels):
-            return f"labels match exclude.labelSelector ({ex.label_selector.describe()})"
-        return None
+def _action(c: Candidate, p: Planning) -> PlannedAction:
+    rule = c.rule
+    assert rule is not None  # first_matching_rule holds every finding that no rule matches
+    destructive = rule.action.destructive
+    if destructive:
+        p.budget.actions_left -= 1
+        if rule.action is Action.CORDON:
+            p.budget.cordons_left -= 1
+    gpus = c.finding.gpu_count or (c.node.gpus if c.node is not None else 0)
+    per_day, cost = _money(gpus, p.policy)
+    p.targets.add(c.ref.key())
+    obj = c.obj
+    return PlannedAction(
+        action=rule.action,
+        target=c.ref,
+        finding=c.finding,
+        rule=rule.name,
+        reason=f"{describe_finding(c.finding)} (rule {rule.name})",
+        channel=c.channel,
+        gpu_count=gpus,
+        replicas=c.workload.replicas if c.workload is not None else None,
+        resource_version=obj.resource_version if obj is not None else "",
+        flags=c.flags,
+        confirmations=c.confirmations,
+        gpu_hours_per_day=per_day if destructive else 0.0,
+        cost_per_day=cost if destructive else None,
+    )
 
 
 def summarize(items: Iterable[PlannedAction | Skip]) -> tuple[float, float | None]:

@@ -17,13 +17,14 @@ from typing import Protocol
 from common.errors import DataUnavailableError
 from common.model import FindingsReport, TimeWindow
 from common.thresholds import Thresholds
-from reaper.cluster import ClusterSnapshot
+from reaper.cluster import read_snapshot
 from reaper.errors import KubeError, LeaseHeldError, SlackError
-from reaper.executor import ActionResult, Executor, Kube, Outcome, utc_now
+from reaper.executor import ActionResult, Executor, Outcome, utc_now
+from reaper.kube_api import KubeApi
 from reaper.messages import Message, build_messages
 from reaper.metrics import RunMetrics
 from reaper.planner import Plan, plan
-from reaper.policy import Policy
+from reaper.policy import Policy, RunMode
 
 log = logging.getLogger(__name__)
 
@@ -33,10 +34,6 @@ EXIT_BAD_INPUT = 2
 EXIT_DATA_UNAVAILABLE = 3
 
 FindingsSource = Callable[[TimeWindow, Thresholds], FindingsReport]
-
-
-class Cluster(Kube, Protocol):
-    def snapshot(self, reaper_namespace: str) -> ClusterSnapshot: ...
 
 
 class Notifier(Protocol):
@@ -50,20 +47,16 @@ class RunSettings:
     """Everything a run needs to know, validated once (CLI flags + env + policy)."""
 
     policy: Policy
-    apply: bool
+    mode: RunMode
     namespace: str
     end: datetime | None = None  # analyse and plan as of this time (replays, tests); default: now
     lease_wait: timedelta = timedelta(0)
     identity: str | None = None
 
-    @property
-    def mode(self) -> str:
-        return "apply" if self.apply else "dry-run"
-
 
 @dataclass
 class RunReport:
-    mode: str
+    mode: RunMode
     exit_code: int = EXIT_OK
     found: FindingsReport | None = None  # what the metrics source said, even when nothing was planned
     plan: Plan | None = None
@@ -93,7 +86,7 @@ class RunReport:
 
     def summary_line(self) -> str:
         return (
-            f"gpu-reaper: mode={self.mode} findings={self.findings} planned={self.planned} "
+            f"gpu-reaper: mode={self.mode.value} findings={self.findings} planned={self.planned} "
             f"applied={self.count(Outcome.APPLIED)} skipped={self.skipped} "
             f"failed={self.count(Outcome.FAILED)}"
         )
@@ -125,7 +118,7 @@ class RunReport:
 def run(
     settings: RunSettings,
     findings: FindingsSource,
-    cluster: Callable[[], Cluster],
+    cluster: Callable[[], KubeApi],
     notifier: Notifier | None = None,
     clock: Callable[[], datetime] = utc_now,
     wall_clock: Callable[[], datetime] = utc_now,
@@ -145,7 +138,7 @@ def _run(
     report: RunReport,
     settings: RunSettings,
     findings: FindingsSource,
-    cluster_factory: Callable[[], Cluster],
+    cluster_factory: Callable[[], KubeApi],
     notifier: Notifier | None,
     clock: Callable[[], datetime],
     wall_clock: Callable[[], datetime],
@@ -154,7 +147,9 @@ def _run(
     policy = settings.policy
     now = settings.end or clock()
     window = TimeWindow.ending(now, policy.window)
-    log.info("analysing %s → %s (mode %s)", window.start.isoformat(), window.end.isoformat(), settings.mode)
+    log.info(
+        "analysing %s → %s (mode %s)", window.start.isoformat(), window.end.isoformat(), settings.mode.value
+    )
     try:
         findings_report = findings(window, policy.thresholds)
     except DataUnavailableError as e:
@@ -168,7 +163,7 @@ def _run(
     cluster = cluster_factory()
     executor = Executor(
         cluster,
-        apply=settings.apply,
+        mode=settings.mode,
         namespace=settings.namespace,
         clock=lambda: now,
         wall_clock=wall_clock,
@@ -178,7 +173,7 @@ def _run(
     try:
         with executor.lease(wait=settings.lease_wait.total_seconds()):
             try:
-                snapshot = cluster.snapshot(settings.namespace)
+                snapshot = read_snapshot(cluster, settings.namespace)
             except KubeError as e:
                 log.error("cannot read the cluster, nothing will be done: %s", e)
                 report.exit_code, report.error = EXIT_DATA_UNAVAILABLE, str(e)
@@ -209,7 +204,7 @@ def _run(
         the_plan,
         report.results,
         policy,
-        dry_run=not settings.apply,
+        mode=settings.mode,
         single=notifier is not None and notifier.webhook_mode,
     )
     if notifier is not None:

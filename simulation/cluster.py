@@ -15,7 +15,6 @@ from typing import Any
 
 from common.timeutil import rfc3339
 from reaper import names
-from reaper.cluster import ClusterSnapshot, read_snapshot
 from reaper.errors import ConflictError, NotFoundError
 from simulation.fleet import Fleet
 from simulation.fleet.scenario import WorkloadKind
@@ -151,7 +150,8 @@ def _merge_patch(target: Any, patch: Any) -> Any:
 class InMemoryCluster:
     """A tiny API server in memory with merge patches and resourceVersion checks: the demo's cluster.
 
-    Implements the same calls as ``reaper.kube.KubeClient`` (reads, conditional patches, creates).
+    Implements ``reaper.kube_api.KubeApi``, like ``reaper.kube.KubeClient`` (reads, conditional patches,
+    creates).
     """
 
     def __init__(self, objects: Iterable[Mapping[str, Any]] = ()) -> None:
@@ -212,9 +212,6 @@ class InMemoryCluster:
 
     def list_optional(self, kind: str) -> list[dict[str, Any]]:
         return self.list_objects(kind)  # every kind exists here; one with no objects lists empty
-
-    def snapshot(self, reaper_namespace: str) -> ClusterSnapshot:
-        return read_snapshot(self, reaper_namespace)
 
     def objects(self, kind: str) -> list[dict[str, Any]]:
         """For assertions: the stored objects of a kind, uncounted."""

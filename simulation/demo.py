@@ -17,10 +17,11 @@ from common.model import FindingsReport, TimeWindow
 from common.timeutil import rfc3339
 from reaper import names
 from reaper.analysis import metrics_source, write_html_report
+from reaper.cluster import read_snapshot
 from reaper.executor import Executor
 from reaper.messages import preview
 from reaper.planner import plan
-from reaper.policy import Policy, load_policy, parse_policy
+from reaper.policy import Policy, RunMode, load_policy, parse_policy
 from reaper.runner import RunReport, RunSettings, run
 from simulation.cluster import InMemoryCluster, fleet_objects
 from simulation.fleet import load_scenario, simulate
@@ -85,7 +86,7 @@ def run_demo(scenario: str, policy_path: Path | None, output: Path, out: TextIO)
     except ScenarioError as e:
         raise BadInputError(str(e)) from e
     policy = load_policy(policy_path) if policy_path else demo_policy()
-    policy = policy.model_copy(update={"mode": "dry-run"})
+    policy = policy.model_copy(update={"mode": RunMode.DRY_RUN})
     sc = fleet.scenario
     end = sc.end
     namespace = policy.reaper_namespace
@@ -104,18 +105,18 @@ def run_demo(scenario: str, policy_path: Path | None, output: Path, out: TextIO)
     previous_end = end - HOURLY
     previous = plan(
         source(TimeWindow.ending(previous_end, policy.window), policy.thresholds),
-        cluster.snapshot(namespace),
+        read_snapshot(cluster, namespace),
         policy,
         previous_end,
     )
-    Executor(cluster, apply=True, namespace=namespace).save_state(previous.next_state)
+    Executor(cluster, mode=RunMode.APPLY, namespace=namespace).save_state(previous.next_state)
     print(
         f"(replayed the hourly run at {rfc3339(previous_end)} first, so safety.consecutiveRuns="
         f"{policy.safety.consecutive_runs} can be met)",
         file=out,
     )
 
-    settings = RunSettings(policy=policy, apply=False, namespace=namespace, end=end)
+    settings = RunSettings(policy=policy, mode=RunMode.DRY_RUN, namespace=namespace, end=end)
     report = run(settings, source, lambda: cluster)
     if report.found is None or report.plan is None:
         print(f"nothing planned: {report.error}", file=out)

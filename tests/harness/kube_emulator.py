@@ -20,7 +20,6 @@ import aiohttp.web
 import attrs
 import kmock
 import yaml
-from kmock._internal import rendering  # Request type for the _handle override
 
 from reaper.kube import KubeClient, KubeSettings
 
@@ -49,7 +48,7 @@ class Fault:
     delay: float = 0.0
     times: int = 1
 
-    def matches(self, request: rendering.Request) -> bool:
+    def matches(self, request: kmock.Request) -> bool:
         if self.times <= 0 or request.method.value != self.method:
             return False
         if request.resource is None or str(request.resource.plural) != RESOURCES[self.kind].rsplit("/", 1)[1]:
@@ -69,7 +68,7 @@ class ApiServer(kmock.KubernetesEmulator):
         if raw_request.method == "GET" and raw_request.path.rstrip("/") == "/api/v1/namespaces":
             resource = kmock.resource(RESOURCES["Namespace"])
             self._requests.append(
-                rendering.Request(
+                kmock.Request(
                     id=len(self._requests),
                     method="GET",
                     url=raw_request.url,
@@ -83,7 +82,7 @@ class ApiServer(kmock.KubernetesEmulator):
             )
         return await super().__call__(raw_request)
 
-    async def _handle(self, request: rendering.Request) -> Any:
+    async def _handle(self, request: kmock.Request) -> Any:
         fault = next((f for f in self.faults if f.matches(request)), None)
         if fault is not None:
             fault.times -= 1
@@ -95,7 +94,7 @@ class ApiServer(kmock.KubernetesEmulator):
             await asyncio.sleep(fault.delay)  # the change is made; only the answer is late
         return response
 
-    def _track_versions(self, request: rendering.Request) -> None:
+    def _track_versions(self, request: kmock.Request) -> None:
         # Synchronous (no await) from check to reservation, so two racing patches cannot both pass.
         if request.resource is None or not isinstance(request.data, dict):
             return

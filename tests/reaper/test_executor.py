@@ -14,9 +14,10 @@ from common.model import FindingKind, FindingsReport
 from harness.findings import NOW, finding, report
 from harness.kube_emulator import EmulatedCluster, Fault
 from reaper import names
+from reaper.cluster import read_snapshot
 from reaper.executor import Executor, Outcome
 from reaper.planner import plan
-from reaper.policy import Policy
+from reaper.policy import Policy, RunMode
 from reaper.runner import EXIT_ACTION_FAILED, EXIT_OK, RunReport, RunSettings, run
 from simulation.cluster import manifest
 
@@ -71,7 +72,7 @@ def reaper_run(
 ) -> RunReport:
     settings = RunSettings(
         policy=Policy.model_validate(policy or POLICY),
-        apply=apply,
+        mode=RunMode.APPLY if apply else RunMode.DRY_RUN,
         namespace="gpu-reaper",
         end=NOW,
         identity=identity,
@@ -125,7 +126,7 @@ def test_restore_brings_back_the_replicas_and_is_idempotent(cluster: EmulatedClu
     seed(cluster, deployment("ranker", replicas=3))
     reaper_run(cluster, idle("ranker"))
     executor = Executor(
-        cluster.client(), apply=True, namespace="gpu-reaper", clock=lambda: NOW + timedelta(hours=1)
+        cluster.client(), mode=RunMode.APPLY, namespace="gpu-reaper", clock=lambda: NOW + timedelta(hours=1)
     )
 
     first = executor.restore_workload("serving", "ranker")
@@ -144,7 +145,7 @@ def test_restore_brings_back_the_replicas_and_is_idempotent(cluster: EmulatedClu
 
 def test_restore_keeps_replicas_someone_already_brought_back(cluster: EmulatedCluster) -> None:
     seed(cluster, deployment("ranker", replicas=5, **{names.ORIGINAL_REPLICAS: "2", names.REAPED_AT: "x"}))
-    result = Executor(cluster.client(), apply=True, namespace="gpu-reaper").restore_workload(
+    result = Executor(cluster.client(), mode=RunMode.APPLY, namespace="gpu-reaper").restore_workload(
         "serving", "ranker"
     )
     assert result.outcome is Outcome.APPLIED
@@ -184,15 +185,18 @@ def test_conflict_is_retried_on_the_fresh_version(cluster: EmulatedCluster) -> N
         cluster.client().patch("Deployment", "serving", "ranker", {"spec": {"replicas": 4}})
 
     client = cluster.client()
-    real_snapshot = client.snapshot
+    real_list = client.list_objects
 
-    def snapshot_then_race(namespace: str) -> Any:
-        snap = real_snapshot(namespace)
-        scaled_up_meanwhile()
-        return snap
+    def list_then_race(kind: str, namespace: str | None = None) -> Any:
+        items = real_list(kind, namespace)
+        if kind == "Deployment":  # the snapshot has read it: the change lands before our patch
+            scaled_up_meanwhile()
+        return items
 
-    client.snapshot = snapshot_then_race  # type: ignore[method-assign]
-    settings = RunSettings(policy=Policy.model_validate(POLICY), apply=True, namespace="gpu-reaper", end=NOW)
+    client.list_objects = list_then_race  # type: ignore[method-assign]
+    settings = RunSettings(
+        policy=Policy.model_validate(POLICY), mode=RunMode.APPLY, namespace="gpu-reaper", end=NOW
+    )
     result = run(settings, lambda w, t: findings, lambda: client, sleep=lambda s: None)
 
     assert result.exit_code == EXIT_OK
@@ -224,10 +228,12 @@ def test_conflict_rechecks_the_object_before_retrying(
 ) -> None:
     seed(cluster, deployment("ranker", replicas=3))
     client = cluster.client()
-    snap = client.snapshot("gpu-reaper")
+    snap = read_snapshot(client, "gpu-reaper")
     client.patch("Deployment", "serving", "ranker", change)
     the_plan = plan(idle("ranker"), snap, Policy.model_validate(POLICY), NOW)
-    executor = Executor(client, apply=True, namespace="gpu-reaper", clock=lambda: NOW, sleep=lambda s: None)
+    executor = Executor(
+        client, mode=RunMode.APPLY, namespace="gpu-reaper", clock=lambda: NOW, sleep=lambda s: None
+    )
     (result,) = executor.execute(the_plan)
     assert result.outcome is Outcome.SKIPPED and detail in result.detail
     assert names.ORIGINAL_REPLICAS not in (
@@ -256,7 +262,7 @@ def test_server_error_mid_run_fails_that_action_and_leaves_everything_restorable
     assert "failed=1" in result.summary_line()
     assert cluster.obj("Deployment", "serving", "b")["spec"]["replicas"] == 3  # untouched
 
-    restored = Executor(cluster.client(), apply=True, namespace="gpu-reaper").restore_all()
+    restored = Executor(cluster.client(), mode=RunMode.APPLY, namespace="gpu-reaper").restore_all()
     assert sorted(r.target for r in restored if r.outcome is Outcome.APPLIED) == [
         "Deployment serving/a",
         "Deployment serving/c",
@@ -275,7 +281,7 @@ def test_timeout_mid_run_fails_the_run_but_the_object_stays_restorable(cluster: 
     obj = cluster.obj("Deployment", "serving", "a")
     assert obj["spec"]["replicas"] == 0 and obj["metadata"]["annotations"][names.ORIGINAL_REPLICAS] == "3"
 
-    restored = Executor(cluster.client(), apply=True, namespace="gpu-reaper").restore_all()
+    restored = Executor(cluster.client(), mode=RunMode.APPLY, namespace="gpu-reaper").restore_all()
     assert {r.outcome for r in restored} == {Outcome.APPLIED}
     assert cluster.obj("Deployment", "serving", "a")["spec"]["replicas"] == 3
     assert cluster.obj("Deployment", "serving", "b")["spec"]["replicas"] == 3
@@ -382,13 +388,13 @@ def test_cordon_marks_the_node_and_restore_uncordons_only_marked_nodes(cluster: 
         for e in cluster.objects("Event")
     )
 
-    restored = Executor(cluster.client(), apply=True, namespace="gpu-reaper").restore_all()
+    restored = Executor(cluster.client(), mode=RunMode.APPLY, namespace="gpu-reaper").restore_all()
     assert [r.target for r in restored] == ["Node gpu-a"]
     uncordoned = cluster.obj("Node", None, "gpu-a")
     assert "unschedulable" not in uncordoned["spec"]
     assert set(uncordoned["metadata"]["annotations"]) == {names.RESTORED_AT}  # our mark gone, grace begins
     assert cluster.obj("Node", None, "gpu-b")["spec"]["unschedulable"] is True  # never ours, never touched
-    unmarked = Executor(cluster.client(), apply=True, namespace="gpu-reaper").uncordon("gpu-b")
+    unmarked = Executor(cluster.client(), mode=RunMode.APPLY, namespace="gpu-reaper").uncordon("gpu-b")
     assert unmarked.outcome is Outcome.SKIPPED
 
 
@@ -401,7 +407,7 @@ def test_restore_all_in_one_namespace_leaves_others_and_nodes(cluster: EmulatedC
         deployment("b", replicas=0, namespace="team-a", **reaped),
         gpu_node("gpu-a", **{names.CORDONED_AT: "2026-01-05T00:00:00Z"}),
     )
-    restored = Executor(cluster.client(), apply=True, namespace="gpu-reaper").restore_all("team-a")
+    restored = Executor(cluster.client(), mode=RunMode.APPLY, namespace="gpu-reaper").restore_all("team-a")
     assert [r.target for r in restored] == ["Deployment team-a/b"]
     assert cluster.obj("Deployment", "serving", "a")["spec"]["replicas"] == 0
 
@@ -423,4 +429,6 @@ def test_confirmation_state_lives_in_a_configmap_across_runs(cluster: EmulatedCl
 def test_unknown_workload_to_restore_is_bad_input(cluster: EmulatedCluster) -> None:
     seed(cluster)
     with pytest.raises(BadInputError, match="no Deployment or StatefulSet serving/ghost"):
-        Executor(cluster.client(), apply=True, namespace="gpu-reaper").restore_workload("serving", "ghost")
+        Executor(cluster.client(), mode=RunMode.APPLY, namespace="gpu-reaper").restore_workload(
+            "serving", "ghost"
+        )

@@ -15,11 +15,12 @@ from werkzeug import Request, Response
 from common.errors import BadInputError
 from common.model import FindingKind
 from harness.findings import NOW, finding, report
+from reaper.cluster import read_snapshot
 from reaper.errors import SlackError
 from reaper.executor import ActionResult, Outcome
 from reaper.messages import Message, build_messages, preview
 from reaper.planner import plan
-from reaper.policy import Policy
+from reaper.policy import Policy, RunMode
 from reaper.runner import EXIT_OK, RunSettings, run
 from reaper.slack import SlackCredentials, SlackNotifier, load_credentials
 from simulation.cluster import InMemoryCluster, manifest
@@ -54,10 +55,12 @@ FINDINGS = report(
 
 def messages_for(apply: bool, policy: dict[str, Any] | None = None, single: bool = False) -> list[Message]:
     p = Policy.model_validate(policy or POLICY)
-    the_plan = plan(FINDINGS, cluster().snapshot("gpu-reaper"), p, NOW)
+    the_plan = plan(FINDINGS, read_snapshot(cluster(), "gpu-reaper"), p, NOW)
     outcome = Outcome.APPLIED if apply else Outcome.DRY_RUN
     results = [ActionResult(a, outcome) for a in the_plan.actions]
-    return build_messages(the_plan, results, p, dry_run=not apply, single=single)
+    return build_messages(
+        the_plan, results, p, mode=RunMode.APPLY if apply else RunMode.DRY_RUN, single=single
+    )
 
 
 def text_of(message: Message) -> str:
@@ -107,9 +110,9 @@ def test_long_runs_are_truncated_within_slack_limits() -> None:
         manifest("Deployment", f"w{i:02d}", "serving", created=LONG_AGO, spec={"replicas": 1})
         for i in range(30)
     ]
-    the_plan = plan(findings, InMemoryCluster(objects).snapshot("gpu-reaper"), p, NOW)
+    the_plan = plan(findings, read_snapshot(InMemoryCluster(objects), "gpu-reaper"), p, NOW)
     (m,) = build_messages(
-        the_plan, [ActionResult(a, Outcome.APPLIED) for a in the_plan.actions], p, dry_run=False
+        the_plan, [ActionResult(a, Outcome.APPLIED) for a in the_plan.actions], p, mode=RunMode.APPLY
     )
     assert len(m.blocks) <= 50
     assert all(len(b.get("text", {}).get("text", "")) <= 3000 for b in m.blocks)
@@ -189,7 +192,9 @@ def test_a_slack_outage_never_aborts_reaping(
     httpserver.expect_request("/api/chat.postMessage").respond_with_data("down", status=500)
     notifier = SlackNotifier(SlackCredentials(token=TOKEN), api_url=httpserver.url_for("/api/"))
     memory = cluster()
-    settings = RunSettings(policy=Policy.model_validate(POLICY), apply=True, namespace="gpu-reaper", end=NOW)
+    settings = RunSettings(
+        policy=Policy.model_validate(POLICY), mode=RunMode.APPLY, namespace="gpu-reaper", end=NOW
+    )
     with caplog.at_level(logging.DEBUG):
         result = run(settings, lambda w, t: FINDINGS, lambda: memory, notifier, sleep=lambda s: None)
     assert result.exit_code == EXIT_OK

@@ -1,17 +1,15 @@
-"""Policy files: what validates, what does not, and that every error names file, line, field and problem."""
+"""Reading policy files: what validates, what does not, and every error names file, line, field, problem."""
 
 from __future__ import annotations
 
-import json
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from common.errors import PolicyError
-from reaper.policy import Action, LabelSelector, Policy, explain, json_schema, load_policy, parse_policy
+from reaper.policy import Policy, load_policy, parse_policy
 
-DOCS = Path(__file__).resolve().parents[2] / "docs"
+DOCS = Path(__file__).resolve().parents[3] / "docs"
 MINIMAL = "rules:\n  - name: idle\n    match: {findings: [idle_endpoint]}\n    action: scale_to_zero\n"
 
 
@@ -19,51 +17,11 @@ def one_rule(match: str, action: str, name: str = "idle") -> str:
     return f"rules:\n  - name: {name}\n    match: {match}\n    action: {action}\n"
 
 
-def test_minimal_policy_gets_safe_defaults() -> None:
-    p = parse_policy(MINIMAL)
-    assert p.mode == "dry-run"
-    assert p.safety.consecutive_runs == 2 and p.safety.max_actions_per_run == 10
-    assert p.grace.after_creation == timedelta(hours=1)
-    assert p.protected_namespaces == ("kube-system", "gpu-reaper")
-    assert p.rules[0].kinds == ("Deployment", "StatefulSet")  # scale_to_zero's default kinds
-    assert p.rules[0].action is Action.SCALE_TO_ZERO
-
-
-def test_policy_is_immutable() -> None:
-    p = parse_policy(MINIMAL)
-    with pytest.raises(ValueError, match="frozen"):
-        p.mode = "apply"  # type: ignore[misc]
-
-
 def test_documented_example_validates_and_is_the_demo_policy() -> None:
     p = load_policy(DOCS / "policy.example.yaml")
     assert [r.name for r in p.rules] == ["idle-endpoints", "idle-nodes", "tell-owners"]
-    demo = Path(__file__).resolve().parents[2] / "simulation" / "demo-policy.yaml"
+    demo = Path(__file__).resolve().parents[3] / "simulation" / "demo-policy.yaml"
     assert demo.read_text(encoding="utf-8") == (DOCS / "policy.example.yaml").read_text(encoding="utf-8")
-
-
-def test_committed_json_schema_matches_the_model() -> None:
-    committed = json.loads((DOCS / "policy.schema.json").read_text(encoding="utf-8"))
-    assert committed == json_schema(), "regenerate: gpu-reaper policy schema > docs/policy.schema.json"
-
-
-def test_json_schema_describes_durations_and_actions() -> None:
-    schema = json_schema()
-    assert schema["$schema"].endswith("2020-12/schema")
-    assert set(schema["required"]) == {"rules"}
-    grace = schema["$defs"]["Grace"]["properties"]["afterCreation"]
-    assert grace["type"] == "string" and "pattern" in grace
-    assert schema["$defs"]["Action"]["enum"] == ["notify", "scale_to_zero", "cordon"]
-
-
-def test_price_is_set_once() -> None:
-    text = MINIMAL + "pricePerGpuHour: 2\ndetection: {pricePerGpuHour: 3}\n"
-    with pytest.raises(PolicyError, match="set the price once"):
-        parse_policy(text, "p.yaml")
-    p = parse_policy(MINIMAL + "detection: {pricePerGpuHour: 3}\n")
-    assert p.price == 3 and p.thresholds.price_per_gpu_hour == 3
-    p = parse_policy(MINIMAL + "pricePerGpuHour: 2\n")
-    assert p.thresholds.price_per_gpu_hour == 2
 
 
 BROKEN = [
@@ -227,46 +185,6 @@ def test_unreadable_file_is_a_policy_error(tmp_path: Path) -> None:
     binary.write_bytes(b"\xff\xfe\x00rules")
     with pytest.raises(PolicyError, match="not a text file"):
         load_policy(binary)
-
-
-def test_explain_says_what_the_policy_does() -> None:
-    text = explain(load_policy(DOCS / "policy.example.yaml"))
-    assert "1. idle-endpoints: idle_endpoint on Deployment, StatefulSet" in text
-    assert "→ scale_to_zero after 2 consecutive runs" in text
-    assert "never touched: namespaces kube-system, gpu-reaper (always)" in text
-    assert "HPA/KEDA-managed workloads: never scaled" in text
-
-
-@pytest.mark.parametrize(
-    ("selector", "labels", "matches"),
-    [
-        pytest.param({"matchLabels": {"app": "a"}}, {"app": "a", "x": "y"}, True, id="match-labels"),
-        pytest.param({"matchLabels": {"app": "a"}}, {"app": "b"}, False, id="match-labels-differ"),
-        pytest.param(
-            {"matchExpressions": [{"key": "t", "operator": "In", "values": ["1", "2"]}]},
-            {"t": "2"},
-            True,
-            id="in",
-        ),
-        pytest.param(
-            {"matchExpressions": [{"key": "t", "operator": "NotIn", "values": ["1"]}]},
-            {},
-            True,
-            id="notin-absent",
-        ),
-        pytest.param(
-            {"matchExpressions": [{"key": "t", "operator": "Exists"}]}, {"t": ""}, True, id="exists"
-        ),
-        pytest.param(
-            {"matchExpressions": [{"key": "t", "operator": "DoesNotExist"}]},
-            {"t": "1"},
-            False,
-            id="does-not-exist",
-        ),
-    ],
-)
-def test_label_selector_semantics(selector: dict[str, object], labels: dict[str, str], matches: bool) -> None:
-    assert LabelSelector.model_validate(selector).matches(labels) is matches
 
 
 def test_policy_round_trips_through_its_own_serialisation() -> None:

@@ -93,7 +93,7 @@ def test_errors_name_file_field_and_problem(tmp_path: Path, text: str, message: 
 
 
 def test_unreadable_file_is_bad_input(tmp_path: Path) -> None:
-    with pytest.raises(BadInputError, match="cannot read policy file"):
+    with pytest.raises(BadInputError, match="cannot read the policy file"):
         load_thresholds(tmp_path / "missing.yaml")
 
 

@@ -1,0 +1,34 @@
+"""The one Kubernetes protocol the reaper's logic is written against.
+
+Plain JSON objects in and out, the reaper's own errors (reaper.errors) keyed on HTTP status.
+``reaper.kube.KubeClient`` implements it over HTTP with the official client; the demo's
+``simulation.cluster.InMemoryCluster`` implements it in memory. The snapshot reader, the executor
+and the runner take a ``KubeApi``; nothing else about either implementation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+
+class KubeApi(Protocol):
+    def get(self, kind: str, namespace: str | None, name: str) -> dict[str, Any]:
+        """The object; NotFoundError when it does not exist."""
+        ...
+
+    def get_optional(self, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None: ...
+
+    def list_objects(self, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        """Every object of a kind, cluster-wide (``namespace`` None) or in one namespace."""
+        ...
+
+    def list_optional(self, kind: str) -> list[dict[str, Any]]:
+        """Like ``list_objects`` for a custom kind that may not be installed: not served means none."""
+        ...
+
+    def patch(self, kind: str, namespace: str | None, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """A JSON merge patch; ``metadata.resourceVersion`` in it makes it conditional (ConflictError)."""
+        ...
+
+    def create(self, kind: str, namespace: str | None, body: Mapping[str, Any]) -> dict[str, Any]: ...

@@ -1,0 +1,258 @@
+"""The policy file's shape: pydantic models, one immutable object from the YAML.
+
+Decision code (pure): no Kubernetes, HTTP or Slack imports. camelCase keys in the file, like the
+Kubernetes objects the policy sits next to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import timedelta
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+from common.durations import Duration, PositiveDuration
+from common.model import FindingKind
+from common.thresholds import Thresholds
+from reaper import names
+from reaper.policy.fields import Channel, Glob, LabelKey, LabelValue, NamespaceName, WorkloadGlob
+
+
+class RunMode(StrEnum):
+    """Whether a run changes the cluster: from the policy (or the command line) to the executor's one gate."""
+
+    DRY_RUN = "dry-run"
+    APPLY = "apply"
+
+    @property
+    def writes(self) -> bool:
+        return self is RunMode.APPLY
+
+
+class _Model(BaseModel):
+    # camelCase keys in YAML, like the Kubernetes objects the policy sits next to.
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True, use_enum_values=False
+    )
+
+
+# --- label selectors --------------------------------------------------------------------------------
+
+
+class SelectorRequirement(_Model):
+    key: LabelKey
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: tuple[LabelValue, ...] = ()
+
+    @model_validator(mode="after")
+    def _values_fit_operator(self) -> SelectorRequirement:
+        if self.operator in ("In", "NotIn") and not self.values:
+            raise ValueError(f"operator {self.operator} needs a non-empty values list")
+        if self.operator in ("Exists", "DoesNotExist") and self.values:
+            raise ValueError(f"operator {self.operator} takes no values")
+        return self
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        match self.operator:
+            case "In":
+                return labels.get(self.key) in self.values
+            case "NotIn":
+                return labels.get(self.key) not in self.values
+            case "Exists":
+                return self.key in labels
+            case _:
+                return self.key not in labels
+
+
+class LabelSelector(_Model):
+    """The Kubernetes label selector: every matchLabels pair and every expression must hold."""
+
+    match_labels: dict[LabelKey, LabelValue] = Field(default_factory=dict)
+    match_expressions: tuple[SelectorRequirement, ...] = ()
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> LabelSelector:
+        if not self.match_labels and not self.match_expressions:
+            raise ValueError("an empty selector matches everything; give matchLabels or matchExpressions")
+        return self
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        return all(labels.get(k) == v for k, v in self.match_labels.items()) and all(
+            e.matches(labels) for e in self.match_expressions
+        )
+
+    def describe(self) -> str:
+        parts = [f"{k}={v}" for k, v in self.match_labels.items()]
+        for e in self.match_expressions:
+            if e.operator in ("In", "NotIn"):
+                parts.append(f"{e.key} {e.operator.lower()} ({', '.join(e.values)})")
+            else:
+                parts.append(e.key if e.operator == "Exists" else f"!{e.key}")
+        return ",".join(parts)
+
+
+# --- rules ------------------------------------------------------------------------------------------
+
+
+class Action(StrEnum):
+    NOTIFY = "notify"
+    SCALE_TO_ZERO = "scale_to_zero"
+    CORDON = "cordon"
+
+    @property
+    def destructive(self) -> bool:
+        return self is not Action.NOTIFY
+
+
+ActionableFinding = Literal["idle_endpoint", "low_utilization", "dataloader_starvation"]
+WorkloadKindName = Literal[
+    "Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob", "Pod", "Node"
+]
+
+SCALABLE_KINDS: tuple[str, ...] = ("Deployment", "StatefulSet")
+_DEFAULT_KINDS: dict[Action, tuple[str, ...]] = {
+    Action.SCALE_TO_ZERO: SCALABLE_KINDS,
+    Action.CORDON: ("Node",),
+}
+
+
+class Match(_Model):
+    """Which findings a rule applies to. Every condition given must hold."""
+
+    findings: tuple[ActionableFinding, ...] = Field(min_length=1)
+    namespaces: tuple[Glob, ...] = Field(default=("*",), min_length=1)
+    kinds: tuple[WorkloadKindName, ...] | None = Field(default=None, min_length=1)
+    label_selector: LabelSelector | None = None
+    min_confidence: float = Field(default=0.0, ge=0.0, le=1.0)
+    min_wasted_gpu_hours: float = Field(default=0.0, ge=0.0)
+    min_gpus: int = Field(default=1, ge=1)
+    # How long the finding must have held, counted across consecutive runs (Prometheus' `for:`).
+    for_: Duration = Field(default=timedelta(0), alias="for")
+
+    @property
+    def finding_kinds(self) -> frozenset[FindingKind]:
+        return frozenset(FindingKind(f) for f in self.findings)
+
+
+class Rule(_Model):
+    name: str = Field(pattern=r"^[a-z0-9]([a-z0-9\-]{0,61}[a-z0-9])?$")
+    match: Match
+    action: Action
+    channel: Channel | None = None  # Slack channel for this rule's items, unless the namespace names one
+
+    @model_validator(mode="after")
+    def _action_fits_kinds(self) -> Rule:
+        if self.match.kinds is None:
+            return self
+        kinds = set(self.match.kinds)
+        if self.action is Action.SCALE_TO_ZERO and not kinds <= set(SCALABLE_KINDS):
+            other = ", ".join(sorted(kinds - set(SCALABLE_KINDS)))
+            raise ValueError(
+                f"action scale_to_zero applies to Deployment and StatefulSet only, not {other}; "
+                "use a separate notify rule for those kinds"
+            )
+        if self.action is Action.CORDON and kinds != {"Node"}:
+            raise ValueError("action cordon applies to kind Node only")
+        if self.action is not Action.CORDON and "Node" in kinds and len(kinds) > 1:
+            raise ValueError("a rule matching Node must match only Node (nodes have no namespace or owner)")
+        return self
+
+    @property
+    def kinds(self) -> tuple[str, ...] | None:
+        """The kinds this rule matches; None means any kind."""
+        return self.match.kinds if self.match.kinds is not None else _DEFAULT_KINDS.get(self.action)
+
+
+# --- the rest of the policy -------------------------------------------------------------------------
+
+
+class Exclusions(_Model):
+    namespaces: tuple[Glob, ...] = ()
+    workloads: tuple[WorkloadGlob, ...] = ()
+    nodes: tuple[Glob, ...] = ()
+    label_selector: LabelSelector | None = None
+
+
+class Grace(_Model):
+    after_creation: Duration = timedelta(hours=1)
+    after_restore: Duration = timedelta(hours=24)
+
+
+class Safety(_Model):
+    max_actions_per_run: int = Field(default=10, ge=0)
+    max_cordon_share: float = Field(default=0.1, ge=0.0, le=1.0)
+    consecutive_runs: int = Field(default=2, ge=1, le=100)
+    confirmation_max_gap: PositiveDuration = timedelta(hours=3)
+    max_data_age: PositiveDuration = timedelta(minutes=30)
+    gitops: Literal["flag", "skip"] = "flag"
+
+
+class SlackRoute(_Model):
+    namespaces: tuple[Glob, ...] = Field(min_length=1)
+    channel: Channel
+
+
+class Slack(_Model):
+    channel: Channel | None = None  # default channel (bot token mode)
+    routes: tuple[SlackRoute, ...] = ()
+    api_url: str = Field(default="https://slack.com/api/", pattern=r"^https?://[^\s]+/$")
+    max_items_per_message: int = Field(default=20, ge=1, le=40)
+    notify_when_idle: bool = False  # post even when a run found nothing to report
+
+
+class Policy(_Model):
+    mode: RunMode = RunMode.DRY_RUN
+    window: PositiveDuration = timedelta(hours=6)
+    reaper_namespace: NamespaceName = names.DEFAULT_REAPER_NAMESPACE
+    price_per_gpu_hour: float | None = Field(default=None, ge=0.0)
+    currency: str = Field(default="USD", pattern=r"^[A-Z]{3}$")
+    exclude: Exclusions = Exclusions()
+    grace: Grace = Grace()
+    safety: Safety = Safety()
+    slack: Slack = Slack()
+    rules: tuple[Rule, ...] = Field(min_length=1)
+    detection: Thresholds = Thresholds()
+
+    @field_validator("rules")
+    @classmethod
+    def _unique_rule_names(cls, rules: tuple[Rule, ...]) -> tuple[Rule, ...]:
+        seen: set[str] = set()
+        for rule in rules:
+            if rule.name in seen:
+                raise ValueError(f"rule name {rule.name!r} is used twice; names must be unique")
+            seen.add(rule.name)
+        return rules
+
+    @model_validator(mode="after")
+    def _one_price(self) -> Policy:
+        other = self.detection.price_per_gpu_hour
+        if other is not None and self.price_per_gpu_hour is not None and other != self.price_per_gpu_hour:
+            raise ValueError(
+                f"pricePerGpuHour ({self.price_per_gpu_hour:g}) and detection.pricePerGpuHour ({other:g}) "
+                "disagree; set the price once, at the top level"
+            )
+        return self
+
+    @property
+    def price(self) -> float | None:
+        """The price per GPU-hour, wherever the file sets it."""
+        return (
+            self.price_per_gpu_hour
+            if self.price_per_gpu_hour is not None
+            else self.detection.price_per_gpu_hour
+        )
+
+    @property
+    def thresholds(self) -> Thresholds:
+        """The detection settings handed to the analyzer, with the one price filled in."""
+        if self.price is None or self.detection.price_per_gpu_hour == self.price:
+            return self.detection
+        return self.detection.model_copy(update={"price_per_gpu_hour": self.price})
+
+    @property
+    def protected_namespaces(self) -> tuple[str, ...]:
+        """Never touched, whatever the rules say."""
+        return (*names.ALWAYS_PROTECTED_NAMESPACES, self.reaper_namespace)

@@ -1,0 +1,37 @@
+"""A policy explained in plain language, and its published JSON Schema."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from reaper.policy import explain, json_schema, load_policy
+
+DOCS = Path(__file__).resolve().parents[3] / "docs"
+MINIMAL = "rules:\n  - name: idle\n    match: {findings: [idle_endpoint]}\n    action: scale_to_zero\n"
+
+
+def one_rule(match: str, action: str, name: str = "idle") -> str:
+    return f"rules:\n  - name: {name}\n    match: {match}\n    action: {action}\n"
+
+
+def test_committed_json_schema_matches_the_model() -> None:
+    committed = json.loads((DOCS / "policy.schema.json").read_text(encoding="utf-8"))
+    assert committed == json_schema(), "regenerate: gpu-reaper policy schema > docs/policy.schema.json"
+
+
+def test_json_schema_describes_durations_and_actions() -> None:
+    schema = json_schema()
+    assert schema["$schema"].endswith("2020-12/schema")
+    assert set(schema["required"]) == {"rules"}
+    grace = schema["$defs"]["Grace"]["properties"]["afterCreation"]
+    assert grace["type"] == "string" and "pattern" in grace
+    assert schema["$defs"]["Action"]["enum"] == ["notify", "scale_to_zero", "cordon"]
+
+
+def test_explain_says_what_the_policy_does() -> None:
+    text = explain(load_policy(DOCS / "policy.example.yaml"))
+    assert "1. idle-endpoints: idle_endpoint on Deployment, StatefulSet" in text
+    assert "→ scale_to_zero after 2 consecutive runs" in text
+    assert "never touched: namespaces kube-system, gpu-reaper (always)" in text
+    assert "HPA/KEDA-managed workloads: never scaled" in text
