@@ -9,25 +9,47 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from common.timeutil import rfc3339
+from common.evidence import (
+    AnyEvidence,
+    DataloaderStarvationEvidence,
+    Evidence,
+    EvidenceValue,
+    IdleEndpointEvidence,
+    LowUtilizationEvidence,
+    UnknownEvidence,
+    UtilizationEvidence,
+    UtilQuantile,
+)
+from common.timeutil import AwareDatetime, rfc3339
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "AnyEvidence",
+    "AwareDatetime",
+    "DataloaderStarvationEvidence",
+    "Evidence",
+    "EvidenceValue",
+    "Finding",
+    "FindingKind",
+    "FindingsReport",
+    "GpuRef",
+    "IdleEndpointEvidence",
+    "LowUtilizationEvidence",
+    "TimeWindow",
+    "UnknownEvidence",
+    "UtilQuantile",
+    "UtilizationEvidence",
+    "WorkloadRef",
+    "workload_keys",
+]
 
 SCHEMA_VERSION = 1
-
-
-def _require_aware_utc(value: datetime) -> datetime:
-    # Naive datetimes are the classic source of off-by-hours bugs in cron tools: refuse them.
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise ValueError("timestamp must carry a timezone (RFC 3339, e.g. 2026-01-01T00:00:00Z)")
-    return value.astimezone(UTC)
-
-
-AwareDatetime = Annotated[datetime, AfterValidator(_require_aware_utc)]
 
 
 class _Frozen(BaseModel):
@@ -95,9 +117,6 @@ class TimeWindow(_Frozen):
         return self.duration.total_seconds() / 3600.0
 
 
-EvidenceValue = float | int | str | bool | None
-
-
 class _WorkloadJSON(_Frozen):
     kind: str
     name: str
@@ -112,11 +131,35 @@ class Finding(_Frozen):
     nodes: tuple[str, ...] = ()
     gpus: tuple[str, ...] = ()
     window: TimeWindow
-    evidence: Mapping[str, EvidenceValue] = Field(default_factory=dict)
+    evidence: AnyEvidence = Field(default_factory=UnknownEvidence)  # the class follows `kind`
     confidence: float = Field(ge=0.0, le=1.0)
     wasted_gpu_hours: float = Field(ge=0.0, default=0.0)
     estimated_cost: float | None = None
     recommendation: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _evidence_for_kind(cls, data: Any) -> Any:
+        # The JSON's evidence object carries no kind of its own: the finding's kind picks its class.
+        if not isinstance(data, Mapping) or "kind" not in data:
+            return data
+        try:
+            model = EVIDENCE_BY_KIND[FindingKind(data["kind"])]
+        except ValueError:
+            return data  # the kind field's own validation names the bad value
+        evidence = data.get("evidence", {})
+        if isinstance(evidence, Mapping):
+            return {**data, "evidence": model.model_validate(evidence)}
+        return data
+
+    @model_validator(mode="after")
+    def _evidence_matches_kind(self) -> Finding:
+        expected = EVIDENCE_BY_KIND[self.kind]
+        if type(self.evidence) is not expected:
+            raise ValueError(
+                f"{self.kind.value} findings carry {expected.__name__}, not {type(self.evidence).__name__}"
+            )
+        return self
 
     @property
     def namespace(self) -> str:
@@ -137,7 +180,7 @@ class Finding(_Frozen):
             "gpus": list(self.gpus),
             "gpu_count": self.gpu_count,
             "window": {"start": rfc3339(self.window.start), "end": rfc3339(self.window.end)},
-            "evidence": dict(self.evidence),
+            "evidence": self.evidence.to_json(),
             "confidence": self.confidence,
             "wasted_gpu_hours": self.wasted_gpu_hours,
             "estimated_cost": self.estimated_cost,
@@ -157,6 +200,14 @@ class Finding(_Frozen):
         if gpu_count is not None and gpu_count != finding.gpu_count:
             raise ValueError(f"gpu_count {gpu_count} disagrees with {finding.gpu_count} listed gpus")
         return finding
+
+
+EVIDENCE_BY_KIND: dict[FindingKind, type[AnyEvidence]] = {
+    FindingKind.IDLE_ENDPOINT: IdleEndpointEvidence,
+    FindingKind.LOW_UTILIZATION: LowUtilizationEvidence,
+    FindingKind.DATALOADER_STARVATION: DataloaderStarvationEvidence,
+    FindingKind.UNKNOWN: UnknownEvidence,
+}
 
 
 class FindingsReport(_Frozen):

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
+from typing import Annotated
+
+from pydantic import AfterValidator
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -57,3 +60,13 @@ def parse_time(text: str) -> datetime:
 def rfc3339(value: datetime) -> str:
     """UTC, second precision or finer, with a Z suffix."""
     return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _require_aware_utc(value: datetime) -> datetime:
+    # Naive datetimes are the classic source of off-by-hours bugs in cron tools: refuse them.
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError("timestamp must carry a timezone (RFC 3339, e.g. 2026-01-01T00:00:00Z)")
+    return value.astimezone(UTC)
+
+
+AwareDatetime = Annotated[datetime, AfterValidator(_require_aware_utc)]

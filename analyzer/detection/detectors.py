@@ -11,11 +11,22 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from analyzer.detection.views import DeviceView, NodeView, WorkloadView
-from common.model import EvidenceValue, Finding, FindingKind, TimeWindow, WorkloadRef
+from common.model import (
+    EVIDENCE_BY_KIND,
+    AnyEvidence,
+    Finding,
+    FindingKind,
+    LowUtilizationEvidence,
+    TimeWindow,
+    UnknownEvidence,
+    UtilQuantile,
+    WorkloadRef,
+)
 from common.thresholds import Thresholds
-from common.timeutil import format_duration, rfc3339
+from common.timeutil import format_duration
 
 LONG_RUNNING_KINDS = frozenset({"Deployment", "StatefulSet"})
 _EPSILON = 1e-9
@@ -84,27 +95,25 @@ def _r(value: float) -> float:
     return round(value, 4)
 
 
-def _base_evidence(n: _Numbers, devices: Sequence[DeviceView], span: TimeWindow) -> dict[str, EvidenceValue]:
-    low, high = _percentile_name(n.q_level), _percentile_name(1.0 - n.q_level)
-    evidence: dict[str, EvidenceValue] = {
+def _base_evidence(n: _Numbers, devices: Sequence[DeviceView], span: TimeWindow) -> dict[str, Any]:
+    """The utilization fields every verdict carries, as keyword arguments of its evidence class."""
+    evidence: dict[str, Any] = {
         "util_metric": ",".join(sorted({d.info.metric for d in devices})),
         "mean_util_percent": _r(n.mean),
         "max_util_percent": _r(n.max),
-        f"{low}_util_percent": _r(n.q_low),
-        f"{high}_util_percent": _r(n.q_high),
+        "quantiles": (
+            UtilQuantile(level=n.q_level, percent=_r(n.q_low)),
+            UtilQuantile(level=1.0 - n.q_level, percent=_r(n.q_high)),
+        ),
         "coverage": _r(n.coverage),
         "samples": n.samples,
-        "judged_from": rfc3339(span.start),
+        "judged_from": span.start,
         "judged_hours": _r(n.hours),
     }
     memory = [d.memory_used_mib for d in devices if d.memory_used_mib is not None]
     if memory:
         evidence["memory_used_mib"] = _r(sum(memory) / len(memory))
     return evidence
-
-
-def _percentile_name(level: float) -> str:
-    return f"p{round(level * 100, 1):g}".replace(".", "_")
 
 
 def _make(
@@ -114,7 +123,7 @@ def _make(
     nodes: Iterable[str],
     gpus: Iterable[str],
     window: TimeWindow,
-    evidence: dict[str, EvidenceValue],
+    evidence: AnyEvidence,
     confidence: float,
     wasted: float,
     t: Thresholds,
@@ -139,7 +148,7 @@ def _make(
 def _workload_finding(
     kind: FindingKind,
     w: WorkloadView,
-    evidence: dict[str, EvidenceValue],
+    evidence: dict[str, Any],
     confidence: float,
     wasted: float,
     t: Thresholds,
@@ -155,7 +164,7 @@ def _workload_finding(
         w.nodes,
         w.gpu_ids,
         w.window,
-        evidence,
+        EVIDENCE_BY_KIND[kind](**evidence),
         confidence,
         wasted,
         t,
@@ -183,12 +192,12 @@ def unknown(w: WorkloadView, t: Thresholds, now: datetime) -> Finding | None:
     if coverage >= t.min_coverage:
         return None
     low = [d.key.device_id for d in w.devices if d.stats is None or d.coverage < t.min_coverage]
-    evidence: dict[str, EvidenceValue] = {
+    evidence: dict[str, Any] = {
         "coverage": _r(coverage),
         "min_coverage": t.min_coverage,
         "gpus_missing": w.missing_devices,
         "gpus_low_coverage": ",".join(sorted(low)),
-        "judged_from": rfc3339(span.start),
+        "judged_from": span.start,
         "judged_hours": _r(span.hours),
     }
     where = ", ".join(w.nodes) or "its node"
@@ -244,7 +253,7 @@ def idle_endpoint(w: WorkloadView, t: Thresholds, now: datetime) -> Finding | No
         evidence["min_memory_used_mib"] = _r(least_memory)
     gpus = len(w.devices)
     memory = evidence.get("memory_used_mib")
-    held = f", holding {memory:,.0f} MiB each" if isinstance(memory, float) else ""
+    held = f", holding {memory:,.0f} MiB each" if memory is not None else ""
     return _workload_finding(
         FindingKind.IDLE_ENDPOINT,
         w,
@@ -427,7 +436,7 @@ def idle_node(node: NodeView, t: Thresholds, now: datetime) -> Finding | None:
             (node.name,),
             gpus,
             node.window,
-            {"coverage": _r(coverage), "min_coverage": t.min_coverage, "unallocated": True},
+            UnknownEvidence(coverage=_r(coverage), min_coverage=t.min_coverage, unallocated=True),
             0.0,
             0.0,
             t,
@@ -436,8 +445,7 @@ def idle_node(node: NodeView, t: Thresholds, now: datetime) -> Finding | None:
         )
     if n.mean >= t.low_utilization_percent:
         return None
-    evidence = _base_evidence(n, node.devices, node.window)
-    evidence["unallocated"] = True
+    evidence = LowUtilizationEvidence(**_base_evidence(n, node.devices, node.window), unallocated=True)
     return _make(
         FindingKind.LOW_UTILIZATION,
         ref,

@@ -12,7 +12,7 @@ from jinja2 import Environment, FunctionLoader, StrictUndefined, select_autoesca
 
 from analyzer.pipeline import OffenderSeries
 from analyzer.report import plots
-from analyzer.report.summaries import detail
+from analyzer.report.summaries import detail, mean_util
 from common.model import Finding, FindingKind, FindingsReport
 from common.thresholds import Thresholds
 from common.timeutil import format_duration, rfc3339
@@ -52,7 +52,7 @@ def _workload_name(f: Finding) -> str:
 
 def _evidence_rows(f: Finding) -> list[tuple[str, str]]:
     rows = []
-    for key, value in f.evidence.items():
+    for key, value in f.evidence.to_json().items():
         if isinstance(value, float):
             text = f"{value:,.4g}"
         elif value is None:
@@ -96,7 +96,7 @@ def render_html(
             "namespace": f.workload.namespace or "–",
             "gpus": f.gpu_count,
             "nodes": ", ".join(f.nodes),
-            "mean": f.evidence.get("mean_util_percent"),
+            "mean": mean_util(f),
             "wasted": f.wasted_gpu_hours,
             "cost": f.estimated_cost,
             "confidence": f.confidence,

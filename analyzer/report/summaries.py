@@ -4,33 +4,44 @@ from __future__ import annotations
 
 from collections import Counter
 
-from common.model import Finding, FindingKind, FindingsReport
+from common.model import (
+    DataloaderStarvationEvidence,
+    Finding,
+    FindingKind,
+    FindingsReport,
+    UnknownEvidence,
+    UtilizationEvidence,
+)
+
+
+def mean_util(f: Finding) -> float | None:
+    """The workload's mean utilization, for verdicts that rest on it (not ``unknown``)."""
+    return f.evidence.mean_util_percent if isinstance(f.evidence, UtilizationEvidence) else None
 
 
 def mean_text(f: Finding) -> str:
-    value = f.evidence.get("mean_util_percent")
-    return f"{value:.1f}" if isinstance(value, int | float) else "–"
+    value = mean_util(f)
+    return f"{value:.1f}" if value is not None else "–"
 
 
 def detail(f: Finding) -> str:
     """The one number that explains the verdict."""
     e = f.evidence
-    if f.kind is FindingKind.DATALOADER_STARVATION:
-        if e.get("pattern") == "bimodal":
+    if isinstance(e, DataloaderStarvationEvidence):
+        if e.pattern == "bimodal":
             return (
-                f"bimodal: {e.get('stalled_share', 0):.0%} stalled / {e.get('busy_share', 0):.0%} busy "
-                f"({e.get('shares_from', 'samples')})"
+                f"bimodal: {e.stalled_share or 0:.0%} stalled / {e.busy_share or 0:.0%} busy "
+                f"({e.shares_from or 'samples'})"
             )
-        sat, thr = e.get("cpu_saturation"), e.get("cpu_throttled_ratio")
         parts = []
-        if isinstance(sat, float):
-            parts.append(f"CPU {sat:.0%} of limit")
-        if isinstance(thr, float):
-            parts.append(f"throttled {thr:.0%}")
+        if e.cpu_saturation is not None:
+            parts.append(f"CPU {e.cpu_saturation:.0%} of limit")
+        if e.cpu_throttled_ratio is not None:
+            parts.append(f"throttled {e.cpu_throttled_ratio:.0%}")
         return "cpu-bound: " + ", ".join(parts)
-    if f.kind is FindingKind.UNKNOWN:
-        return f"coverage {e.get('coverage', 0):.0%}"
-    return f"max {e.get('max_util_percent', 0):.1f} %"
+    if isinstance(e, UnknownEvidence):
+        return f"coverage {e.coverage or 0:.0%}"
+    return f"max {e.max_util_percent or 0:.1f} %"
 
 
 def summary_line(report: FindingsReport) -> str:

@@ -335,7 +335,7 @@ def test_classify(case: Case) -> None:
     assert got is case.expected
     if finding is not None:
         for key, value in case.evidence.items():
-            assert finding.evidence.get(key) == value, key
+            assert finding.evidence.to_json().get(key) == value, key
         assert finding.window == WINDOW
         assert finding.gpus == tuple(sorted(d.key.device_id for d in view(case).devices))
 
@@ -372,7 +372,7 @@ def test_wasted_gpu_hours_and_cost_follow_the_price() -> None:
     # (1 - 0.10) × 6 h + (1 - 0.20) × 6 h
     assert finding.wasted_gpu_hours == pytest.approx(10.2)
     assert finding.estimated_cost == pytest.approx(25.5)
-    assert finding.evidence["mean_util_percent"] == pytest.approx(15.0)
+    assert finding.evidence.mean_util_percent == pytest.approx(15.0)
 
 
 def test_no_cost_without_a_price() -> None:
@@ -387,7 +387,7 @@ def test_unknown_is_never_actionable_and_carries_no_waste() -> None:
     assert finding.kind is FindingKind.UNKNOWN
     assert not finding.kind.actionable
     assert finding.wasted_gpu_hours == 0
-    assert finding.evidence["coverage"] == pytest.approx(0.5)
+    assert finding.evidence.coverage == pytest.approx(0.5)
 
 
 def test_memory_threshold_moves_the_verdict() -> None:

@@ -14,7 +14,7 @@ import pytest
 from analyzer.pipeline import Analysis, analyze_in_detail
 from analyzer.sources.prometheus_api import PrometheusConfig
 from analyzer.sources.prometheus_source import PrometheusSource
-from common.model import Finding, FindingKind
+from common.model import Finding, FindingKind, LowUtilizationEvidence
 from common.thresholds import Thresholds
 from harness.servers import PrometheusServer, VictoriaMetricsServer
 from simulation.fleet import Behaviour, Fleet, Scenario, WorkloadKind, simulate
@@ -107,10 +107,11 @@ def test_in_memory_and_tsdb_sources_agree(
     assert [_identity(f) for f in ours] == [_identity(f) for f in theirs]
     for a, b in zip(ours, theirs, strict=True):
         for key in ("mean_util_percent", "max_util_percent", "coverage", "stalled_share", "busy_share"):
-            if key in a.evidence:
-                assert b.evidence[key] == pytest.approx(a.evidence[key], abs=0.5), (a.workload.key(), key)
+            mine, yours = a.evidence.to_json(), b.evidence.to_json()
+            if key in mine:
+                assert yours[key] == pytest.approx(mine[key], abs=0.5), (a.workload.key(), key)
         assert b.wasted_gpu_hours == pytest.approx(a.wasted_gpu_hours, abs=0.1)
-        assert b.evidence.get("pattern") == a.evidence.get("pattern")
+        assert getattr(b.evidence, "pattern", None) == getattr(a.evidence, "pattern", None)
 
 
 @pytest.mark.prometheus
@@ -200,7 +201,8 @@ def test_randomized_fleet_in_victoriametrics_matches_ground_truth(
         for f in analysis.report.findings
         if f.kind is FindingKind.LOW_UTILIZATION
         and f.workload.kind in ("Deployment", "StatefulSet")
-        and isinstance(held := f.evidence.get("min_memory_used_mib"), float)
+        and isinstance(f.evidence, LowUtilizationEvidence)
+        and (held := f.evidence.min_memory_used_mib) is not None
         and held < Thresholds().idle_min_memory_mib
     ]
     assert unloaded

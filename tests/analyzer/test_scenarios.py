@@ -69,9 +69,9 @@ def test_mig_node_has_only_profiling_utilization() -> None:
     assert kinds(analysis.report) == {"a/Deployment/idle-api": FindingKind.IDLE_ENDPOINT}
     (finding,) = analysis.report.findings
     assert finding.gpus[0].endswith("/mig-0") or finding.gpus[0].endswith("/mig-1")
-    assert finding.evidence["util_metric"] == dcgm.PROF_GR_ENGINE_ACTIVE
+    assert finding.evidence.util_metric == dcgm.PROF_GR_ENGINE_ACTIVE
     # 0-1 profiling ratio read as percent: the idle instance's blips are ~1 %, not ~0.01 %.
-    assert 0.5 < float(finding.evidence["max_util_percent"]) <= 2.0  # type: ignore[arg-type]
+    assert 0.5 < finding.evidence.max_util_percent <= 2.0
 
 
 def _relabel_job(series: list[Series], node: str, job: str, divide: float) -> list[Series]:
@@ -107,7 +107,7 @@ def test_mixed_units_per_scrape_job_and_metric() -> None:
     caps = analysis.snapshot.capabilities
     assert caps.dev_scale == {"dcgm-exporter": dcgm.PERCENT, "dcgm-recording-rule": dcgm.RATIO}
     assert kinds(analysis.report) == truth(fleet)
-    means = {f.workload.name: f.evidence["mean_util_percent"] for f in analysis.report.findings}
+    means = {f.workload.name: f.evidence.mean_util_percent for f in analysis.report.findings}
     assert 5 < means["low-pct"] < 25  # type: ignore[operator]
     assert 5 < means["low-prof"] < 25  # type: ignore[operator]
 
@@ -140,10 +140,10 @@ def test_counters_restarting_inside_the_window_keep_their_meaning() -> None:
     analysis = analyze_series(fleet.series, fleet)
     by_name = {f.workload.name: f for f in analysis.report.findings}
     assert set(by_name) == {"tok", "audio"}
-    assert by_name["tok"].evidence["pattern"] == "bimodal"
-    assert by_name["tok"].evidence["shares_from"] == "histogram"
-    assert by_name["audio"].evidence["pattern"] == "cpu_bound"
-    assert float(by_name["audio"].evidence["cpu_saturation"]) > 0.9  # type: ignore[arg-type]
+    assert by_name["tok"].evidence.pattern == "bimodal"
+    assert by_name["tok"].evidence.shares_from == "histogram"
+    assert by_name["audio"].evidence.pattern == "cpu_bound"
+    assert by_name["audio"].evidence.cpu_saturation > 0.9
     pod_cpu = next(iter(v.pods[0].cpu for v in analysis.workloads if v.ref.name == "audio"))
     assert pod_cpu.throttled_ratio == pytest.approx(0.65, abs=0.02)
 
@@ -158,7 +158,7 @@ def test_gpu_that_never_reported_makes_its_workload_unknown() -> None:
     series = [s for s in fleet.series if s.label("UUID") != gone]
     (finding,) = [f for f in analyze_series(series, fleet).report.findings if f.workload.name == "pair"]
     assert finding.kind is FindingKind.UNKNOWN
-    assert finding.evidence["gpus_missing"] == 1
+    assert finding.evidence.gpus_missing == 1
 
 
 def test_gpu_lost_mid_window_is_unknown_and_its_neighbour_still_judged() -> None:
@@ -205,7 +205,7 @@ def test_warm_up_grace(start: str, behaviour: str, expected: FindingKind | None)
     assert kinds(analysis.report) == truth(fleet)
     if expected is not None:
         (finding,) = [f for f in analysis.report.findings if f.workload.name == "new"]
-        assert float(finding.evidence["judged_hours"]) == pytest.approx(4 - 0.5)  # type: ignore[arg-type]
+        assert finding.evidence.judged_hours == pytest.approx(4 - 0.5)
 
 
 @pytest.mark.parametrize(
@@ -357,10 +357,10 @@ def test_idle_endpoint_needs_memory_held(
     (finding,) = analysis.report.findings
     if drop_memory:
         assert not analysis.snapshot.capabilities.memory
-        assert "memory_used_mib" not in finding.evidence
+        assert finding.evidence.memory_used_mib is None
     else:
         # Mean framebuffer per GPU once loaded (the warm-up ramp lies before the window).
-        assert finding.evidence["memory_used_mib"] == pytest.approx(81559 * memory_fraction, rel=0.02)
+        assert finding.evidence.memory_used_mib == pytest.approx(81559 * memory_fraction, rel=0.02)
         # The simulator's ground truth follows the same rule.
         assert truth(fleet) == {"a/Deployment/api": expected}
 
@@ -375,4 +375,4 @@ def test_a_gpu_without_memory_data_does_not_block_its_neighbours_verdict() -> No
     report = analyze_series(_drop_memory_of(fleet.series, {one}), fleet).report
     (finding,) = report.findings
     assert finding.kind is FindingKind.IDLE_ENDPOINT
-    assert finding.evidence["min_memory_used_mib"] == pytest.approx(81559 * 0.7, rel=0.02)
+    assert finding.evidence.min_memory_used_mib == pytest.approx(81559 * 0.7, rel=0.02)

@@ -2,14 +2,27 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
 
 import pydantic
 import pytest
 
-from common.model import Finding, FindingKind, FindingsReport, TimeWindow, WorkloadRef
+from common.model import (
+    DataloaderStarvationEvidence,
+    Finding,
+    FindingKind,
+    FindingsReport,
+    IdleEndpointEvidence,
+    LowUtilizationEvidence,
+    TimeWindow,
+    UnknownEvidence,
+    WorkloadRef,
+)
 from common.timeutil import format_duration, parse_duration, parse_time
 
+FINDINGS = Path(__file__).parent.parent / "fixtures" / "findings"
 END = datetime(2026, 1, 5, tzinfo=UTC)
 WINDOW = TimeWindow.ending(END, timedelta(hours=6))
 
@@ -94,6 +107,61 @@ def test_bad_finding_json_names_the_field(mutate: object, field: str) -> None:
     mutate(doc)  # type: ignore[operator]
     with pytest.raises(ValueError, match=field.split(".")[-1]):
         Finding.from_dict(doc)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param("standard_fleet", id="default-thresholds"),
+        pytest.param("standard_fleet_priced_request_rate", id="request-rate-and-uneven-quantile-names"),
+    ],
+)
+def test_findings_written_before_typed_evidence_load_and_write_back_byte_for_byte(name: str) -> None:
+    # Written by the analyzer when evidence was a free dict: the contract says the JSON never changes.
+    text = (FINDINGS / f"{name}.json").read_text()
+    report = FindingsReport.from_json(text)
+    assert report.to_json() == text.rstrip("\n")
+
+
+def test_evidence_is_typed_by_the_finding_kind() -> None:
+    report = FindingsReport.from_json((FINDINGS / "standard_fleet.json").read_text())
+    by_kind = {f.kind: f.evidence for f in report.findings}
+    assert set(by_kind) == set(FindingKind)
+    assert isinstance(by_kind[FindingKind.IDLE_ENDPOINT], IdleEndpointEvidence)
+    assert isinstance(by_kind[FindingKind.LOW_UTILIZATION], LowUtilizationEvidence)
+    assert isinstance(by_kind[FindingKind.UNKNOWN], UnknownEvidence)
+    starving = by_kind[FindingKind.DATALOADER_STARVATION]
+    assert isinstance(starving, DataloaderStarvationEvidence)
+    assert starving.pattern in ("bimodal", "cpu_bound")
+    idle = by_kind[FindingKind.IDLE_ENDPOINT]
+    assert isinstance(idle.judged_from, datetime) and idle.judged_from.tzinfo is UTC
+    priced = FindingsReport.from_json((FINDINGS / "standard_fleet_priced_request_rate.json").read_text())
+    for f in priced.findings:
+        if isinstance(f.evidence, LowUtilizationEvidence) and f.evidence.request_rate_query:
+            low, high = f.evidence.low_quantile, f.evidence.high_quantile
+            assert low is not None and high is not None
+            assert (low.level, high.level) == pytest.approx((0.075, 0.925))
+            assert low.percent <= high.percent
+            assert f.evidence.request_rate is None  # the query ran and returned no data
+
+
+def test_evidence_of_another_kind_is_refused() -> None:
+    with pytest.raises(pydantic.ValidationError, match="idle_endpoint findings carry IdleEndpointEvidence"):
+        _finding(evidence=UnknownEvidence(coverage=0.1))
+
+
+def test_bad_evidence_value_names_the_key() -> None:
+    doc = _finding().to_dict()
+    doc["evidence"] = {"mean_util_percent": "lots"}
+    with pytest.raises(pydantic.ValidationError, match="mean_util_percent"):
+        Finding.from_dict(doc)
+
+
+def test_evidence_keys_are_written_only_when_set() -> None:
+    # null means "asked, no data" (a request-rate query that returned nothing); absent means "not asked".
+    asked = _finding(evidence={"request_rate": None, "max_util_percent": 0.5}).to_dict()["evidence"]
+    assert asked == {"max_util_percent": 0.5, "request_rate": None}
+    assert json.loads(json.dumps(_finding(evidence={}).to_dict()))["evidence"] == {}
 
 
 def test_window_must_be_ordered() -> None:

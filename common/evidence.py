@@ -1,0 +1,158 @@
+"""The numbers behind a finding, one typed model per finding kind.
+
+A finding's ``evidence`` is one of the classes below, picked by the finding's kind (see
+``common.model.EVIDENCE_BY_KIND``). In JSON it stays the flat object docs/findings.md documents:
+each field is a key of the same name, written only when the analyzer set it (a field set to None is
+written as null), so a document read back writes exactly the same object. Two exceptions to the
+one-field-one-key rule, both for the JSON's sake: the two utilization quantiles are written under
+names that follow their level (``p10_util_percent``), and keys this version does not know (a newer
+analyzer's, or a hand-written file's) are kept and written back after the known ones.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from common.timeutil import AwareDatetime, rfc3339
+
+EvidenceValue = float | int | str | bool | None
+
+_QUANTILE_KEY = re.compile(r"^p(?P<whole>\d+)(?:_(?P<frac>\d+))?_util_percent$")
+
+
+class UtilQuantile(BaseModel):
+    """One utilization quantile: its level (0-1) and value (percent)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    level: float = Field(ge=0.0, le=1.0)
+    percent: float
+
+    @property
+    def key(self) -> str:
+        """The JSON key: ``p5_util_percent`` for level 0.05, ``p7_5_util_percent`` for 0.075."""
+        return f"p{round(self.level * 100, 1):g}".replace(".", "_") + "_util_percent"
+
+    @staticmethod
+    def level_of(key: str) -> float | None:
+        match = _QUANTILE_KEY.match(key)
+        if match is None:
+            return None
+        text = match["whole"] + (f".{match['frac']}" if match["frac"] else "")
+        return float(text) / 100.0
+
+
+class Evidence(BaseModel):
+    """Shared behaviour of every kind's evidence: the JSON object and reads by JSON key."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _quantiles_from_keys(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping) or "quantiles" not in cls.model_fields:
+            return data
+        found = [
+            (level, key)
+            for key in data
+            if isinstance(key, str) and (level := UtilQuantile.level_of(key)) is not None
+        ]
+        if not found:
+            return data
+        rest = {k: v for k, v in data.items() if k not in {key for _, key in found}}
+        rest["quantiles"] = tuple({"level": level, "percent": data[key]} for level, key in found)
+        return rest
+
+    def to_json(self) -> dict[str, EvidenceValue]:
+        """The flat JSON object: set fields in declaration order, then unknown keys as read."""
+        out: dict[str, EvidenceValue] = {}
+        for name in type(self).model_fields:
+            if name not in self.model_fields_set:
+                continue
+            value = getattr(self, name)
+            if name == "quantiles":
+                out |= {q.key: q.percent for q in value}
+            elif isinstance(value, datetime):
+                out[name] = rfc3339(value)
+            else:
+                out[name] = value
+        out |= dict(self.model_extra or {})
+        return out
+
+    def get(self, key: str, default: EvidenceValue = None) -> EvidenceValue:
+        """The value written under a JSON key (for generic readers such as the HTML's evidence list)."""
+        return self.to_json().get(key, default)
+
+
+class UtilizationEvidence(Evidence):
+    """The utilization numbers every verdict but ``unknown`` rests on."""
+
+    util_metric: str | None = None  # the signal(s), comma-separated
+    mean_util_percent: float | None = None
+    max_util_percent: float | None = None
+    quantiles: tuple[UtilQuantile, ...] = ()  # lowest and highest per-GPU quantile
+    coverage: float | None = None
+    samples: int | None = None
+    judged_from: AwareDatetime | None = None
+    judged_hours: float | None = None
+    memory_used_mib: float | None = None
+
+    @property
+    def low_quantile(self) -> UtilQuantile | None:
+        return min(self.quantiles, key=lambda q: q.level, default=None)
+
+    @property
+    def high_quantile(self) -> UtilQuantile | None:
+        return max(self.quantiles, key=lambda q: q.level, default=None)
+
+
+class IdleEndpointEvidence(UtilizationEvidence):
+    idle_threshold_percent: float | None = None
+    idle_share: float | None = None
+    idle_min_memory_mib: float | None = None
+    min_memory_used_mib: float | None = None
+    request_rate: float | None = None  # set (maybe to null: no data) when a query is configured
+    request_rate_query: str | None = None
+
+
+class DataloaderStarvationEvidence(UtilizationEvidence):
+    pattern: Literal["bimodal", "cpu_bound"] | None = None
+    bimodal: bool | None = None
+    cpu_bound: bool | None = None
+    stalled_share: float | None = None
+    busy_share: float | None = None
+    shares_from: Literal["histogram", "samples"] | None = None
+    cpu_saturation: float | None = None
+    cpu_throttled_ratio: float | None = None
+    request_rate: float | None = None
+    request_rate_query: str | None = None
+
+
+class LowUtilizationEvidence(UtilizationEvidence):
+    low_utilization_threshold_percent: float | None = None
+    min_memory_used_mib: float | None = None
+    unallocated: bool | None = None  # a node none of whose GPUs any pod held
+    request_rate: float | None = None
+    request_rate_query: str | None = None
+
+
+class UnknownEvidence(Evidence):
+    """Why no verdict was drawn."""
+
+    coverage: float | None = None
+    min_coverage: float | None = None
+    gpus_missing: int | None = None
+    gpus_low_coverage: str | None = None  # comma-separated device ids
+    judged_from: AwareDatetime | None = None
+    judged_hours: float | None = None
+    unallocated: bool | None = None
+    request_rate: float | None = None
+    request_rate_query: str | None = None
+
+
+AnyEvidence = IdleEndpointEvidence | DataloaderStarvationEvidence | LowUtilizationEvidence | UnknownEvidence
