@@ -33,14 +33,17 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from exporter.app import freeze_startup_objects  # noqa: E402
-from exporter.attribution import PodName, allocations  # noqa: E402
+from exporter.attribution import (  # noqa: E402
+    ContainerDevices,
+    PodName,
+    PodView,
+    allocations,
+)
 from exporter.cgroups import PodUidResolver  # noqa: E402
 from exporter.collector import SnapshotCollector, render  # noqa: E402
 from exporter.cycle import Cycle  # noqa: E402
 from exporter.http import MetricsServer  # noqa: E402
 from exporter.nvml import Nvml, nvml_error  # noqa: E402
-from exporter.podresources import ContainerDevices  # noqa: E402
-from exporter.pods import PodView  # noqa: E402
 from exporter.snapshot import Snapshot, SnapshotBuilder  # noqa: E402
 from exporter.xid import XidCounter  # noqa: E402
 

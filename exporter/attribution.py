@@ -14,12 +14,22 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from exporter.nvml import ProcessMemory, ProcessUtilization
-from exporter.podresources import ContainerDevices
+from exporter.readings import ProcessMemory, ProcessUtilization
 
 _GKE = re.compile(r"^(?:nvidia)?(\d+)(?:/gi(\d+))?(?:/vgpu(\d+))?$")
+
+
+class ContainerDevices(NamedTuple):
+    """Devices of one resource assigned to one container."""
+
+    namespace: str
+    pod: str
+    container: str
+    resource_name: str
+    device_ids: tuple[str, ...]
 
 
 class Holder(NamedTuple):
@@ -34,6 +44,17 @@ class Holder(NamedTuple):
 class PodName(NamedTuple):
     namespace: str
     name: str
+
+
+@dataclass(frozen=True)
+class PodView:
+    """What the kubelet said at one moment; never changed after construction."""
+
+    allocated: Mapping[str, tuple[Holder, ...]] = field(default_factory=dict)
+    uid_names: Mapping[str, PodName] = field(default_factory=dict)
+
+
+EMPTY_VIEW = PodView()
 
 
 class PodUsage(NamedTuple):

@@ -6,11 +6,12 @@ import time
 from collections.abc import Callable
 from contextlib import nullcontext
 
-from exporter.attribution import holders_of, is_shared
+from exporter.attribution import EMPTY_VIEW, PodView, holders_of, is_shared
 from exporter.cgroups import PodUidResolver
-from exporter.nvml import DeviceIdentity, Nvml
-from exporter.pods import EMPTY_VIEW, PodView, PodViewSource
-from exporter.reader import GpuReader, MigLabels, NodeReading
+from exporter.nvml import Nvml
+from exporter.pods import PodViewSource
+from exporter.reader import GpuReader
+from exporter.readings import DeviceIdentity, MigLabels, NodeReading
 from exporter.snapshot import Counters, Snapshot, SnapshotBuilder
 from exporter.xid import XidCounter, XidWatcher
 

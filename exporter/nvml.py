@@ -25,14 +25,49 @@ import logging
 import math
 import threading
 from collections.abc import Hashable, Iterable
-from typing import Any, Final, NamedTuple
+from typing import Any, Final
 
 import pynvml
 
-log = logging.getLogger(__name__)
+from common.errors import ExitCode, GpuToolError
+from exporter.readings import (
+    Clocks,
+    DeviceIdentity,
+    FieldReadings,
+    GpmReading,
+    Handle,
+    MemoryInfo,
+    MigInstance,
+    ProcessMemory,
+    ProcessUtilization,
+    UtilizationRates,
+    UtilizationSample,
+    XidEvent,
+    XidEventSet,
+)
 
-#: An opaque device handle: a ctypes pointer from the real library, any hashable object from a fake.
-Handle = Any
+__all__ = [
+    "Clocks",
+    "DeviceIdentity",
+    "FieldReadings",
+    "GpmReading",
+    "GpuLost",
+    "Handle",
+    "MemoryInfo",
+    "MigInstance",
+    "Nvml",
+    "NvmlUnavailable",
+    "ProcessMemory",
+    "ProcessUtilization",
+    "UtilizationRates",
+    "UtilizationSample",
+    "XidEvent",
+    "XidEventSet",
+    "nvml_error",
+    "nvml_error_code",
+]
+
+log = logging.getLogger(__name__)
 
 _ERROR_NAMES: Final[dict[int, str]] = {
     getattr(pynvml, name): name.removeprefix("NVML_ERROR_")
@@ -108,12 +143,14 @@ _MISSING: Final = _Missing()
 _EMPTY: Final = _Empty()
 
 
-class NvmlError(Exception):
+class NvmlError(GpuToolError):
     """Base class of the adapter's own errors."""
 
 
 class NvmlUnavailable(NvmlError):
     """NVML cannot be used at all: no library, no driver, or initialisation failed."""
+
+    exit_code = ExitCode.DATA_UNAVAILABLE
 
 
 class GpuLost(NvmlError):
@@ -134,133 +171,6 @@ def nvml_error_code(code: str) -> int:
 def nvml_error(code: str) -> Exception:
     """The exception the real binding raises for ``NVML_ERROR_<code>`` — for fakes at this boundary."""
     return pynvml.NVMLError(nvml_error_code(code))
-
-
-class DeviceIdentity(NamedTuple):
-    """What identifies a physical GPU. nvidia-smi: ``index,uuid,name,pci.bus_id``."""
-
-    gpu_index: int
-    uuid: str
-    name: str
-    pci_bus_id: str
-
-
-class UtilizationRates(NamedTuple):
-    """Percent of the last sample period (1/6 s to 1 s) the engines were busy.
-
-    nvidia-smi: ``utilization.gpu``, ``utilization.memory``. Not supported on MIG instances.
-    """
-
-    gpu: int
-    memory: int
-
-
-class MemoryInfo(NamedTuple):
-    """Frame-buffer memory in bytes. nvidia-smi: ``memory.total``, ``memory.used``, ``memory.free`` (MiB)."""
-
-    total: int
-    used: int
-    free: int
-
-
-class Clocks(NamedTuple):
-    """Current clocks in MHz. nvidia-smi: ``clocks.sm``, ``clocks.mem``."""
-
-    sm: int | None
-    memory: int | None
-
-
-class FieldReadings(NamedTuple):
-    """Readings batched through one ``nvmlDeviceGetFieldValues`` call.
-
-    ``power_mw``: board power in milliwatts (nvidia-smi ``power.draw.instant``);
-    ``energy_mj``: energy since the driver loaded, millijoules (no nvidia-smi query field);
-    ``pcie_replays``: PCIe replay counter (nvidia-smi ``-q``: "Replays Since Reset");
-    ``power_violation_ns``, ``thermal_violation_ns``: cumulative time the power / thermal policy held
-    the clocks below the application clocks, nanoseconds (no ``--query-gpu`` field;
-    ``nvidia-smi dmon -s v`` shows each interval's share as ``pviol`` / ``tviol``).
-    """
-
-    power_mw: float | None
-    energy_mj: float | None
-    pcie_replays: float | None
-    power_violation_ns: float | None
-    thermal_violation_ns: float | None
-
-
-class UtilizationSample(NamedTuple):
-    """One entry of NVML's sub-second GPU-utilization buffer (``nvmlDeviceGetSamples``).
-
-    ``timestamp_us``: CPU timestamp in microseconds; ``percent``: 0–100. nvidia-smi: none (it shows the
-    average); ``nvidia-smi -q -d UTILIZATION`` shows the min/max/avg of this buffer.
-    """
-
-    timestamp_us: int
-    percent: int
-
-
-class ProcessMemory(NamedTuple):
-    """A compute process and the frame-buffer bytes it holds (``None`` when NVML cannot tell).
-
-    nvidia-smi: ``--query-compute-apps=pid,used_memory``.
-    """
-
-    pid: int
-    used_bytes: int | None
-
-
-class ProcessUtilization(NamedTuple):
-    """Per-process SM and memory-controller utilization, percent, for one sample.
-
-    nvidia-smi: ``pmon`` columns ``sm`` and ``mem``.
-    """
-
-    pid: int
-    timestamp_us: int
-    sm_percent: int
-    memory_percent: int
-
-
-class MigInstance(NamedTuple):
-    """A MIG device (GPU instance + compute instance) on a parent GPU.
-
-    nvidia-smi: ``-L`` lists ``MIG <profile> Device <n>: (UUID: MIG-…)``; ``mig -lgi`` shows the GPU instance
-    id and profile.
-    """
-
-    handle: Handle
-    uuid: str
-    gpu_instance_id: int
-    compute_instance_id: int | None
-    profile: str
-
-
-class GpmReading(NamedTuple):
-    """GPU Performance Monitoring ratios (0–1) over the interval between two samples (Hopper and newer).
-
-    nvidia-smi: ``dmon --gpm-metrics`` 1 (graphics), 2 (SM), 3 (SM occupancy), 5 (any tensor), 10 (DRAM).
-    """
-
-    graphics_active: float | None
-    sm_active: float | None
-    sm_occupancy: float | None
-    tensor_active: float | None
-    dram_active: float | None
-
-
-class XidEvent(NamedTuple):
-    """An XID critical error reported by the driver. nvidia-smi: none; the kernel log shows ``NVRM: Xid``."""
-
-    uuid: str | None
-    xid: int
-
-
-class XidEventSet(NamedTuple):
-    """An NVML event set with the devices registered on it, valid for one NVML initialisation."""
-
-    handle: Any
-    devices: dict[Hashable, str]
-    generation: int
 
 
 def _handle_key(handle: Handle) -> Hashable:

@@ -4,31 +4,24 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import grpc
+
+from common.errors import DataUnavailableError
 
 # Generated stubs: mypy skips them (pyproject), so their names are typed as Any.
 from exporter._proto import podresources_pb2 as _pb2
 from exporter._proto import podresources_pb2_grpc as _pb2_grpc
+from exporter.attribution import ContainerDevices
 
 DEFAULT_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 #: gRPC's 4 MiB default is too small for nodes with many pods, CPUs and devices.
 MAX_RECEIVE_BYTES = 64 * 1024 * 1024
 
 
-class KubeletError(Exception):
+class KubeletError(DataUnavailableError):
     """The PodResources API could not be read (socket missing, kubelet down, slow or malformed)."""
-
-
-class ContainerDevices(NamedTuple):
-    """Devices of one resource assigned to one container."""
-
-    namespace: str
-    pod: str
-    container: str
-    resource_name: str
-    device_ids: tuple[str, ...]
 
 
 class PodResourcesClient:

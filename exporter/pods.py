@@ -13,12 +13,11 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from exporter.attribution import Holder, PodName, allocations
+from exporter.attribution import EMPTY_VIEW, PodName, PodView, allocations
 from exporter.podresources import KubeletError, PodResourcesClient
 from exporter.worker import BackgroundThread
 
@@ -36,17 +35,6 @@ def scan_pod_log_dir(path: Path) -> dict[str, PodName]:
             if len(parts) == 3 and all(parts):
                 names[parts[2]] = PodName(parts[0], parts[1])
     return names
-
-
-@dataclass(frozen=True)
-class PodView:
-    """What the kubelet said at one moment; never changed after construction."""
-
-    allocated: Mapping[str, tuple[Holder, ...]] = field(default_factory=dict)
-    uid_names: Mapping[str, PodName] = field(default_factory=dict)
-
-
-EMPTY_VIEW = PodView()
 
 
 class PodViewSource(Protocol):

@@ -4,61 +4,22 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import NamedTuple
 
 from exporter import fields as f
-from exporter.nvml import (
+from exporter.nvml import GpuLost, Nvml, NvmlUnavailable
+from exporter.readings import (
+    MIB,
     DeviceIdentity,
+    DeviceReading,
     GpmReading,
-    GpuLost,
     Handle,
-    Nvml,
-    NvmlUnavailable,
+    MigLabels,
+    NodeReading,
     ProcessMemory,
     ProcessUtilization,
 )
 
 log = logging.getLogger(__name__)
-
-MIB = 1024 * 1024
-
-
-class MigLabels(NamedTuple):
-    """A MIG device as it appears in labels and in the kubelet's device ids."""
-
-    uuid: str
-    gpu_instance_id: int
-    profile: str
-
-
-@dataclass(frozen=True, slots=True)
-class DeviceReading:
-    """One physical GPU, or one MIG instance of it (``mig`` set). Values are keyed by DCGM field name;
-    a field NVML does not support is absent."""
-
-    gpu: DeviceIdentity
-    mig: MigLabels | None
-    values: dict[str, float]
-    samples: tuple[int, ...] | None
-    processes: tuple[ProcessMemory, ...] | None = None
-    process_utilization: tuple[ProcessUtilization, ...] | None = None
-
-    @property
-    def uuid(self) -> str:
-        return self.gpu.uuid if self.mig is None else self.mig.uuid
-
-
-@dataclass(frozen=True, slots=True)
-class NodeReading:
-    """Everything one cycle read. ``ok`` is False when NVML itself could not be used."""
-
-    ok: bool
-    driver_version: str
-    gpus: tuple[tuple[DeviceIdentity, bool], ...]
-    devices: tuple[DeviceReading, ...]
-    error: str | None = None
-
 
 #: Chooses the devices whose per-process usage to read: (GPU, MIG device or None) → bool.
 WantsProcesses = Callable[[DeviceIdentity, MigLabels | None], bool]

@@ -14,10 +14,8 @@ from types import MappingProxyType
 from typing import NamedTuple
 
 from exporter import fields as f
-from exporter.attribution import Holder, PodName, holders_of, is_shared, pod_usage
-from exporter.nvml import DeviceIdentity
-from exporter.pods import PodView
-from exporter.reader import MIB, DeviceReading, NodeReading
+from exporter.attribution import Holder, PodName, PodView, holders_of, is_shared, pod_usage
+from exporter.readings import MIB, DeviceIdentity, DeviceReading, NodeReading
 
 Labels = dict[str, str]
 _Add = Callable[[str, Labels, float], None]

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
+import pynvml
+
 from exporter.nvml import GPM_METRIC_IDS, nvml_error, nvml_error_code
 from simulation.gpu_profiles import Profile, constant, jitter
 
@@ -31,24 +33,19 @@ MIB = 1024 * 1024
 GIB = 1024 * MIB
 _SAMPLE_PERIOD_S = 1 / 6
 _SAMPLE_BUFFER = 120
-_XID_EVENT = 0x8
-_VALUE_TYPE_DOUBLE = 0
-_VALUE_TYPE_UNSIGNED_INT = 1
-_VALUE_TYPE_UNSIGNED_LONG_LONG = 3
-# Field ids as NVML defines them (power instant, total energy, PCIe replays, perf-policy counters).
-_FIELD_POWER_INSTANT = 186
-_FIELD_TOTAL_ENERGY = 83
-_FIELD_PCIE_REPLAY = 94
-_FIELD_POWER_VIOLATION = 74
-_FIELD_THERMAL_VIOLATION = 75
-# nvmlPerfPolicyType_t and clock-event reason bits, as NVML defines them.
-_PERF_POLICY_POWER = 0
-_PERF_POLICY_THERMAL = 1
-REASON_GPU_IDLE = 0x1
-REASON_SW_POWER_CAP = 0x4
-REASON_SW_THERMAL = 0x20
-REASON_HW_THERMAL = 0x40
-REASON_HW_POWER_BRAKE = 0x80
+# Constants come from the real binding, as exporter/nvml.py takes them: a fake that re-typed them
+# could agree with a wrong adapter.
+_XID_EVENT = pynvml.nvmlEventTypeXidCriticalError
+_VALUE_TYPE_DOUBLE = pynvml.NVML_VALUE_TYPE_DOUBLE
+_VALUE_TYPE_UNSIGNED_INT = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
+_VALUE_TYPE_UNSIGNED_LONG_LONG = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+_PERF_POLICY_POWER = pynvml.NVML_PERF_POLICY_POWER
+_PERF_POLICY_THERMAL = pynvml.NVML_PERF_POLICY_THERMAL
+REASON_GPU_IDLE = pynvml.nvmlClocksEventReasonGpuIdle
+REASON_SW_POWER_CAP = pynvml.nvmlClocksEventReasonSwPowerCap
+REASON_SW_THERMAL = pynvml.nvmlClocksEventReasonSwThermalSlowdown
+REASON_HW_THERMAL = pynvml.nvmlClocksEventReasonHwThermalSlowdown
+REASON_HW_POWER_BRAKE = pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown
 # Profile index → (profile id, name, slices, MiB) for an H100 80GB, as NVML reports them.
 _H100_PROFILES = {
     0: (19, "MIG 1g.10gb", 1, 9984),
@@ -145,7 +142,7 @@ class _Fault:
 class _GpmMetric:
     def __init__(self) -> None:
         self.metricId = 0
-        self.nvmlReturn = 0
+        self.nvmlReturn = pynvml.NVML_SUCCESS
         self.value = 0.0
 
 
@@ -337,7 +334,7 @@ class FakeNvmlLibrary:
 
     def nvmlDeviceGetClockInfo(self, handle: FakeHandle, clock_type: int) -> int:
         gpu = self._gpu("nvmlDeviceGetClockInfo", handle)
-        if clock_type == 2:  # NVML_CLOCK_MEM
+        if clock_type == pynvml.NVML_CLOCK_MEM:
             return 2619
         if not self._busy(gpu):
             return 345
@@ -392,17 +389,23 @@ class FakeNvmlLibrary:
         # Energy grows with the mean of idle and the current power: monotonic, roughly plausible.
         energy_mj = 5.0e9 + t * 1000 * (gpu.idle_watts + self._watts(gpu, t)) / 2
         known: dict[int, tuple[int, SimpleNamespace]] = {
-            _FIELD_POWER_INSTANT: (
+            pynvml.NVML_FI_DEV_POWER_INSTANT: (
                 _VALUE_TYPE_UNSIGNED_INT,
                 SimpleNamespace(uiVal=round(self._watts(gpu, t) * 1000)),
             ),
-            _FIELD_TOTAL_ENERGY: (_VALUE_TYPE_UNSIGNED_LONG_LONG, SimpleNamespace(ullVal=round(energy_mj))),
-            _FIELD_PCIE_REPLAY: (_VALUE_TYPE_UNSIGNED_LONG_LONG, SimpleNamespace(ullVal=0)),
-            _FIELD_POWER_VIOLATION: (
+            pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: (
+                _VALUE_TYPE_UNSIGNED_LONG_LONG,
+                SimpleNamespace(ullVal=round(energy_mj)),
+            ),
+            pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER: (
+                _VALUE_TYPE_UNSIGNED_LONG_LONG,
+                SimpleNamespace(ullVal=0),
+            ),
+            pynvml.NVML_FI_DEV_PERF_POLICY_POWER: (
                 _VALUE_TYPE_UNSIGNED_LONG_LONG,
                 SimpleNamespace(ullVal=self._violation_ns(gpu, _PERF_POLICY_POWER)),
             ),
-            _FIELD_THERMAL_VIOLATION: (
+            pynvml.NVML_FI_DEV_PERF_POLICY_THERMAL: (
                 _VALUE_TYPE_UNSIGNED_LONG_LONG,
                 SimpleNamespace(ullVal=self._violation_ns(gpu, _PERF_POLICY_THERMAL)),
             ),
@@ -410,7 +413,7 @@ class FakeNvmlLibrary:
         out = []
         for field_id in field_ids:
             value_type, value = known.get(field_id, (_VALUE_TYPE_DOUBLE, SimpleNamespace(dVal=0.0)))
-            status = 0 if field_id in known else nvml_error_code("NOT_SUPPORTED")
+            status = pynvml.NVML_SUCCESS if field_id in known else nvml_error_code("NOT_SUPPORTED")
             if field_id in self._field_faults:
                 status = nvml_error_code(self._field_faults[field_id])
             out.append(
@@ -422,7 +425,7 @@ class FakeNvmlLibrary:
         self, handle: FakeHandle, sampling_type: int, since_us: int
     ) -> tuple[int, list[Any]]:
         gpu = self._gpu("nvmlDeviceGetSamples", handle)
-        if handle.mig is not None or gpu.mig or sampling_type != 1:
+        if handle.mig is not None or gpu.mig or sampling_type != pynvml.NVML_GPU_UTILIZATION_SAMPLES:
             raise nvml_error("NOT_SUPPORTED")
         k_now = self._k_now()
         first = max(0, k_now - _SAMPLE_BUFFER + 1)
@@ -468,7 +471,7 @@ class FakeNvmlLibrary:
         gpu = self._gpu("nvmlDeviceGetMigMode", handle)
         if not gpu.mig:
             raise nvml_error("NOT_SUPPORTED")
-        return [1, 1]
+        return [pynvml.NVML_DEVICE_MIG_ENABLE, pynvml.NVML_DEVICE_MIG_ENABLE]
 
     def nvmlDeviceGetMaxMigDeviceCount(self, handle: FakeHandle) -> int:
         self._gpu("nvmlDeviceGetMaxMigDeviceCount", handle)
@@ -556,7 +559,7 @@ class FakeNvmlLibrary:
         # Graphics engine, SM active, SM occupancy, tensor pipes, DRAM: plausible shares of activity.
         shares = (1.0, 0.85, 0.45, 0.6, 0.5)
         for slot in range(request.numMetrics):
-            request.metrics[slot].nvmlReturn = 0
+            request.metrics[slot].nvmlReturn = pynvml.NVML_SUCCESS
             request.metrics[slot].value = 100 * activity * shares[slot % len(shares)]
         return request
 

@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from common.errors import BadInputError
 from simulation.fake_nvml import (
     GIB,
     REASON_HW_POWER_BRAKE,
@@ -95,5 +96,5 @@ def build_scenario(
             for i in range(gpus)
         ]
     else:
-        raise ValueError(f"unknown scenario {name!r}; choose one of {', '.join(SCENARIOS)}")
+        raise BadInputError(f"unknown scenario {name!r}; choose one of {', '.join(SCENARIOS)}")
     return FakeNvmlLibrary(devices, clock=clock, sleep=sleep)

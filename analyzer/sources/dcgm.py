@@ -20,13 +20,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-PROF_GR_ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
-DEV_GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
-DEV_FB_USED = "DCGM_FI_DEV_FB_USED"
+from common import metric_names
+
+PROF_GR_ENGINE_ACTIVE = metric_names.PROF_GR_ENGINE_ACTIVE
+DEV_GPU_UTIL = metric_names.GPU_UTIL
+DEV_FB_USED = metric_names.FB_USED
 # Preference order: the profiling ratio measures engine activity over the whole sample period;
 # the device gauge only says whether any kernel ran in NVML's last period.
 UTIL_METRICS = (PROF_GR_ENGINE_ACTIVE, DEV_GPU_UTIL)
-SAMPLE_HISTOGRAM_BUCKET = "gpu_utilization_samples_percent_bucket"
+SAMPLE_HISTOGRAM_BUCKET = metric_names.UTILIZATION_SAMPLES_BUCKET
 
 KUBE_POD_OWNER = "kube_pod_owner"
 KUBE_REPLICASET_OWNER = "kube_replicaset_owner"

@@ -3,6 +3,10 @@
 Series carry the names and labels of dcgm-exporter (``DCGM_FI_*``), of our exporter (its sample
 histogram), of kube-state-metrics (``kube_pod_*``) and of cAdvisor (``container_cpu_*``), so the
 analyzer cannot tell the simulator from a cluster.
+
+The names and histogram buckets are typed out here on purpose, not taken from
+``common.metric_names``: the simulator is the oracle the analyzer is tested against, and a typo in a
+shared constant would pass unnoticed on both sides (a test checks that the two copies agree).
 """
 
 from __future__ import annotations

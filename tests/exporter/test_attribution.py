@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from exporter.attribution import (
+    ContainerDevices,
     Holder,
     PodName,
     allocations,
@@ -14,8 +15,7 @@ from exporter.attribution import (
     pod_usage,
 )
 from exporter.cgroups import pod_uid_from_cgroup
-from exporter.nvml import ProcessMemory, ProcessUtilization
-from exporter.podresources import ContainerDevices
+from exporter.readings import ProcessMemory, ProcessUtilization
 
 UUID = "GPU-8b1c3a52-0d4e-4f7a-9c2b-1e5f6a7b8c9d"
 MIG = "MIG-2f4e6a8c-1b3d-4e5f-8a9b-0c1d2e3f4a5b"

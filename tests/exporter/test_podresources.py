@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from exporter.attribution import Holder, PodName
+from exporter.attribution import ContainerDevices, Holder, PodName
 from exporter.cgroups import PodUidResolver
-from exporter.podresources import ContainerDevices, KubeletError, PodResourcesClient
+from exporter.podresources import KubeletError, PodResourcesClient
 from exporter.pods import PodViewRefresher, scan_pod_log_dir
 
 UUID = "GPU-8b1c3a52-0d4e-4f7a-9c2b-1e5f6a7b8c9d"
