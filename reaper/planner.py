@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from common.model import Finding, FindingsReport, TimeWindow, WorkloadRef
+from common.model import Finding, FindingsReport, TimeWindow, UtilizationEvidence, WorkloadRef
 from common.timeutil import format_duration, parse_time, rfc3339
 from reaper import names
 from reaper.cluster import ClusterSnapshot, Namespace, Node, Workload
@@ -132,11 +132,12 @@ def describe_finding(finding: Finding) -> str:
 
 def _utilization(finding: Finding) -> tuple[float, float] | None:
     """Mean and peak utilization (percent) from the finding's evidence: the one place it is read."""
-    mean = finding.evidence.get("mean_util_percent")
-    peak = finding.evidence.get("max_util_percent")
-    if isinstance(mean, int | float) and isinstance(peak, int | float):
-        return float(mean), float(peak)
-    return None
+    evidence = finding.evidence
+    if not isinstance(evidence, UtilizationEvidence):
+        return None
+    if evidence.mean_util_percent is None or evidence.max_util_percent is None:
+        return None
+    return evidence.mean_util_percent, evidence.max_util_percent
 
 
 def opt_out(annotations: Mapping[str, str], now: datetime, what: str) -> str | None:
