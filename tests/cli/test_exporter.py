@@ -11,13 +11,14 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from cli.exporter import build_exporter, from_args, main
 from exporter.config import ConfigError, ExporterConfig, parse_listen
+from harness.servers import free_port
 from simulation.gpu_scenarios import SCENARIOS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -182,7 +183,7 @@ def test_every_scenario_runs_the_production_path(name: str, tmp_path: Path) -> N
     assert "NaN" not in text
 
 
-def test_runs_as_a_process_and_stops_on_sigterm(free_port: Callable[[], int]) -> None:
+def test_runs_as_a_process_and_stops_on_sigterm() -> None:
     port = free_port()
     command = [sys.executable, "-m", "exporter", "--simulate", "busy", "--listen", f"127.0.0.1:{port}"]
     command += ["--interval", "0.2", "--no-kubernetes", "--log-format", "json"]
