@@ -1,7 +1,9 @@
 """A namespace scope (``--namespace``, repeatable): the analysis and the run see only these namespaces.
 
 Applied to the snapshot, before any workload is built, so every later query, view, finding and
-summary is about the scope alone. GPUs held by no pod and whole-node findings belong to no
+summary is about the scope alone. Not as a PromQL matcher on the fleet-wide queries: the unit of
+``DCGM_FI_DEV_GPU_UTIL`` is decided per scrape job from all its devices' maxima, and a scope's few
+idle devices alone could not tell percent from ratio. GPUs held by no pod and whole-node findings belong to no
 namespace: a scoped analysis leaves them out, and a scoped run never cordons a node.
 """
 
