@@ -459,3 +459,11 @@ def test_a_tenant_with_spaces_is_bad_input(seeded: EmulatedCluster, tmp_path: Pa
     code, _ = cli(*apply_from_prometheus(url, policy, seeded.kubeconfig), "--prometheus-tenant", "team a")
     assert code == 2
     assert seeded.requests() == []
+
+
+def test_demo_checks_its_output_before_running(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    output = tmp_path / "missing-dir" / "report.html"
+    code, out = cli("demo", "--output", str(output))
+    assert code == 2
+    assert f"gpu-reaper: error: --output {output}: directory" in capsys.readouterr().err
+    assert out == ""  # the demo never started
