@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument(
         "--window", type=conventions.duration_arg, default=timedelta(hours=6), help="length (default 6h)"
     )
-    conventions.add_end_option(a, "analyze the window ending")
+    conventions.add_end_option(a, "end of the window")
     conventions.add_namespace_option(a, "analyze only the workloads in this namespace")
     a.add_argument("--policy", type=Path, help="policy file; its detection: block sets the thresholds")
     a.add_argument("--format", choices=("table", "json", "html"), default="table")

@@ -199,7 +199,7 @@ def add_end_option(parser: argparse.ArgumentParser, what: str) -> None:
         "--end",
         type=past_time_arg,
         metavar="TIME",
-        help=f"{what} as of this time: RFC 3339 (2026-01-05T00:00:00Z) or unix seconds; default now",
+        help=f"{what}: RFC 3339 (2026-01-05T00:00:00Z) or unix seconds, not in the future; default now",
     )
 
 

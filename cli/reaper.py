@@ -86,7 +86,7 @@ def _build_parser() -> argparse.ArgumentParser:
         "--apply", action="store_true", help="make changes (otherwise the policy's mode decides)"
     )
     mode.add_argument("--dry-run", action="store_true", help="never make changes, whatever the policy says")
-    conventions.add_end_option(p_run, "analyse and plan")
+    conventions.add_end_option(p_run, "analyse and plan as of this time")
     conventions.add_namespace_option(p_run, "act only on workloads in this namespace (nodes are left alone)")
     p_run.add_argument(
         "--window", type=conventions.duration_arg, help="analysis window (default: the policy's window)"
