@@ -101,7 +101,7 @@ class RunReport:
             parts.append(f"error={self.failure}")
         if self.found is not None:
             parts.append(f"findings={self.findings}")
-        if self.plan is not None or self.failure is None:
+        if self.failure is None:  # a stopped run acted on nothing: no plan counts to show
             parts.append(
                 f"planned={self.planned} applied={self.count(Outcome.APPLIED)} skipped={self.skipped} "
                 f"failed={self.count(Outcome.FAILED)}"

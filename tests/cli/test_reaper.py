@@ -273,8 +273,9 @@ def test_stale_findings_exit_3_and_change_nothing(seeded: EmulatedCluster, tmp_p
         "old.json",
         report(finding(FindingKind.IDLE_ENDPOINT, name="ranker", window=old), window=old).to_json(),
     )
-    code, _ = cli(*run_args(seeded.kubeconfig, write(tmp_path, "p.yaml", GOOD_POLICY), stale, "--apply"))
+    code, out = cli(*run_args(seeded.kubeconfig, write(tmp_path, "p.yaml", GOOD_POLICY), stale, "--apply"))
     assert code == 3
+    assert out.strip().splitlines()[-1] == "gpu-reaper: mode=apply error=plan_blocked findings=1"
     assert [m for m, p in seeded.mutations() if "/deployments/" in p] == []
 
 

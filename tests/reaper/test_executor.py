@@ -326,6 +326,7 @@ def test_two_concurrent_runs_never_double_act(cluster: EmulatedCluster) -> None:
         f"/apis/apps/v1/namespaces/serving/deployments/{n}" for n in "abc"
     )
     assert "holds the lease" in (loser.error or "")
+    assert loser.summary_line() == "gpu-reaper: mode=apply error=lease_held findings=3"
 
 
 def test_a_second_run_after_the_first_finds_nothing_left_to_do(cluster: EmulatedCluster) -> None:
