@@ -8,7 +8,7 @@ idle candidates, and the policy's request-rate query per idle candidate.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -16,6 +16,7 @@ import numpy as np
 
 from analyzer.detection import detectors, workloads
 from analyzer.detection.views import DeviceView, NodeView, RequestRate, WorkloadView
+from analyzer.scope import scope_snapshot
 from analyzer.sources.aggregates import FleetSnapshot
 from analyzer.sources.errors import NoDataError
 from analyzer.sources.metrics_source import MetricsSource
@@ -72,9 +73,10 @@ def analyze(
     thresholds: Thresholds,
     now: datetime | None = None,
     progress: Callable[[str], None] | None = None,
+    namespaces: Collection[str] = (),
 ) -> FindingsReport:
     """Findings for ``window``; raises DataUnavailableError subclasses rather than report on bad data."""
-    return analyze_in_detail(source, window, thresholds, now, progress).report
+    return analyze_in_detail(source, window, thresholds, now, progress, namespaces).report
 
 
 def analyze_in_detail(
@@ -83,7 +85,9 @@ def analyze_in_detail(
     thresholds: Thresholds,
     now: datetime | None = None,
     progress: Callable[[str], None] | None = None,
+    namespaces: Collection[str] = (),
 ) -> Analysis:
+    """The analysis of ``window``; ``namespaces`` (when given) scopes it (see ``analyzer.scope``)."""
     now = datetime.now(UTC) if now is None else now
     if now.tzinfo is None:
         raise BadInputError("now must carry a timezone")
@@ -99,6 +103,9 @@ def analyze_in_detail(
     snapshot = source.snapshot(window, thresholds)
     if not snapshot.devices:
         raise NoDataError(f"{source.description}: no GPU series in the window")
+    snapshot = scope_snapshot(snapshot, namespaces)
+    if namespaces and not snapshot.devices:
+        log.warning("no pod in namespace(s) %s held a GPU in the window", ", ".join(sorted(namespaces)))
     log.info("source capabilities: %s", snapshot.capabilities.describe())
 
     planned = workloads.plan(snapshot, thresholds, now)

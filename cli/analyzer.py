@@ -1,14 +1,13 @@
 """``gpu-analyzer``: find GPU waste from Prometheus data, or write a simulated fleet to backfill one.
 
 Exit codes: 0 done, 2 bad input, 3 data source unavailable (never an "all fine" report instead).
-Credentials come from files or the environment, never from the command line.
+Options shared with the other commands (logging, Prometheus, ``--end``, ``--namespace``) come from
+``cli.conventions``; credentials come from files or the environment, never from the command line.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
-import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -20,83 +19,38 @@ from rich.console import Console
 from rich.markup import escape
 
 from analyzer.sources.metrics_source import MetricsSource
-from common.errors import BadInputError, DataUnavailableError
+from cli import conventions, prometheus_options
+from common.errors import BadInputError, DataUnavailableError, ExitCode
 from common.model import TimeWindow
 from common.thresholds import Thresholds, load_thresholds
-from common.timeutil import parse_duration, parse_time
 
-EXIT_OK, EXIT_BAD_INPUT, EXIT_SOURCE = 0, 2, 3
-# Names of environment variables, not secrets.
-TOKEN_ENV = "GPU_ANALYZER_BEARER_TOKEN"  # noqa: S105
-PASSWORD_ENV = "GPU_ANALYZER_BASIC_AUTH_PASSWORD"  # noqa: S105
-
-
-def _duration(text: str) -> timedelta:
-    try:
-        return parse_duration(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from e
-
-
-def _timeout(text: str) -> timedelta:
-    """A duration with a unit (``90s``, ``2m``), or a bare number of seconds as ``gpu-reaper`` takes."""
-    try:
-        seconds = float(text)
-    except ValueError:
-        return _duration(text)
-    if not seconds > 0 or seconds == float("inf"):
-        raise argparse.ArgumentTypeError(f"invalid timeout {text!r}: must be a positive number of seconds")
-    return timedelta(seconds=seconds)
-
-
-def _time(text: str) -> datetime:
-    try:
-        return parse_time(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from e
+PROG = "gpu-analyzer"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="gpu-analyzer", description="Find idle, underused and starved GPUs from DCGM metrics."
+    parser = conventions.new_parser(
+        PROG, "Find idle, underused and starved GPUs from DCGM metrics.", default_log_level="warning"
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log each step to stderr")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    a = sub.add_parser("analyze", help="analyze a window of metrics and report findings")
-    where = a.add_mutually_exclusive_group(required=True)
-    where.add_argument("--prometheus-url", metavar="URL", help="Prometheus, Thanos, Mimir or VictoriaMetrics")
+    a = conventions.add_command(sub, "analyze", "analyze a window of metrics and report findings")
+    where = a.add_mutually_exclusive_group()
+    prometheus_options.add_prometheus_url(where)
     where.add_argument("--simulate", metavar="SCENARIO", help="analyze a simulated fleet instead (no TSDB)")
-    a.add_argument("--window", type=_duration, default=timedelta(hours=6), help="length (default 6h)")
-    a.add_argument("--end", type=_time, help="window end, RFC 3339 or unix seconds (default: now)")
+    a.add_argument(
+        "--window", type=conventions.duration_arg, default=timedelta(hours=6), help="length (default 6h)"
+    )
+    conventions.add_end_option(a, "end of the window")
+    conventions.add_namespace_option(a, "analyze only the workloads in this namespace")
     a.add_argument("--policy", type=Path, help="policy file; its detection: block sets the thresholds")
     a.add_argument("--format", choices=("table", "json", "html"), default="table")
     a.add_argument("--output", type=Path, help="write the report here instead of stdout")
     a.add_argument("--top", type=int, default=6, help="offenders plotted in the HTML report (default 6)")
-    conn = a.add_argument_group("connection")
-    conn.add_argument("--bearer-token-file", type=Path, help=f"file holding a bearer token (or ${TOKEN_ENV})")
-    conn.add_argument("--basic-auth-user", help=f"basic auth user; password from ${PASSWORD_ENV} or a file")
-    conn.add_argument("--basic-auth-password-file", type=Path)
-    conn.add_argument("--ca-file", type=Path, help="CA bundle to verify the server's certificate")
-    conn.add_argument("--insecure-skip-tls-verify", action="store_true", help="do not verify TLS (unsafe)")
-    conn.add_argument(
-        "--tenant", metavar="ID", help="Mimir/Cortex tenant, sent as the X-Scope-OrgID header (a|b federates)"
-    )
-    conn.add_argument(
-        "--timeout",
-        type=_timeout,
-        default=timedelta(seconds=60),
-        help="per request: seconds (30) or a duration (2m); default 60",
-    )
-    conn.add_argument("--retries", type=int, default=3, help="retries on 5xx and timeouts, with backoff")
-    conn.add_argument(
-        "--util-scale",
-        choices=("auto", "percent", "ratio"),
-        default="auto",
-        help="unit of DCGM_FI_DEV_GPU_UTIL (default: detected per scrape job)",
-    )
+    prometheus_options.add_prometheus_options(a)
 
-    s = sub.add_parser("simulate", help="write a simulated fleet's series (to backfill a trial TSDB)")
+    s = conventions.add_command(
+        sub, "simulate", "write a simulated fleet's series (to backfill a trial TSDB)"
+    )
     s.add_argument("scenario", help="built-in scenario name or YAML file")
     s.add_argument(
         "--format",
@@ -109,45 +63,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check(args: argparse.Namespace) -> None:
+    if args.command == "analyze":
+        prometheus_options.require_one_source(args, "--simulate")
+        if args.top < 0:
+            raise BadInputError("--top cannot be negative")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as e:  # argparse exits 2 on bad usage and 0 for --help
-        return int(e.code) if isinstance(e.code, int) else EXIT_BAD_INPUT
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
-        format="%(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    if not args.verbose:
-        # Retries are expected and bounded; the final error says what failed, once.
-        logging.getLogger("urllib3").setLevel(logging.ERROR)
+    args = conventions.parse(build_parser(), argv, _check)
+    if isinstance(args, int):
+        return args
     err = Console(stderr=True, soft_wrap=True)  # messages stay one line each in logs
-    try:
-        if args.command == "simulate":
-            return _simulate(args)
-        return _analyze(args, err)
-    except BadInputError as e:
-        err.print(f"[red]gpu-analyzer: bad input:[/red] {escape(str(e))}", highlight=False)
-        return EXIT_BAD_INPUT
-    except DataUnavailableError as e:
-        err.print(
-            f"[red]gpu-analyzer: data source unavailable:[/red] {escape(str(e))}\nNo report was written: "
-            "without trustworthy data nothing can be called idle or fine.",
-            highlight=False,
-        )
-        return EXIT_SOURCE
-
-
-def _read_secret(path: Path | None, env: str) -> str | None:
-    if path is not None:
+    with conventions.logging_for(args):
         try:
-            return path.read_text(encoding="utf-8").strip()
-        except OSError as e:
-            raise BadInputError(f"{path}: cannot read ({e.strerror or e})") from e
-    value = os.environ.get(env)
-    return value.strip() if value else None
+            if args.output is not None:
+                conventions.check_writable(args.output)
+            if args.command == "simulate":
+                return _simulate(args)
+            return _analyze(args, err)
+        except DataUnavailableError as e:
+            code = conventions.fail(PROG, e)
+            print(
+                "No report was written: without trustworthy data nothing can be called idle or fine.",
+                file=sys.stderr,
+            )
+            return code
+        except BadInputError as e:
+            return conventions.fail(PROG, e)
 
 
 def _source_and_window(args: argparse.Namespace) -> tuple[MetricsSource, TimeWindow, datetime]:
@@ -163,24 +106,9 @@ def _source_and_window(args: argparse.Namespace) -> tuple[MetricsSource, TimeWin
         end = args.end or fleet.scenario.end
         return SimulatedSource(fleet), _window(end, args.window), fleet.scenario.end
 
-    from analyzer.sources.prometheus_api import PrometheusConfig
     from analyzer.sources.prometheus_source import PrometheusSource
 
-    password = None
-    if args.basic_auth_user is not None:
-        password = _read_secret(args.basic_auth_password_file, PASSWORD_ENV)
-        if password is None:
-            raise BadInputError(f"--basic-auth-user needs --basic-auth-password-file or ${PASSWORD_ENV}")
-    config = PrometheusConfig(
-        url=args.prometheus_url,
-        bearer_token=_read_secret(args.bearer_token_file, TOKEN_ENV),
-        basic_auth=(args.basic_auth_user, password) if password is not None else None,
-        verify_tls=not args.insecure_skip_tls_verify,
-        ca_file=str(args.ca_file) if args.ca_file else None,
-        timeout_s=args.timeout.total_seconds(),
-        retries=args.retries,
-        tenant=args.tenant,
-    )
+    config = prometheus_options.prometheus_config(args)
     now = datetime.now(UTC)
     end = args.end or now
     return PrometheusSource(config, util_scale=args.util_scale), _window(end, args.window), now
@@ -206,11 +134,11 @@ def _analyze(args: argparse.Namespace, err: Console) -> int:
     from analyzer.pipeline import analyze_in_detail, offender_series
 
     thresholds = load_thresholds(args.policy) if args.policy is not None else Thresholds()
-    if args.top < 0:
-        raise BadInputError("--top cannot be negative")
     source, window, now = _source_and_window(args)
     with _progress(err) as progress:
-        analysis = analyze_in_detail(source, window, thresholds, now=now, progress=progress)
+        analysis = analyze_in_detail(
+            source, window, thresholds, now=now, progress=progress, namespaces=args.namespaces or ()
+        )
         offenders = []
         if args.format == "html" and args.top:
             progress("pulling utilization of the top offenders for the plots")
@@ -234,8 +162,8 @@ def _analyze(args: argparse.Namespace, err: Console) -> int:
 
         _write(args.output, table)
     if args.output is not None:
-        err.print(f"gpu-analyzer: wrote {args.format} report to {escape(str(args.output))}", highlight=False)
-    return EXIT_OK
+        err.print(f"{PROG}: wrote {args.format} report to {escape(str(args.output))}", highlight=False)
+    return ExitCode.OK
 
 
 def _write(path: Path | None, emit: Callable[[TextIO], object]) -> None:
@@ -273,8 +201,8 @@ def _simulate(args: argparse.Namespace) -> int:
     _write(args.output, emit)
     if args.output is not None:
         count, series = fleet.sample_count, len(fleet.series)
-        print(f"gpu-analyzer: wrote {count} samples of {series} series to {args.output}", file=sys.stderr)
-    return EXIT_OK
+        print(f"{PROG}: wrote {count} samples of {series} series to {args.output}", file=sys.stderr)
+    return ExitCode.OK
 
 
 if __name__ == "__main__":

@@ -7,13 +7,12 @@ import logging
 import os
 import signal
 import socket
-import sys
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 
-from common.logs import LOG_FORMATS, configure
+from cli import conventions
 from exporter.app import Exporter
 from exporter.config import ConfigError, ExporterConfig, parse_duration, parse_listen
 from exporter.nvml import Nvml
@@ -24,10 +23,14 @@ from simulation.gpu_scenarios import SCENARIOS, build_scenario
 log = logging.getLogger("exporter")
 
 
+PROG = "gpu-exporter"
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="gpu-exporter",
-        description="DCGM-compatible GPU metrics from NVML, with pod attribution, for Prometheus.",
+    p = conventions.new_parser(
+        PROG,
+        "DCGM-compatible GPU metrics from NVML, with pod attribution, for Prometheus.",
+        default_log_level="info",
     )
     p.add_argument(
         "--listen", default=":9400", help="address to serve /metrics and /healthz on (default :9400)"
@@ -41,7 +44,6 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--simulate", metavar="SCENARIO", choices=SCENARIOS, help=f"fake GPUs: {', '.join(SCENARIOS)}"
     )
-    p.add_argument("--log-format", choices=LOG_FORMATS, default="text")
     p.add_argument(
         "--pod-log-dir",
         type=Path,
@@ -54,7 +56,10 @@ def parser() -> argparse.ArgumentParser:
 
 def from_args(argv: Sequence[str], env: Mapping[str, str] = os.environ) -> ExporterConfig:
     """Parse and validate; raises :class:`ConfigError` (and argparse's SystemExit for unknown options)."""
-    args = parser().parse_args(list(argv))
+    return _config(parser().parse_args(list(argv)), env)
+
+
+def _config(args: argparse.Namespace, env: Mapping[str, str]) -> ExporterConfig:
     host, port = parse_listen(args.listen)
     interval_s = parse_duration(args.interval)
     if not 0.05 <= interval_s <= 3600:
@@ -66,7 +71,7 @@ def from_args(argv: Sequence[str], env: Mapping[str, str] = os.environ) -> Expor
         kubelet_socket=None if args.no_kubernetes else args.kubelet_socket,
         hostname=args.hostname or env.get("NODE_NAME") or socket.gethostname(),
         simulate=args.simulate,
-        log_format=args.log_format,
+        log_format=args.log_format or "text",
         pod_log_dir=args.pod_log_dir,
         proc_root=args.proc_root,
     )
@@ -81,15 +86,18 @@ def build_exporter(config: ExporterConfig) -> Exporter:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run until SIGTERM or SIGINT. Exit status: 0 stopped cleanly, 1 could not start, 2 bad usage."""
-    try:
-        config = from_args(sys.argv[1:] if argv is None else argv)
-    except ConfigError as exc:
-        print(f"gpu-exporter: {exc}", file=sys.stderr)
-        return 2
-    except SystemExit as exc:  # argparse has printed the usage error (or --help)
-        return exc.code if isinstance(exc.code, int) else 2
-    configure(config.log_format)
 
+    def check(args: argparse.Namespace) -> None:  # option values that cannot work are usage errors
+        args.config = _config(args, os.environ)
+
+    args = conventions.parse(parser(), argv, check)
+    if isinstance(args, int):
+        return args
+    with conventions.logging_for(args):
+        return _serve(args.config)
+
+
+def _serve(config: ExporterConfig) -> int:
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:

@@ -1,6 +1,7 @@
 """``gpu-reaper``: run (the CronJob), restore, policy check, demo.
 
-Exit codes: 0 ok, 1 some action failed, 2 bad input, 3 data source unavailable.
+Exit codes: 0 ok, 1 some action failed, 2 bad input, 3 data source unavailable. Options shared with
+the other commands (logging, Prometheus, ``--end``, ``--namespace``) come from ``cli.conventions``.
 """
 
 from __future__ import annotations
@@ -11,24 +12,21 @@ import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import TextIO
 
-from common import logs
+from cli import conventions, prometheus_options
 from common.errors import BadInputError, DataUnavailableError
-from common.timeutil import parse_duration, parse_time
 from reaper import names
 from reaper.errors import KubeError, LeaseHeldError, PushgatewayError
 from reaper.executor import Executor, Outcome
 from reaper.kube import KubeClient, KubeSettings
 from reaper.metrics import exposition, registry_for
-from reaper.policy import Policy, RunMode, explain, json_schema, load_policy
+from reaper.policy import SCALABLE_KINDS, Policy, RunMode, explain, json_schema, load_policy
 from reaper.pushgateway import push
 from reaper.runner import (
     EXIT_ACTION_FAILED,
-    EXIT_BAD_INPUT,
-    EXIT_DATA_UNAVAILABLE,
     EXIT_OK,
     RunReport,
     RunSettings,
@@ -42,29 +40,11 @@ NAMESPACE_ENV = "POD_NAMESPACE"  # set from the downward API in the CronJob
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises instead of exiting, so ``main`` returns the exit code."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise BadInputError(f"{self.prog}: {message}")
-
-
-def _duration_arg(text: str) -> timedelta:
-    try:
-        return parse_duration(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from e
+PROG = "gpu-reaper"
 
 
 def _zero_or_duration_arg(text: str) -> timedelta:
-    return timedelta(0) if text.strip() in ("0", "0s") else _duration_arg(text)
-
-
-def _time_arg(text: str) -> datetime:
-    try:
-        return parse_time(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from e
+    return timedelta(0) if text.strip() in ("0", "0s") else conventions.duration_arg(text)
 
 
 def _kube_flags(p: argparse.ArgumentParser) -> None:
@@ -86,20 +66,17 @@ def _kube_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _build_parser() -> _Parser:
-    parser = _Parser(
-        prog="gpu-reaper",
-        description="Reclaim idle GPUs on Kubernetes safely: plan, act, notify, restore.",
+def _build_parser() -> argparse.ArgumentParser:
+    parser = conventions.new_parser(
+        PROG, "Reclaim idle GPUs on Kubernetes safely: plan, act, notify, restore.", default_log_level="info"
     )
-    parser.add_argument("--log-format", choices=("text", "json"), default="text")
-    parser.add_argument(
-        "--log-level", choices=("debug", "info", "warning", "error"), help="default: info (demo: warning)"
-    )
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p_run = sub.add_parser("run", help="analyse, plan and (with --apply) act; the CronJob entry point")
-    source = p_run.add_mutually_exclusive_group(required=True)
-    source.add_argument("--prometheus-url", help="Prometheus-compatible API (Prometheus, Thanos, Mimir, VM)")
+    p_run = conventions.add_command(
+        sub, "run", "analyse, plan and (with --apply) act; the CronJob entry point"
+    )
+    source = p_run.add_mutually_exclusive_group()
+    prometheus_options.add_prometheus_url(source)
     source.add_argument(
         "--findings", type=Path, help="a findings JSON file from `gpu-analyzer analyze --format json`"
     )
@@ -109,42 +86,33 @@ def _build_parser() -> _Parser:
         "--apply", action="store_true", help="make changes (otherwise the policy's mode decides)"
     )
     mode.add_argument("--dry-run", action="store_true", help="never make changes, whatever the policy says")
+    conventions.add_end_option(p_run, "analyse and plan as of this time")
+    conventions.add_namespace_option(p_run, "act only on workloads in this namespace (nodes are left alone)")
     p_run.add_argument(
-        "--end", type=_time_arg, help="analyse and plan as of this time (RFC 3339; default now)"
+        "--window", type=conventions.duration_arg, help="analysis window (default: the policy's window)"
     )
-    p_run.add_argument("--window", type=_duration_arg, help="analysis window (default: the policy's window)")
     p_run.add_argument("--pushgateway-url", help="push gpu_reaper_* metrics to this Pushgateway")
-    g = p_run.add_argument_group("Prometheus access (secrets from env or files, never from flags)")
-    g.add_argument(
-        "--prometheus-token-file", type=Path, help="bearer token file (or env GPU_REAPER_PROMETHEUS_TOKEN)"
-    )
-    g.add_argument("--prometheus-ca-file", type=Path, help="CA bundle for the Prometheus TLS certificate")
-    g.add_argument("--prometheus-insecure-skip-verify", action="store_true", help="do not verify TLS")
-    g.add_argument(
-        "--tenant",
-        "--prometheus-tenant",
-        dest="tenant",
-        metavar="ID",
-        help="Mimir/Cortex tenant, sent as the X-Scope-OrgID header",
-    )
+    prometheus_options.add_prometheus_options(p_run)
     _kube_flags(p_run)
 
-    p_restore = sub.add_parser("restore", help="bring back what the reaper scaled down or cordoned")
+    p_restore = conventions.add_command(sub, "restore", "bring back what the reaper scaled down or cordoned")
     target = p_restore.add_mutually_exclusive_group(required=True)
     target.add_argument("target", nargs="?", metavar="NAMESPACE/NAME", help="a Deployment or StatefulSet")
     target.add_argument("--all", action="store_true", help="every reaped workload (and cordoned node)")
     target.add_argument("--node", help="uncordon one node the reaper cordoned")
-    p_restore.add_argument("--namespace", help="with --all: only this namespace (nodes are left alone)")
+    conventions.add_namespace_option(p_restore, "with --all: only this namespace (nodes are left alone)")
     p_restore.add_argument("--dry-run", action="store_true", help="show what would be restored")
     _kube_flags(p_restore)
 
-    p_policy = sub.add_parser("policy", help="policy files")
-    psub = p_policy.add_subparsers(dest="policy_command", required=True, parser_class=_Parser)
-    p_check = psub.add_parser("check", help="validate a policy file and explain what it does")
+    p_policy = conventions.add_command(sub, "policy", "policy files")
+    psub = p_policy.add_subparsers(dest="policy_command", required=True, metavar="COMMAND")
+    p_check = conventions.add_command(psub, "check", "validate a policy file and explain what it does")
     p_check.add_argument("file", type=Path)
-    psub.add_parser("schema", help="print the policy's JSON Schema")
+    conventions.add_command(psub, "schema", "print the policy's JSON Schema")
 
-    p_demo = sub.add_parser("demo", help="the whole pipeline on a simulated fleet: no cluster, no Prometheus")
+    p_demo = conventions.add_command(
+        sub, "demo", "the whole pipeline on a simulated fleet: no cluster, no Prometheus"
+    )
     p_demo.add_argument(
         "--output", type=Path, default=Path("gpu-reaper-report.html"), help="HTML report path"
     )
@@ -153,32 +121,40 @@ def _build_parser() -> _Parser:
     return parser
 
 
+def _check(args: argparse.Namespace) -> None:
+    if args.command == "run":
+        prometheus_options.require_one_source(args, "--findings")
+    if args.command == "restore":
+        if args.namespaces and not args.all:
+            raise BadInputError("--namespace only goes with --all")
+        target = args.target
+        if target is not None and (target.count("/") != 1 or not all(target.split("/"))):
+            raise BadInputError(f"restore target {target!r} must be NAMESPACE/NAME")
+
+
 def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None) -> int:
     out = stdout or sys.stdout
-    try:
-        args = _build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
-    except BadInputError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    level = args.log_level or ("warning" if args.command == "demo" else "info")
-    handler = logs.configure(args.log_format, getattr(logging, level.upper()))
-    try:
-        if args.command == "run":
-            return _cmd_run(args, out)
-        if args.command == "restore":
-            return _cmd_restore(args, out)
-        if args.command == "policy":
-            return _cmd_policy(args, out)
-        return _cmd_demo(args, out)
-    except BadInputError as e:
-        # Plain text on stderr, once: whoever runs it (a person, or the CronJob's log) must read it.
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except DataUnavailableError as e:
-        log.error("%s", e)
-        return EXIT_DATA_UNAVAILABLE
-    finally:
-        logs.unconfigure(handler)
+    args = conventions.parse(_build_parser(), argv, _check)
+    if isinstance(args, int):
+        return args
+    if (
+        args.command == "demo"
+        and getattr(args, "log_level", None) is None
+        and not getattr(args, "verbose", 0)
+    ):
+        args.log_level = "warning"  # the demo speaks through its own output
+    with conventions.logging_for(args):
+        try:
+            if args.command == "run":
+                return _cmd_run(args, out)
+            if args.command == "restore":
+                return _cmd_restore(args, out)
+            if args.command == "policy":
+                return _cmd_policy(args, out)
+            return _cmd_demo(args, out)
+        except (BadInputError, DataUnavailableError) as e:
+            # Plain text on stderr, once: whoever runs it (a person, or the CronJob's log) must read it.
+            return conventions.fail(PROG, e)
 
 
 # --- run -------------------------------------------------------------------------------------------
@@ -223,32 +199,20 @@ def _cmd_run(args: argparse.Namespace, out: TextIO) -> int:
 
     inputs = _run_inputs(args)  # policy errors end here: exit 2 before any API call
     settings = inputs.settings
+    namespaces = tuple(args.namespaces or ())
     if args.findings is not None:
-        source = analysis.file_source(args.findings)
+        source = analysis.file_source(args.findings, namespaces)
     else:
-        source = analysis.prometheus_source(
-            analysis.PrometheusAccess.from_env(
-                url=args.prometheus_url,
-                token_file=args.prometheus_token_file,
-                ca_file=args.prometheus_ca_file,
-                verify_tls=not args.prometheus_insecure_skip_verify,
-                tenant=args.tenant,
-            )
-        )
+        config = prometheus_options.prometheus_config(args)
+        source = analysis.prometheus_source(config, util_scale=args.util_scale, namespaces=namespaces)
     credentials = load_credentials()
     notifier = SlackNotifier(credentials, api_url=settings.policy.slack.api_url) if credentials else None
-    clients: list[KubeClient] = []
-
-    def cluster() -> KubeClient:
-        client = KubeClient.from_settings(inputs.kube)
-        clients.append(client)
-        return client
-
+    # The kubeconfig is read now, before an analysis that can take minutes: a typo fails at once.
+    client = KubeClient.from_settings(inputs.kube)
     try:
-        report = run(settings, source, cluster, notifier)
+        report = run(settings, source, lambda: client, notifier)
     finally:
-        for c in clients:
-            c.close()
+        client.close()
     return _finish(report, inputs.pushgateway_url, out)
 
 
@@ -280,11 +244,6 @@ def _finish(report: RunReport, pushgateway_url: str | None, out: TextIO) -> int:
 
 
 def _cmd_restore(args: argparse.Namespace, out: TextIO) -> int:
-    if args.namespace and not args.all:
-        raise BadInputError("--namespace only goes with --all")
-    target = args.target
-    if target is not None and (target.count("/") != 1 or not all(target.split("/"))):
-        raise BadInputError(f"restore target {target!r} must be NAMESPACE/NAME")
     namespace = _reaper_namespace(args, None)
     kube_settings = KubeSettings(
         kubeconfig=args.kubeconfig, context=args.context, timeout_seconds=args.api_timeout
@@ -293,20 +252,22 @@ def _cmd_restore(args: argparse.Namespace, out: TextIO) -> int:
     mode = RunMode.DRY_RUN if args.dry_run else RunMode.APPLY
     executor = Executor(client, mode=mode, namespace=namespace)
     try:
+        _check_restore_target(client, args)
         with executor.lease(wait=args.lease_wait.total_seconds() or 30.0):
             if args.all:
-                results = executor.restore_all(args.namespace)
+                results = []
+                for ns in args.namespaces or [None]:
+                    results += executor.restore_all(ns)
             elif args.node:
                 results = [executor.uncordon(args.node)]
             else:
-                ns, name = target.split("/")
+                ns, name = args.target.split("/")
                 results = [executor.restore_workload(ns, name)]
     except LeaseHeldError as e:
         log.error("%s; try again when it finishes", e)
         return EXIT_ACTION_FAILED
     except KubeError as e:
-        log.error("%s", e)
-        return EXIT_DATA_UNAVAILABLE
+        raise DataUnavailableError(str(e)) from e
     finally:
         client.close()
     for r in results:
@@ -314,11 +275,29 @@ def _cmd_restore(args: argparse.Namespace, out: TextIO) -> int:
     failed = sum(1 for r in results if r.outcome is Outcome.FAILED)
     restored = sum(1 for r in results if r.outcome in (Outcome.APPLIED, Outcome.DRY_RUN))
     print(
-        f"gpu-reaper: restore mode={mode.value} restored={restored} "
+        f"{PROG}: restore mode={mode.value} restored={restored} "
         f"unchanged={len(results) - restored - failed} failed={failed}",
         file=out,
     )
     return EXIT_ACTION_FAILED if failed else EXIT_OK
+
+
+def _check_restore_target(client: KubeClient, args: argparse.Namespace) -> None:
+    """A namespace, workload or node that does not exist is bad input (exit 2) in all three forms,
+    not an empty success or a failed action: the name was probably mistyped."""
+    if args.all:
+        missing = set(args.namespaces or ()) - {
+            str((ns.get("metadata") or {}).get("name")) for ns in client.list_objects("Namespace")
+        }
+        if missing:
+            raise BadInputError(f"namespace {', '.join(sorted(missing))} does not exist")
+    elif args.node:
+        if client.get_optional("Node", None, args.node) is None:
+            raise BadInputError(f"node {args.node} does not exist")
+    else:
+        ns, name = args.target.split("/")
+        if all(client.get_optional(kind, ns, name) is None for kind in SCALABLE_KINDS):
+            raise BadInputError(f"Deployment or StatefulSet {ns}/{name} does not exist")
 
 
 # --- policy ----------------------------------------------------------------------------------------
@@ -341,6 +320,8 @@ def _cmd_policy(args: argparse.Namespace, out: TextIO) -> int:
 
 def _cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
     from simulation import demo
+
+    conventions.check_writable(args.output)  # before the demo, not after it
 
     return demo.run_demo(scenario=args.scenario, policy_path=args.policy, output=args.output, out=out)
 

@@ -1,114 +1,71 @@
 """The reaper's one adapter to the analyzer: where a run's findings come from.
 
-The analyzer over Prometheus, over any other metrics source (the demo's simulated fleet), or a
-findings file. Each returns a ``FindingsSource`` for the runner; every data problem surfaces as a
-``DataUnavailableError`` so the run does nothing and exits 3. No other reaper module imports the
-analyzer (an import-linter contract in pyproject.toml).
+The analyzer over Prometheus (with the ``PrometheusConfig`` both command lines build), over any
+other metrics source (the demo's simulated fleet), or a findings file. Each returns a
+``FindingsSource`` for the runner; every data problem surfaces as a ``DataUnavailableError`` so
+the run does nothing and exits 3; an unreadable findings file is bad input (exit 2). No other
+reaper module imports the analyzer (an import-linter contract in pyproject.toml).
 """
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass, field
+from collections.abc import Collection
 from pathlib import Path
 
 from analyzer.pipeline import analyze
+from analyzer.scope import scope_report
 from analyzer.sources.metrics_source import MetricsSource
-from common.errors import BadInputError, DataUnavailableError
+from analyzer.sources.prometheus_config import PrometheusConfig
+from common.errors import BadInputError
 from common.model import FindingsReport, TimeWindow
 from common.thresholds import Thresholds
 from reaper.runner import FindingsSource
 
-TOKEN_ENV = "GPU_REAPER_PROMETHEUS_TOKEN"  # noqa: S105 - the name of a variable, not a secret
-USER_ENV = "GPU_REAPER_PROMETHEUS_USER"
-PASSWORD_ENV = "GPU_REAPER_PROMETHEUS_PASSWORD"  # noqa: S105 - the name of a variable, not a secret
+__all__ = ["PrometheusConfig", "file_source", "metrics_source", "prometheus_source", "write_html_report"]
 
 
-@dataclass(frozen=True)
-class PrometheusAccess:
-    url: str
-    bearer_token: str | None = field(default=None, repr=False)
-    basic_auth: tuple[str, str] | None = field(default=None, repr=False)
-    verify_tls: bool = True
-    ca_file: Path | None = None
-    tenant: str | None = None  # Mimir's X-Scope-OrgID
-
-    @classmethod
-    def from_env(
-        cls,
-        url: str,
-        token_file: Path | None = None,
-        ca_file: Path | None = None,
-        verify_tls: bool = True,
-        env: dict[str, str] | None = None,
-        tenant: str | None = None,
-    ) -> PrometheusAccess:
-        """Secrets from the environment or a mounted file, never from flags (they show in `ps`)."""
-        env = dict(os.environ) if env is None else env
-        token = env.get(TOKEN_ENV) or None
-        if token_file is not None:
-            try:
-                token = token_file.read_text(encoding="utf-8").strip()
-            except OSError as e:
-                raise BadInputError(
-                    f"cannot read the Prometheus token file {token_file}: {e.strerror}"
-                ) from e
-        basic = None
-        if env.get(USER_ENV):
-            basic = (env[USER_ENV], env.get(PASSWORD_ENV, ""))
-        if not url.startswith(("http://", "https://")):
-            raise BadInputError(f"--prometheus-url {url!r} must start with http:// or https://")
-        return cls(
-            url=url,
-            bearer_token=token,
-            basic_auth=basic,
-            verify_tls=verify_tls,
-            ca_file=ca_file,
-            tenant=tenant,
-        )
-
-
-def prometheus_source(access: PrometheusAccess) -> FindingsSource:
-    from analyzer.sources.prometheus_api import PrometheusConfig
+def prometheus_source(
+    config: PrometheusConfig, util_scale: str = "auto", namespaces: Collection[str] = ()
+) -> FindingsSource:
+    """The analyzer over Prometheus; ``config`` comes from the same options ``gpu-analyzer`` takes."""
     from analyzer.sources.prometheus_source import PrometheusSource
 
-    config = PrometheusConfig(
-        url=access.url,
-        bearer_token=access.bearer_token,
-        basic_auth=access.basic_auth,
-        verify_tls=access.verify_tls,
-        ca_file=str(access.ca_file) if access.ca_file else None,
-        tenant=access.tenant,
-    )
-
     def run(window: TimeWindow, thresholds: Thresholds) -> FindingsReport:
-        return analyze(PrometheusSource(config), window, thresholds, now=window.end)
+        source = PrometheusSource(config, util_scale=util_scale)
+        return analyze(source, window, thresholds, now=window.end, namespaces=namespaces)
 
     return run
 
 
-def metrics_source(source: MetricsSource) -> FindingsSource:
+def metrics_source(source: MetricsSource, namespaces: Collection[str] = ()) -> FindingsSource:
     """The analyzer over any metrics source: the demo hands its simulated fleet in here."""
 
     def run(window: TimeWindow, thresholds: Thresholds) -> FindingsReport:
-        return analyze(source, window, thresholds, now=window.end)
+        return analyze(source, window, thresholds, now=window.end, namespaces=namespaces)
 
     return run
 
 
-def file_source(path: Path) -> FindingsSource:
-    """Findings written earlier by ``gpu-analyzer analyze --format json``; staleness is the planner's call."""
+def file_source(path: Path, namespaces: Collection[str] = ()) -> FindingsSource:
+    """Findings written earlier by ``gpu-analyzer analyze --format json``; staleness is the planner's call.
+
+    The file is read and checked now, before any cluster call: a file that is missing or is not a
+    findings document is bad input (exit 2), as a bad policy is.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise BadInputError(f"cannot read findings file {path}: {e.strerror or e}") from e
+    try:
+        found = scope_report(FindingsReport.from_json(text), namespaces)
+    except (ValueError, TypeError) as e:  # JSON and pydantic errors derive from ValueError
+        raise BadInputError(
+            f"{path}: not a findings document from `gpu-analyzer analyze --format json`: {e}"
+        ) from e
 
     def run(window: TimeWindow, thresholds: Thresholds) -> FindingsReport:
         del window, thresholds  # the file was analysed already; the planner checks how old it is
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as e:
-            raise BadInputError(f"cannot read findings file {path}: {e.strerror}") from e
-        try:
-            return FindingsReport.from_json(text)
-        except ValueError as e:
-            raise DataUnavailableError(f"{path}: not a findings document: {e}") from e
+        return found
 
     return run
 

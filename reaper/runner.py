@@ -67,6 +67,8 @@ class RunReport:
     duration_seconds: float = 0.0
     finished_at: float = 0.0  # unix seconds
     error: str | None = None
+    # Why the run did nothing, as one word for the summary line (metrics_unavailable, ...).
+    failure: str | None = None
     lease_held: bool = False
 
     @property
@@ -85,11 +87,19 @@ class RunReport:
         return (len(self.plan.skips) if self.plan else 0) + self.count(Outcome.SKIPPED)
 
     def summary_line(self) -> str:
-        return (
-            f"gpu-reaper: mode={self.mode.value} findings={self.findings} planned={self.planned} "
-            f"applied={self.count(Outcome.APPLIED)} skipped={self.skipped} "
-            f"failed={self.count(Outcome.FAILED)}"
-        )
+        """One line on stdout. A run that stopped says why, and shows no counts it never reached:
+        "findings=0" after an unreachable Prometheus would read as a clean bill of health."""
+        parts = [f"mode={self.mode.value}"]
+        if self.failure is not None:
+            parts.append(f"error={self.failure}")
+        if self.found is not None:
+            parts.append(f"findings={self.findings}")
+        if self.failure is None:  # a stopped run acted on nothing: no plan counts to show
+            parts.append(
+                f"planned={self.planned} applied={self.count(Outcome.APPLIED)} skipped={self.skipped} "
+                f"failed={self.count(Outcome.FAILED)}"
+            )
+        return "gpu-reaper: " + " ".join(parts)
 
     def metrics(self) -> RunMetrics:
         actions: Counter[tuple[str, str]] = Counter()
@@ -155,7 +165,7 @@ def _run(
     except DataUnavailableError as e:
         # Silence or garbage from the metrics source never means "all idle": do nothing.
         log.error("metrics unavailable, nothing will be done: %s", e)
-        report.exit_code, report.error = EXIT_DATA_UNAVAILABLE, str(e)
+        report.exit_code, report.error, report.failure = EXIT_DATA_UNAVAILABLE, str(e), "metrics_unavailable"
         return
     report.found = findings_report
     log.info("%d findings", len(findings_report.findings))
@@ -177,12 +187,14 @@ def _run(
             except KubeError as e:
                 log.error("cannot read the cluster, nothing will be done: %s", e)
                 report.exit_code, report.error = EXIT_DATA_UNAVAILABLE, str(e)
+                report.failure = "cluster_unavailable"
                 return
             the_plan = plan(findings_report, snapshot, policy, now)
             report.plan = the_plan
             if the_plan.blocked:
                 log.error("nothing will be done: %s", the_plan.blocked)
                 report.exit_code, report.error = EXIT_DATA_UNAVAILABLE, the_plan.blocked
+                report.failure = "plan_blocked"
                 return
             _log_plan(the_plan)
             report.results = executor.execute(the_plan)
@@ -193,11 +205,12 @@ def _run(
                 log.warning("could not save confirmation state: %s", e)
     except LeaseHeldError as e:
         log.warning("%s; this run does nothing", e)
-        report.lease_held, report.error = True, str(e)
+        report.lease_held, report.error, report.failure = True, str(e), "lease_held"
         return
     except KubeError as e:
         log.error("cannot use the coordination lease, nothing will be done: %s", e)
         report.exit_code, report.error = EXIT_DATA_UNAVAILABLE, str(e)
+        report.failure = "cluster_unavailable"
         return
 
     report.messages = build_messages(

@@ -6,8 +6,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+usage() { sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//'; }
 want_tests=false
-[[ "${1:-}" == "--test" ]] && want_tests=true
+for arg in "$@"; do
+  case "$arg" in
+    --test) want_tests=true ;;
+    -h | --help) usage; exit 0 ;;
+    *) echo "setup: unknown option '$arg'" >&2; usage >&2; exit 2 ;;
+  esac
+done
 
 if $want_tests; then
   packages=(prometheus victoria-metrics prometheus-alertmanager chromium)

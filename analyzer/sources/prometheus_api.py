@@ -24,12 +24,11 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
-from urllib.parse import parse_qs, urlsplit, urlunsplit
+from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
 import requests
@@ -37,7 +36,7 @@ from prometheus_api_client import PrometheusApiClientException, PrometheusConnec
 from urllib3.util.retry import Retry
 
 from analyzer.sources.errors import BadResponseError, QueryError, SourceUnreachableError
-from common.errors import BadInputError
+from analyzer.sources.prometheus_config import PrometheusConfig
 
 log = logging.getLogger(__name__)
 
@@ -46,53 +45,11 @@ _RETRY_STATUSES = (429, 500, 502, 503, 504)
 _QUERY_ERROR_TYPES = frozenset({"bad_data", "execution", "timeout", "canceled", "422"})
 # Endpoints whose data is {resultType, result}.
 _QUERY_PATHS = ("/api/v1/query", "/api/v1/query_range")
-# Mimir tenant IDs (several joined by "|" for tenant federation): no spaces, no control characters.
-_TENANT = re.compile(r"[A-Za-z0-9!\-_.*'()|]+")
 TENANT_HEADER = "X-Scope-OrgID"
 
 T = TypeVar("T")
 
-
-@dataclass(frozen=True)
-class PrometheusConfig:
-    """How to reach the query API. Secrets never appear in ``repr`` or logs."""
-
-    url: str
-    bearer_token: str | None = field(default=None, repr=False)
-    basic_auth: tuple[str, str] | None = field(default=None, repr=False)
-    verify_tls: bool = True
-    ca_file: str | None = None
-    timeout_s: float = 60.0
-    retries: int = 3
-    backoff_s: float = 0.5
-    # Mimir (and Cortex, Loki-style multi-tenant gateways): the tenant sent as X-Scope-OrgID.
-    tenant: str | None = None
-
-    def __post_init__(self) -> None:
-        parts = urlsplit(self.url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise BadInputError(f"--prometheus-url {self.url!r}: expected http(s)://host[:port][/prefix]")
-        if self.bearer_token is not None and self.basic_auth is not None:
-            raise BadInputError("use either a bearer token or basic auth, not both")
-        if self.timeout_s <= 0 or self.retries < 0 or self.backoff_s < 0:
-            raise BadInputError("timeout must be positive; retries and backoff cannot be negative")
-        if self.tenant is not None and not _TENANT.fullmatch(self.tenant):
-            raise BadInputError(
-                f"--tenant {self.tenant!r}: a tenant ID is letters, digits and !-_.*'() "
-                "(several joined by |), without spaces"
-            )
-
-    @property
-    def base_url(self) -> str:
-        return self.url.rstrip("/")
-
-    @property
-    def display_url(self) -> str:
-        """The URL without any user:password part."""
-        parts = urlsplit(self.base_url)
-        host = parts.hostname or ""
-        netloc = f"{host}:{parts.port}" if parts.port else host
-        return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+__all__ = ["PrometheusClient", "PrometheusConfig", "PrometheusSession", "RangeSeries", "VectorSample"]
 
 
 @dataclass(frozen=True)
@@ -314,7 +271,7 @@ class PrometheusClient:
         if status in (401, 403):
             raise BadResponseError(
                 f"{self._where()}: HTTP {status}: credentials missing or refused "
-                "(see --bearer-token-file / --basic-auth-user; Mimir also needs --tenant)"
+                "(see --prometheus-token-file / --prometheus-user; Mimir also needs --prometheus-tenant)"
             )
         if status == 404:
             raise BadResponseError(

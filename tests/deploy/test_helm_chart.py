@@ -164,6 +164,7 @@ def test_reaper_command_line_is_accepted_by_gpu_reaper(values: str) -> None:
     parsed = reaper_parser().parse_args(args[1:])
     assert parsed.policy == Path("/etc/gpu-reaper/policy.yaml")
     assert parsed.apply is (values == "all-enabled")
+    assert getattr(parsed, "_deprecated", []) == []  # no flag spelling the CLI warns about
 
 
 @pytest.mark.parametrize("values", VALUE_SETS.keys())
@@ -198,10 +199,11 @@ def test_prometheus_credentials_are_files_and_env_from_the_secret_never_argument
     assert args[args.index("--prometheus-token-file") + 1] == "/var/run/secrets/gpu-reaper/prometheus/token"
     assert args[args.index("--prometheus-ca-file") + 1] == "/var/run/secrets/gpu-reaper/prometheus/ca.crt"
     env = {e["name"]: e.get("valueFrom") for e in reaper["env"]}
-    assert env["GPU_REAPER_PROMETHEUS_PASSWORD"] == {"secretKeyRef": {"name": "thanos", "key": "password"}}
+    assert env["GPU_PROMETHEUS_USER"] == {"secretKeyRef": {"name": "thanos", "key": "user"}}
+    assert env["GPU_PROMETHEUS_PASSWORD"] == {"secretKeyRef": {"name": "thanos", "key": "password"}}
     pod = only(manifests, "CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     assert {"name": "prometheus-auth", "secret": {"secretName": "thanos"}} in pod["volumes"]
-    reaper_parser().parse_args(args[1:])
+    assert getattr(reaper_parser().parse_args(args[1:]), "_deprecated", []) == []
 
 
 def test_slack_credentials_come_only_from_the_named_secret() -> None:

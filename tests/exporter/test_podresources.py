@@ -51,7 +51,8 @@ def test_hanging_kubelet_times_out(kubelet) -> None:
     started = time.monotonic()
     with pytest.raises(KubeletError, match="DEADLINE_EXCEEDED"):
         PodResourcesClient(kubelet.socket_path, timeout_s=0.3).list_devices()
-    assert time.monotonic() - started < 2.0
+    # Our deadline ended the call, not the kubelet, which hangs for 30 s (a bound a busy machine keeps).
+    assert time.monotonic() - started < 15.0
 
 
 def test_missing_socket(tmp_path: Path) -> None:
@@ -74,7 +75,8 @@ def test_refresher_builds_the_view(kubelet, tmp_path: Path) -> None:
 def test_refresher_counts_failures_and_drops_a_stale_view(kubelet, tmp_path: Path) -> None:
     now = [100.0]
     kubelet.assign(("ml", "train-0", "main", "nvidia.com/gpu", [UUID]))
-    client = PodResourcesClient(kubelet.socket_path, timeout_s=0.2)
+    # Room for the first, answered call on a busy machine; the hanging kubelet outlasts it anyway.
+    client = PodResourcesClient(kubelet.socket_path, timeout_s=2.0)
     refresher = PodViewRefresher(client, pod_log_dir=None, max_age_s=60, monotonic=lambda: now[0])
     assert refresher.refresh()
     kubelet.hanging = True

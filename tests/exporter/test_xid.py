@@ -84,17 +84,33 @@ def test_paused_keeps_the_thread_out_of_nvml() -> None:
 
 
 def test_request_pause_parks_the_thread_without_blocking() -> None:
+    """Events, not timings: the NVML wait in progress ends only when the test releases it."""
     library = FakeNvmlLibrary([FakeGpu(0)])
-    _, _, watcher = watched(library, wait_ms=200)
+    _, _, watcher = watched(library, wait_ms=50)
+    entered, release = threading.Event(), threading.Event()
+    waits = []
+    original = library.nvmlEventSetWait
+
+    def wait(event_set: Any, timeout_ms: int) -> Any:
+        waits.append(timeout_ms)
+        entered.set()
+        release.wait(60)
+        return original(event_set, timeout_ms)
+
+    library.nvmlEventSetWait = wait  # type: ignore[method-assign]
     watcher.start()
     try:
-        time.sleep(0.05)
-        started = time.monotonic()
-        watcher.request_pause()
-        assert time.monotonic() - started < 0.05
-        time.sleep(0.3)  # the wait in progress ends; no new one starts
-        started = time.monotonic()
+        assert entered.wait(60)
+        caller = threading.Thread(target=watcher.request_pause)
+        caller.start()
+        caller.join(60)
+        assert not caller.is_alive()  # returned while the wait was still in progress
+        assert not release.is_set() and len(waits) == 1
+        release.set()  # the wait in progress ends; no new one starts
         with watcher.paused():
-            assert time.monotonic() - started < 0.05
+            assert len(waits) == 1
+        entered.clear()
+        assert entered.wait(60)  # resumed after the pause
     finally:
+        release.set()
         watcher.stop()

@@ -195,7 +195,9 @@ class EmulatedCluster:
     def fail(self, fault: Fault) -> None:
         self.call(lambda: self.server.faults.append(fault))
 
-    def client(self, timeout: float = 5.0) -> KubeClient:
+    def client(self, timeout: float = 30.0) -> KubeClient:
+        # Generous: a busy machine must not turn a slow answer into a failed test. Tests about
+        # timeouts pass their own, short one, against a fault delayed well beyond it.
         return KubeClient.from_settings(
             KubeSettings(kubeconfig=str(self.kubeconfig), timeout_seconds=timeout)
         )

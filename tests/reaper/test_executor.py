@@ -67,7 +67,7 @@ def reaper_run(
     *,
     apply: bool = True,
     policy: dict[str, Any] | None = None,
-    timeout: float = 5.0,
+    timeout: float = 30.0,
     identity: str | None = None,
 ) -> RunReport:
     settings = RunSettings(
@@ -272,8 +272,9 @@ def test_server_error_mid_run_fails_that_action_and_leaves_everything_restorable
 
 def test_timeout_mid_run_fails_the_run_but_the_object_stays_restorable(cluster: EmulatedCluster) -> None:
     seed(cluster, deployment("a"), deployment("b"))
-    cluster.fail(Fault("PATCH", "Deployment", name="a", delay=1.5))  # applied, but answered too late
-    result = reaper_run(cluster, idle("a", "b"), timeout=0.5)
+    # Applied, but answered too late; the other calls have 2 s, plenty even on a busy machine.
+    cluster.fail(Fault("PATCH", "Deployment", name="a", delay=5.0))
+    result = reaper_run(cluster, idle("a", "b"), timeout=2.0)
 
     assert result.exit_code == EXIT_ACTION_FAILED
     failed = next(r for r in result.results if r.action.target.name == "a")
@@ -307,7 +308,9 @@ def test_event_failure_does_not_fail_the_action(cluster: EmulatedCluster) -> Non
 
 def test_two_concurrent_runs_never_double_act(cluster: EmulatedCluster) -> None:
     seed(cluster, *(deployment(n) for n in "abc"))
-    cluster.fail(Fault("PATCH", "Deployment", delay=0.2, times=100))  # keep the first run busy
+    # Keep the first run busy (holding the Lease) for seconds: the second must meet it even when
+    # a busy machine starts its thread late.
+    cluster.fail(Fault("PATCH", "Deployment", delay=1.0, times=100))
     results: list[RunReport] = []
     barrier = threading.Barrier(2)
 
@@ -329,6 +332,7 @@ def test_two_concurrent_runs_never_double_act(cluster: EmulatedCluster) -> None:
         f"/apis/apps/v1/namespaces/serving/deployments/{n}" for n in "abc"
     )
     assert "holds the lease" in (loser.error or "")
+    assert loser.summary_line() == "gpu-reaper: mode=apply error=lease_held findings=3"
 
 
 def test_a_second_run_after_the_first_finds_nothing_left_to_do(cluster: EmulatedCluster) -> None:

@@ -68,7 +68,9 @@ def test_against_real_prometheus(
 def test_prometheus_down_exits_3_without_a_report(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     out = tmp_path / "findings.json"
     url = f"http://127.0.0.1:{free_port()}"
-    code = main(["analyze", "--prometheus-url", url, "--end", END, "--retries", "0", "--output", str(out)])
+    code = main(
+        ["analyze", "--prometheus-url", url, "--end", END, "--prometheus-retries", "0", "--output", str(out)]
+    )
     assert code == 3
     assert "data source unavailable" in capsys.readouterr().err
     assert not out.exists()
@@ -89,7 +91,19 @@ def test_garbage_or_empty_source_exits_3(
     url = "http://prometheus.test:9090"
     with responses.RequestsMock() as mock:
         mock.get(f"{url}/api/v1/label/__name__/values", body=body, content_type=content_type)
-        code = main(["analyze", "--prometheus-url", url, "--end", END, "--retries", "0", "--format", "json"])
+        code = main(
+            [
+                "analyze",
+                "--prometheus-url",
+                url,
+                "--end",
+                END,
+                "--prometheus-retries",
+                "0",
+                "--format",
+                "json",
+            ]
+        )
     captured = capsys.readouterr()
     assert code == 3
     assert message in captured.err
@@ -117,15 +131,24 @@ def test_garbage_or_empty_source_exits_3(
             ["analyze", "--simulate", "standard", "--output", "/nonexistent/dir/r.txt"], id="unwritable"
         ),
         pytest.param(
-            ["analyze", "--prometheus-url", "http://x", "--basic-auth-user", "me"],
+            ["analyze", "--prometheus-url", "http://x", "--prometheus-user", "me"],
             id="basic-auth-without-password",
+        ),
+        pytest.param(
+            ["analyze", "--prometheus-url", "http://x", "--end", "2099-01-01T00:00:00Z"],
+            id="prometheus-end-in-the-future",
+        ),
+        pytest.param(["analyze", "--simulate", "standard", "--namespace", "Team_A"], id="bad-namespace"),
+        pytest.param(["analyze", "--simulate", "standard", "--top", "-1"], id="negative-top"),
+        pytest.param(
+            ["analyze", "--prometheus-url", "http://x", "--prometheus-retries", "-1"], id="bad-retries"
         ),
         pytest.param(["simulate", "no-such-scenario"], id="simulate-unknown-scenario"),
     ],
 )
-def test_bad_input_exits_2(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("GPU_ANALYZER_BASIC_AUTH_PASSWORD", raising=False)
+def test_bad_input_exits_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(argv) == 2
+    assert "gpu-analyzer" in capsys.readouterr().err
 
 
 def test_bad_policy_names_the_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -143,7 +166,7 @@ def test_token_file_is_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     url = "http://prometheus.test:9090"
     with responses.RequestsMock() as mock:
         mock.get(f"{url}/api/v1/label/__name__/values", json={"status": "success", "data": []})
-        code = main(["analyze", "--prometheus-url", url, "--end", END, "--bearer-token-file", str(token)])
+        code = main(["analyze", "--prometheus-url", url, "--end", END, "--prometheus-token-file", str(token)])
         assert mock.calls[0].request.headers["Authorization"] == "Bearer t0ken"
     assert code == 3
     assert "t0ken" not in capsys.readouterr().err
@@ -153,7 +176,7 @@ def test_tenant_reaches_the_server_as_x_scope_orgid() -> None:
     url = "http://mimir.test/prometheus"
     with responses.RequestsMock() as mock:
         mock.get(f"{url}/api/v1/label/__name__/values", json={"status": "success", "data": []})
-        code = main(["analyze", "--prometheus-url", url, "--end", END, "--tenant", "ml-team"])
+        code = main(["analyze", "--prometheus-url", url, "--end", END, "--prometheus-tenant", "ml-team"])
         assert mock.calls[0].request.headers["X-Scope-OrgID"] == "ml-team"
     assert code == 3  # the tenant holds no GPU series
 
@@ -168,13 +191,13 @@ def test_tenant_reaches_the_server_as_x_scope_orgid() -> None:
     ],
 )
 def test_timeout_takes_seconds_or_a_duration(value: str, seconds: float) -> None:
-    args = build_parser().parse_args(["analyze", "--simulate", "standard", "--timeout", value])
-    assert args.timeout == timedelta(seconds=seconds)
+    args = build_parser().parse_args(["analyze", "--simulate", "standard", "--prometheus-timeout", value])
+    assert args.prometheus_timeout == timedelta(seconds=seconds)
 
 
 @pytest.mark.parametrize("value", ["0", "-3", "nan", "inf", "soon"])
 def test_bad_timeouts_exit_2(value: str) -> None:
-    assert main(["analyze", "--prometheus-url", "http://x", "--timeout", value]) == 2
+    assert main(["analyze", "--prometheus-url", "http://x", "--prometheus-timeout", value]) == 2
 
 
 def test_other_durations_still_need_a_unit() -> None:
@@ -204,3 +227,79 @@ def test_simulate_writes_series(
 def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["analyze", "--help"]) == 0
     assert "--prometheus-url" in capsys.readouterr().out
+
+
+def test_namespace_scopes_the_analysis(capsys: pytest.CaptureFixture[str], standard_fleet: Fleet) -> None:
+    argv = ["analyze", "--simulate", "standard", "--format", "json", "--namespace", "serving"]
+    assert main([*argv, "--namespace", "research"]) == 0
+    report = FindingsReport.from_json(capsys.readouterr().out)
+    expected = {
+        k: v for k, v in truth_kinds(standard_fleet).items() if k.split("/")[0] in ("serving", "research")
+    }
+    assert expected and len(expected) < len(truth_kinds(standard_fleet))
+    assert {f.workload.key(): f.kind for f in report.findings} == expected
+
+
+def test_unwritable_output_fails_before_the_analysis(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Exit 2 naming the file, not 3 after minutes of querying an unreachable Prometheus."""
+    url = f"http://127.0.0.1:{free_port()}"
+    out = tmp_path / "missing-dir" / "findings.json"
+    assert main(["analyze", "--prometheus-url", url, "--output", str(out)]) == 2
+    assert f"gpu-analyzer: error: --output {out}: directory" in capsys.readouterr().err
+
+
+def test_prometheus_options_fall_back_to_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    url = "http://mimir.test/prometheus"
+    monkeypatch.setenv("GPU_PROMETHEUS_URL", url)
+    monkeypatch.setenv("GPU_PROMETHEUS_TENANT", "ml-team")
+    monkeypatch.setenv("GPU_PROMETHEUS_TOKEN", "t0ken")
+    monkeypatch.setenv("GPU_PROMETHEUS_RETRIES", "0")
+    with responses.RequestsMock() as mock:
+        mock.get(f"{url}/api/v1/label/__name__/values", json={"status": "success", "data": []})
+        assert main(["analyze", "--end", END]) == 3  # an empty tenant: nothing can be concluded
+        headers = mock.calls[0].request.headers
+        assert (headers["X-Scope-OrgID"], headers["Authorization"]) == ("ml-team", "Bearer t0ken")
+        assert len(mock.calls) == 1  # no retries
+
+
+def test_simulate_wins_over_a_url_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("GPU_PROMETHEUS_URL", f"http://127.0.0.1:{free_port()}")
+    assert main(["analyze", "--simulate", "standard", "--format", "json"]) == 0
+    assert FindingsReport.from_json(capsys.readouterr().out).source == "simulated:standard"
+
+
+def test_a_bad_value_in_the_environment_names_the_variable(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("GPU_PROMETHEUS_TIMEOUT", "soon")
+    assert main(["analyze", "--prometheus-url", "http://x"]) == 2
+    assert "$GPU_PROMETHEUS_TIMEOUT: invalid duration 'soon'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        pytest.param(["--tenant", "ml-team"], ["--prometheus-tenant", "ml-team"], id="tenant"),
+        pytest.param(["--bearer-token-file", "TOKEN"], ["--prometheus-token-file", "TOKEN"], id="token-file"),
+    ],
+)
+def test_older_spellings_still_work_with_a_warning(
+    old: list[str], new: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    token = tmp_path / "token"
+    token.write_text("t0ken\n")
+    url = "http://mimir.test/prometheus"
+    sent = []
+    for argv in (old, new):
+        argv = [str(token) if a == "TOKEN" else a for a in argv]
+        with responses.RequestsMock() as mock:
+            mock.get(f"{url}/api/v1/label/__name__/values", json={"status": "success", "data": []})
+            assert main(["analyze", "--prometheus-url", url, "--end", END, *argv]) == 3
+            sent.append({k: v for k, v in mock.calls[0].request.headers.items() if k != "User-Agent"})
+        err = capsys.readouterr().err
+        assert (f"{old[0]} is deprecated; use {new[0]}" in err) is (argv[0] == old[0])
+    assert sent[0] == sent[1]
