@@ -16,20 +16,11 @@ from typing import Any
 from common.timeutil import rfc3339
 from reaper import names
 from reaper.errors import ConflictError, NotFoundError
+from reaper.kinds import KINDS, object_kind
 from simulation.fleet import Fleet
 from simulation.fleet.scenario import WorkloadKind
 
 _SCALABLE = {WorkloadKind.DEPLOYMENT: "Deployment", WorkloadKind.STATEFULSET: "StatefulSet"}
-_API_VERSION = {
-    "Deployment": "apps/v1",
-    "StatefulSet": "apps/v1",
-    "Node": "v1",
-    "Namespace": "v1",
-    "ConfigMap": "v1",
-    "Event": "v1",
-    "Lease": "coordination.k8s.io/v1",
-    "HorizontalPodAutoscaler": "autoscaling/v2",
-}
 _NS_UUID = uuid.UUID("0b5e4c1e-9a43-4d8f-8f39-6c2f3b1f4a10")
 
 
@@ -47,7 +38,13 @@ def manifest(
     created: datetime | None = None,
     spec: Mapping[str, Any] | None = None,
     status: Mapping[str, Any] | None = None,
+    owner: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """A plain object of ``kind`` (the reaper's kind names: ``KnativeService`` is Knative's Service).
+
+    ``owner`` makes another manifest its controller, with the ownerReference a controller writes:
+    apiVersion, kind, name, uid, ``controller: true`` and ``blockOwnerDeletion: true``.
+    """
     meta: dict[str, Any] = {"name": name, "uid": _uid(kind, namespace or "", name), "resourceVersion": "1"}
     if namespace:
         meta["namespace"] = namespace
@@ -57,7 +54,20 @@ def manifest(
         meta["annotations"] = dict(annotations)
     if created is not None:
         meta["creationTimestamp"] = rfc3339(created.replace(microsecond=0))
-    obj: dict[str, Any] = {"apiVersion": _API_VERSION.get(kind, "v1"), "kind": kind, "metadata": meta}
+    if owner is not None:
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": owner["apiVersion"],
+                "kind": owner["kind"],
+                "name": owner["metadata"]["name"],
+                "uid": owner["metadata"]["uid"],
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+    info = KINDS.get(kind)
+    api_version, api_kind = (info.api_version, info.api_kind) if info else ("v1", kind)
+    obj: dict[str, Any] = {"apiVersion": api_version, "kind": api_kind, "metadata": meta}
     if spec is not None:
         obj["spec"] = dict(spec)
     if status is not None:
@@ -168,7 +178,7 @@ class InMemoryCluster:
         self._version += 1
         meta = obj.setdefault("metadata", {})
         meta["resourceVersion"] = str(self._version)
-        self._objects[self._key(obj["kind"], meta.get("namespace"), meta["name"])] = obj
+        self._objects[self._key(object_kind(obj), meta.get("namespace"), meta["name"])] = obj
         return copy.deepcopy(obj)
 
     def get(self, kind: str, namespace: str | None, name: str) -> dict[str, Any]:
@@ -202,7 +212,9 @@ class InMemoryCluster:
 
     def create(self, kind: str, namespace: str | None, body: Mapping[str, Any]) -> dict[str, Any]:
         obj = copy.deepcopy(dict(body))
-        obj.setdefault("kind", kind)
+        info = KINDS.get(kind)
+        obj.setdefault("apiVersion", info.api_version if info else "v1")
+        obj.setdefault("kind", info.api_kind if info else kind)
         meta = obj.setdefault("metadata", {})
         if namespace:
             meta.setdefault("namespace", namespace)
@@ -210,8 +222,8 @@ class InMemoryCluster:
             raise ConflictError(f"{kind} {meta['name']} already exists", status=409)
         return self._put(obj)
 
-    def list_optional(self, kind: str) -> list[dict[str, Any]]:
-        return self.list_objects(kind)  # every kind exists here; one with no objects lists empty
+    def list_optional(self, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        return self.list_objects(kind, namespace)  # every kind exists here; one with no objects lists empty
 
     def objects(self, kind: str) -> list[dict[str, Any]]:
         """For assertions: the stored objects of a kind, uncounted."""
