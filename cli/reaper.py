@@ -149,7 +149,12 @@ def _build_parser() -> _Parser:
         "--output", type=Path, default=Path("gpu-reaper-report.html"), help="HTML report path"
     )
     p_demo.add_argument("--policy", type=Path, help="policy YAML (default: the built-in demo policy)")
-    p_demo.add_argument("--scenario", default="standard", help="built-in scenario name or YAML path")
+    p_demo.add_argument(
+        "--scenario",
+        default="demo",
+        help="built-in scenario name or YAML path (default: demo, the standard fleet plus a Notebook, an "
+        "InferenceService and a RayCluster)",
+    )
     return parser
 
 

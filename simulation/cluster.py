@@ -1,6 +1,7 @@
 """A cluster built from a simulated fleet: the Kubernetes objects its workloads and nodes would be.
 
-``fleet_objects`` returns plain manifests (Namespaces, Deployments, StatefulSets, Nodes) that seed
+``fleet_objects`` returns plain manifests (Namespaces, Deployments, StatefulSets, the custom controllers
+above them, RayClusters, Nodes) that seed
 the in-memory cluster of ``gpu-reaper demo`` and the Kubernetes emulator in tests, so both see the
 same cluster as the analyzer sees in the metrics.
 """
@@ -8,71 +9,19 @@ same cluster as the analyzer sees in the metrics.
 from __future__ import annotations
 
 import copy
-import uuid
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from common.timeutil import rfc3339
 from reaper import names
 from reaper.errors import ConflictError, NotFoundError
 from reaper.kinds import KINDS, object_kind
+from simulation import controllers
 from simulation.fleet import Fleet
-from simulation.fleet.scenario import WorkloadKind
+from simulation.fleet.scenario import Controller, WorkloadKind, WorkloadSpec
+from simulation.manifests import manifest
 
 _SCALABLE = {WorkloadKind.DEPLOYMENT: "Deployment", WorkloadKind.STATEFULSET: "StatefulSet"}
-_NS_UUID = uuid.UUID("0b5e4c1e-9a43-4d8f-8f39-6c2f3b1f4a10")
-
-
-def _uid(*parts: str) -> str:
-    return str(uuid.uuid5(_NS_UUID, "/".join(parts)))
-
-
-def manifest(
-    kind: str,
-    name: str,
-    namespace: str | None = None,
-    *,
-    labels: Mapping[str, str] | None = None,
-    annotations: Mapping[str, str] | None = None,
-    created: datetime | None = None,
-    spec: Mapping[str, Any] | None = None,
-    status: Mapping[str, Any] | None = None,
-    owner: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """A plain object of ``kind`` (the reaper's kind names: ``KnativeService`` is Knative's Service).
-
-    ``owner`` makes another manifest its controller, with the ownerReference a controller writes:
-    apiVersion, kind, name, uid, ``controller: true`` and ``blockOwnerDeletion: true``.
-    """
-    meta: dict[str, Any] = {"name": name, "uid": _uid(kind, namespace or "", name), "resourceVersion": "1"}
-    if namespace:
-        meta["namespace"] = namespace
-    if labels:
-        meta["labels"] = dict(labels)
-    if annotations:
-        meta["annotations"] = dict(annotations)
-    if created is not None:
-        meta["creationTimestamp"] = rfc3339(created.replace(microsecond=0))
-    if owner is not None:
-        meta["ownerReferences"] = [
-            {
-                "apiVersion": owner["apiVersion"],
-                "kind": owner["kind"],
-                "name": owner["metadata"]["name"],
-                "uid": owner["metadata"]["uid"],
-                "controller": True,
-                "blockOwnerDeletion": True,
-            }
-        ]
-    info = KINDS.get(kind)
-    api_version, api_kind = (info.api_version, info.api_kind) if info else ("v1", kind)
-    obj: dict[str, Any] = {"apiVersion": api_version, "kind": api_kind, "metadata": meta}
-    if spec is not None:
-        obj["spec"] = dict(spec)
-    if status is not None:
-        obj["status"] = dict(status)
-    return obj
 
 
 def fleet_objects(
@@ -102,17 +51,26 @@ def fleet_objects(
             manifest("Namespace", ns, annotations=ns_extra.get(ns), created=sc.start - timedelta(days=90))
         )
     for w in sc.workloads:
+        key = (w.namespace, w.name)
+        created = datetime.fromtimestamp(first_start.get(key, sc.start.timestamp()), tz=UTC)
+        annotations = {**w.annotations, **extra.get(f"{w.namespace}/{w.name}", {})}
+        owned = _controlled(w, created)
+        if owned:
+            *_, holder = owned
+            if annotations:
+                holder["metadata"].setdefault("annotations", {}).update(annotations)
+            objects.extend(owned)
+            continue
         kind = _SCALABLE.get(w.kind)
         if kind is None:
             continue  # Jobs and bare Pods: the reaper only ever notifies about them
-        key = (w.namespace, w.name)
-        created = datetime.fromtimestamp(first_start.get(key, sc.start.timestamp()), tz=UTC)
         labels = {**w.labels, "app.kubernetes.io/name": w.labels.get("app", w.name)}
-        annotations = {**w.annotations, **extra.get(f"{w.namespace}/{w.name}", {})}
         selector = {"matchLabels": {"app.kubernetes.io/name": labels["app.kubernetes.io/name"]}}
         spec: dict[str, Any] = {"replicas": w.replicas, "selector": selector}
         if kind == "StatefulSet":
             spec["serviceName"] = w.name
+        # The status its controller reports once the rollout is done, a minute after creation.
+        progressed = created + timedelta(minutes=1) if kind == "Deployment" else None
         objects.append(
             manifest(
                 kind,
@@ -122,7 +80,7 @@ def fleet_objects(
                 annotations=annotations,
                 created=created,
                 spec=spec,
-                status={"replicas": w.replicas, "readyReplicas": w.replicas},
+                status=controllers.replicated_status(w.replicas, progressed=progressed),
             )
         )
     for node in sc.nodes:
@@ -142,6 +100,24 @@ def fleet_objects(
             )
         )
     return objects
+
+
+def _controlled(w: WorkloadSpec, created: datetime) -> list[dict[str, Any]]:
+    """The root and its children for a workload under a custom controller (the holder last); else []."""
+    name = w.controller_name
+    match w.kind, w.controller:
+        case WorkloadKind.RAYCLUSTER, _:
+            return controllers.ray_cluster(
+                w.namespace, w.name, created, workers=w.replicas, gpus=w.gpus_per_pod
+            )
+        case _, Controller.NOTEBOOK:
+            return controllers.notebook(w.namespace, name or w.name, created, gpus=w.gpus_per_pod)
+        case _, Controller.INFERENCE_SERVICE:
+            root = name or w.name.removesuffix("-predictor")
+            return controllers.inference_service(w.namespace, root, created, gpus=w.gpus_per_pod)
+        case _, Controller.LEADER_WORKER_SET:
+            return controllers.leader_worker_set(w.namespace, name or w.name, created, replicas=w.replicas)
+    return []
 
 
 def _merge_patch(target: Any, patch: Any) -> Any:

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from common.timeutil import rfc3339
-from simulation.cluster import manifest
+from simulation.manifests import manifest
 
 Manifest = dict[str, Any]
 GPU = "nvidia.com/gpu"

@@ -4,12 +4,13 @@
 a dry run; an applied run that creates the Lease and the state ConfigMap, scales a Deployment and a
 StatefulSet, stops one workload under every root controller the reaper knows (Notebook,
 InferenceService, RayCluster, LeaderWorkerSet, Rollout, JobSet, a Kueue Job, an ownerless
-ReplicaSet; a Knative Service only reported), cordons a node, records Events and re-reads after a 409; a second applied run that
-takes over the existing Lease and patches the ConfigMap; and every kind of restore. Each request in
-the emulator's log becomes the attributes the API server's RBAC authorizer checks (harness.rbac),
-and the Roles and ClusterRoles the chart renders for the reaper's ServiceAccount must grant every
-one of them and nothing more. A new API call in reaper/kube.py or reaper/executor.py fails here
-until the chart grants it; a grant the reaper stops using fails here until it is removed.
+ReplicaSet; a Knative Service only reported), cordons a node, records Events and re-reads after a
+409; a second applied run that takes over the existing Lease and patches the ConfigMap; and every
+kind of restore. Each request in the emulator's log becomes the attributes the API server's RBAC
+authorizer checks (harness.rbac), and the Roles and ClusterRoles the chart renders for the reaper's
+ServiceAccount must grant every one of them and nothing more. A new API call in reaper/kube.py or
+reaper/executor.py fails here until the chart grants it; a grant the reaper stops using fails here
+until it is removed.
 """
 
 from __future__ import annotations
