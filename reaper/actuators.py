@@ -80,12 +80,13 @@ class StopAnnotation(Actuator):
 
     key: str
     timestamp: bool  # the value is the stop time (Kubeflow) rather than "true" (KServe)
+    unheeded: str = ""  # what it means when the GPUs stay busy under the annotation
 
     def stopped(self, w: Workload) -> str | None:
         value = w.annotations.get(self.key)
         if value is None or (not self.timestamp and value.strip().lower() != "true"):
             return None
-        return f"already annotated {self.key}={value}"
+        return f"already annotated {self.key}={value}" + (f"; {self.unheeded}" if self.unheeded else "")
 
     def stop(self, w: Workload, now: str) -> Change:
         value = now if self.timestamp else "true"
@@ -123,8 +124,12 @@ ACTUATORS: Mapping[str, Actuator] = {
     # Kubeflow's notebook controller scales the StatefulSet to 0 while the annotation is set.
     "Notebook": StopAnnotation(names.KUBEFLOW_STOPPED, timestamp=True),
     # KServe (2025 onwards, kserve#4337 serverless, kserve#4455 raw deployment) deletes the
-    # predictor's workloads while it is "true"; older KServe ignores it (see notify_only).
-    "InferenceService": StopAnnotation(names.KSERVE_STOP, timestamp=False),
+    # predictor's workloads while it is "true"; older KServe ignores it (docs/reaper.md).
+    "InferenceService": StopAnnotation(
+        names.KSERVE_STOP,
+        timestamp=False,
+        unheeded="if its GPUs are still busy, this KServe predates the stop annotation: stop it by hand",
+    ),
     "RayCluster": _SUSPEND,
     "JobSet": _SUSPEND,
     "Job": _SUSPEND,  # only Kueue-managed ones: see actuator_for

@@ -217,7 +217,7 @@ class Executor:
         holder = f" (GPUs held by {action.target.kind} {action.target.namespace}/{action.target.name})"
         via = holder if action.root is not None else ""
 
-        def attempt(obj: dict[str, Any]) -> dict[str, Any] | None:
+        def attempt(obj: dict[str, Any]) -> tuple[dict[str, Any], str] | None:
             self._still_wanted(obj, ref.kind.lower())
             live = workload_from_object(ref.kind, obj)
             done = actuator.stopped(live)
@@ -236,7 +236,7 @@ class Executor:
                 f"({action.reason})",
                 lambda: self.kube.patch(ref.kind, ref.namespace, ref.name, body),
             )
-            return None if patched is None else {"obj": patched, "change": change.description}
+            return None if patched is None else (patched, change.description)
 
         planned = self._planned_copy(
             action, {"replicas": action.replicas} if action.replicas is not None else {}
@@ -244,14 +244,15 @@ class Executor:
         done = self._with_conflict_retry(self._reader(ref.kind, ref.namespace, ref.name, planned), attempt)
         if done is None:
             return ActionResult(action, Outcome.DRY_RUN)
+        patched, change = done
         self._event(
-            done["obj"],
+            patched,
             ref.kind,
             actuator.done,
-            f"gpu-reaper: {actuator.verb}, {done['change']}{via}: {action.reason}. "
+            f"gpu-reaper: {actuator.verb}, {change}{via}: {action.reason}. "
             f"Restore: gpu-reaper restore {ref.namespace}/{ref.name}",
         )
-        return ActionResult(action, Outcome.APPLIED, str(done["change"]))
+        return ActionResult(action, Outcome.APPLIED, change)
 
     def _cordon(self, action: PlannedAction) -> ActionResult:
         name = action.target.name
