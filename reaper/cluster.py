@@ -6,6 +6,7 @@ through :func:`read_snapshot`, so the planner sees the same shape either way.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -15,9 +16,12 @@ from typing import Any
 from common.model import WorkloadRef
 from common.timeutil import parse_time
 from reaper import names
-from reaper.kinds import WORKLOAD_KINDS, kind_of
+from reaper.errors import ForbiddenError
+from reaper.kinds import WORKLOAD_KINDS, KindInfo, kind_of
 from reaper.kube_api import KubeApi
 from reaper.state import ReaperState
+
+log = logging.getLogger(__name__)
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 # Kinds with spec.replicas and a rollout status.
@@ -364,15 +368,24 @@ def build_snapshot(
     )
 
 
+def _list_workloads(reader: KubeApi, kind: KindInfo) -> list[dict[str, Any]]:
+    if not kind.custom:
+        return reader.list_objects(kind.name)
+    try:
+        return reader.list_optional(kind.name)
+    except ForbiddenError:
+        # Not granted (the chart's rbac.controllers): the kind's children then have an owner the
+        # reaper cannot see, and are skipped as controller_managed, never scaled behind its back.
+        log.warning("not allowed to list %s: the workloads they control are left alone", kind.plural)
+        return []
+
+
 def read_snapshot(reader: KubeApi, reaper_namespace: str) -> ClusterSnapshot:
     """One list per kind (custom kinds only where their API is served) and the confirmation state."""
     state_cm = reader.get_optional("ConfigMap", reaper_namespace, names.STATE_CONFIGMAP)
     state_text = ((state_cm or {}).get("data") or {}).get(names.STATE_KEY)
     return build_snapshot(
-        workloads={
-            k.name: reader.list_optional(k.name) if k.custom else reader.list_objects(k.name)
-            for k in WORKLOAD_KINDS
-        },
+        workloads={k.name: _list_workloads(reader, k) for k in WORKLOAD_KINDS},
         nodes=reader.list_objects("Node"),
         namespaces=reader.list_objects("Namespace"),
         hpas=reader.list_objects("HorizontalPodAutoscaler"),

@@ -24,6 +24,7 @@ from reaper.actuators import ACTUATORS, Change
 from reaper.cluster import workload_from_object
 from reaper.errors import (
     ConflictError,
+    ForbiddenError,
     KubeError,
     KubeUnavailableError,
     LeaseHeldError,
@@ -454,8 +455,8 @@ class Executor:
         for kind in ACTUATORS:
             try:
                 obj = self.kube.get_optional(kind, namespace, name)
-            except NotFoundError:
-                obj = None  # a custom kind that is not installed
+            except (NotFoundError, ForbiddenError):
+                obj = None  # a custom kind that is not installed, or not granted (rbac.controllers)
             if obj is None:
                 continue
             if _marked(kind, obj):
@@ -521,11 +522,16 @@ class Executor:
         """Restore everything the reaper stopped (in one namespace, or everywhere plus its cordons)."""
         results: list[RestoreResult] = []
         for kind in ACTUATORS:
-            listed = (
-                self.kube.list_optional(kind, namespace)
-                if KINDS[kind].custom
-                else self.kube.list_objects(kind, namespace)
-            )
+            try:
+                listed = (
+                    self.kube.list_optional(kind, namespace)
+                    if KINDS[kind].custom
+                    else self.kube.list_objects(kind, namespace)
+                )
+            except ForbiddenError:
+                if not KINDS[kind].custom:
+                    raise
+                continue  # not granted (rbac.controllers): the reaper cannot have stopped any
             for obj in listed:
                 if _marked(kind, obj):
                     results.append(self._restore(kind, _meta(obj, "namespace"), _meta(obj, "name"), obj))

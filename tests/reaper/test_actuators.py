@@ -390,3 +390,20 @@ def test_a_deployment_rolled_out_ten_minutes_ago_is_not_scaled(
     assert line.endswith("planned=0 applied=0 skipped=1 failed=0")
     assert _writes_to(cluster, seen) == []
     assert any(f"({reason})" in r.getMessage() for r in caplog.records)
+
+
+def test_a_controller_the_reaper_may_not_read_leaves_its_children_alone(
+    installed: EmulatedCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The chart's rbac.controllers.kubeflowNotebooks off: listing Notebooks answers 403."""
+    cluster = installed
+    cluster.seed(objects.notebook(NS, "alice", CREATED))
+    cluster.fail(Fault("GET", "Notebook", status=403, times=10))
+    seen = len(cluster.requests())
+    with caplog.at_level("INFO"):
+        line = _run(cluster, tmp_path, _findings(tmp_path, ("StatefulSet", "alice")), "--apply")
+    assert line.endswith("planned=0 applied=0 skipped=1 failed=0")
+    assert _writes_to(cluster, seen) == []
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("not allowed to list notebooks" in m for m in messages)
+    assert any("(controller_managed)" in m and f"Notebook {NS}/alice" in m for m in messages)

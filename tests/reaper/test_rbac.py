@@ -373,3 +373,31 @@ def test_grants_follow_rbac_scoping_and_resource_names() -> None:
         Access("list", "apps", "deployments", None, None)
     )  # cluster-wide needs a ClusterRoleBinding
     assert not allowed(Access("list", "apps", "deployments/scale", "team-a", None))
+
+
+@pytest.mark.parametrize(
+    ("switch", "refused"),
+    [
+        pytest.param(
+            "kubeflowNotebooks",
+            {
+                ("list", "kubeflow.org", "notebooks"),
+                ("get", "kubeflow.org", "notebooks"),
+                ("patch", "kubeflow.org", "notebooks"),
+            },
+            id="kubeflow",
+        ),
+        pytest.param(
+            "knative",
+            {("list", "serving.knative.dev", r) for r in ("services", "configurations", "revisions")},
+            id="knative",
+        ),
+        pytest.param("kueueJobs", {("get", "batch", "jobs"), ("patch", "batch", "jobs")}, id="kueue"),
+    ],
+)
+def test_a_controller_switched_off_refuses_only_its_own_requests(
+    reaper_requests: dict[str, list[Access]], switch: str, refused: set[tuple[str, str, str]]
+) -> None:
+    granted = _granted(render({"rbac": {"controllers": {switch: False}}}))
+    denied = {a for a in _all(reaper_requests) if not any(g.allows(a) for g in granted)}
+    assert {(a.verb, a.group, a.resource) for a in denied} == refused
