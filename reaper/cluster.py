@@ -155,13 +155,22 @@ class ClusterSnapshot:
 
         The chain follows ownerReferences with ``controller: true`` by uid. An owner that is not in
         the snapshot (a kind the reaper does not list, or not installed) ends the chain as a bare
-        reference: the reaper knows who controls the object, not how to stop it.
+        reference: the reaper knows who controls the object, not how to stop it. The one hop through
+        an object the reaper does not read: a LeaderWorkerSet's worker StatefulSets are owned by their
+        group's leader Pod, and carry the LeaderWorkerSet's name in a label.
         """
         chain: list[Workload] = []
         seen = {workload.uid}
         current = workload
         while current.owner is not None:
             owner = self.by_uid.get(current.owner.uid) if current.owner.uid else None
+            if owner is None and current.owner.kind == "Pod":
+                lws = current.labels.get(names.LWS_NAME_LABEL)
+                owner = (
+                    self.workload(WorkloadRef(kind="LeaderWorkerSet", name=lws, namespace=current.namespace))
+                    if lws
+                    else None
+                )
             if owner is None or owner.uid in seen:
                 return tuple(chain), current.owner
             chain.append(owner)
@@ -227,20 +236,25 @@ def _controller(meta: Mapping[str, Any]) -> OwnerRef | None:
     return None
 
 
-def _rollout(meta: Mapping[str, Any], spec: Mapping[str, Any], status: Mapping[str, Any]) -> Rollout | None:
+def _rollout(
+    kind: str, meta: Mapping[str, Any], spec: Mapping[str, Any], status: Mapping[str, Any]
+) -> Rollout | None:
+    # Only controllers that report observedGeneration say whether they have caught up (a
+    # LeaderWorkerSet does not); their replica counts are omitted from status when zero.
     if "observedGeneration" not in status or not isinstance(spec.get("replicas", 1), int):
         return None
+    desired = _int(spec.get("replicas"), 1)
     generation = _int(meta.get("generation"), 1)
     observed = status.get("observedGeneration")
     if isinstance(observed, str):
         # Argo Rollouts writes it as a string; older releases wrote a hash, which says nothing here.
         observed = int(observed) if observed.isdigit() else generation
-    # Replica counts are omitted from status when zero.
     return Rollout(
         generation=generation,
         observed_generation=_int(observed),
-        desired=_int(spec.get("replicas"), 1),
-        updated=_int(status.get("updatedReplicas")),
+        desired=desired,
+        # A ReplicaSet has one template: all its replicas are "updated".
+        updated=_int(status.get("updatedReplicas")) if kind != "ReplicaSet" else desired,
         available=_int(status.get("availableReplicas")),
     )
 
@@ -273,7 +287,7 @@ def workload_from_object(kind: str, obj: Mapping[str, Any]) -> Workload:
         suspended=spec.get("suspend") is True,
         owner=_controller(meta),
         template_annotations=_strings(template.get("annotations")),
-        rollout=_rollout(meta, spec, status) if kind in REPLICATED_KINDS else None,
+        rollout=_rollout(kind, meta, spec, status) if kind in REPLICATED_KINDS else None,
         last_progress=_last_progress(status),
     )
 

@@ -22,6 +22,7 @@ KUBEFLOW_STOPPED = "kubeflow-resource-stopped"  # Kubeflow Notebook: RFC 3339 ti
 KSERVE_STOP = "serving.kserve.io/stop"  # KServe InferenceService: "true" tears down its workloads
 KNATIVE_MIN_SCALE = ("autoscaling.knative.dev/min-scale", "autoscaling.knative.dev/minScale")
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"  # on a LeaderWorkerSet's StatefulSets and pods
 
 # Objects the reaper owns in its own namespace.
 LEASE_NAME = "gpu-reaper"

@@ -285,7 +285,9 @@ def ray_service(namespace: str, name: str, created: datetime, gpus: int = 1) -> 
 
 
 def leader_worker_set(namespace: str, name: str, created: datetime, replicas: int = 1) -> list[Manifest]:
-    """LeaderWorkerSet: the LWS and its leader StatefulSet of the same name (one leader per group)."""
+    """LeaderWorkerSet: the LWS, its leader StatefulSet NAME (one leader pod per group), and per group
+    a worker StatefulSet NAME-i owned by that group's leader pod NAME-i (the LWS only by label)."""
+    label = {"leaderworkerset.sigs.k8s.io/name": name}
     root = manifest(
         "LeaderWorkerSet",
         name,
@@ -295,20 +297,45 @@ def leader_worker_set(namespace: str, name: str, created: datetime, replicas: in
             "replicas": replicas,
             "leaderWorkerTemplate": {"size": 2, "workerTemplate": _pod_template(name, 1)},
         },
-        status=replicated_status(replicas, progressed=created + timedelta(minutes=1))
-        | {"hpaPodSelector": f"leaderworkerset.sigs.k8s.io/name={name}"},
+        # LeaderWorkerSet's status has no observedGeneration nor availableReplicas.
+        status={
+            "replicas": replicas,
+            "readyReplicas": replicas,
+            "updatedReplicas": replicas,
+            "hpaPodSelector": f"leaderworkerset.sigs.k8s.io/name={name}",
+            "conditions": [{"type": "Available", "status": "True", "reason": "AllGroupsReady"}],
+        },
     )
     leader = manifest(
         "StatefulSet",
         name,
         namespace,
-        labels={"leaderworkerset.sigs.k8s.io/name": name},
+        labels=label,
         created=created,
-        spec={"replicas": replicas, "serviceName": name, "template": _pod_template(name, 1)},
+        spec={"replicas": replicas, "serviceName": name, "template": _pod_template(name, 1, label)},
         status=replicated_status(replicas),
         owner=root,
     )
-    return [root, leader]
+    workers = []
+    for i in range(replicas):
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"{name}-{i}", "uid": f"pod-{_hash(namespace, name, str(i))}"},
+        }
+        workers.append(
+            manifest(
+                "StatefulSet",
+                f"{name}-{i}",
+                namespace,
+                labels=label | {"leaderworkerset.sigs.k8s.io/group-index": str(i)},
+                created=created,
+                spec={"replicas": 1, "serviceName": name, "template": _pod_template(name, 1, label)},
+                status=replicated_status(1),
+                owner=pod,
+            )
+        )
+    return [root, leader, *workers]
 
 
 def argo_rollout(namespace: str, name: str, created: datetime, replicas: int = 2) -> list[Manifest]:

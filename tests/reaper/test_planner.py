@@ -674,12 +674,6 @@ def restarted(minutes: int, updated: int) -> dict[str, Any]:
     return d
 
 
-def worker_set_with_two_groups() -> tuple[dict[str, Any], ...]:
-    root, leader = controllers.leader_worker_set("research", "vllm", LONG_AGO)
-    group = manifest("StatefulSet", "vllm-1", "research", created=LONG_AGO, spec={"replicas": 1}, owner=root)
-    return (root, leader, group)
-
-
 @dataclass(frozen=True)
 class OwnerCase:
     id: str
@@ -766,11 +760,11 @@ OWNER_CASES = [
         actions=("scale_to_zero research/Deployment/api -> research/Deployment/api",),
     ),
     OwnerCase(
-        "two-children-of-one-root-are-one-action",
-        (owned("StatefulSet", "vllm"), owned("StatefulSet", "vllm-1")),
-        worker_set_with_two_groups(),
+        "a-leader-and-a-worker-statefulset-are-one-action-on-the-leaderworkerset",
+        (owned("StatefulSet", "vllm"), owned("StatefulSet", "vllm-0")),
+        tuple(controllers.leader_worker_set("research", "vllm", LONG_AGO)),
         actions=("scale_to_zero research/StatefulSet/vllm -> research/LeaderWorkerSet/vllm",),
-        skips={"research/StatefulSet/vllm-1": SkipReason.DUPLICATE},
+        skips={"research/StatefulSet/vllm-0": SkipReason.DUPLICATE},
     ),
 ]
 
