@@ -462,12 +462,37 @@ class Executor:
             if _marked(kind, obj):
                 return self._restore(kind, namespace, name, obj)
             found.append((kind, obj))
+        for kind, obj in found:
+            # NAME may be the child that held the GPUs: what was stopped is its root controller.
+            root = self._stopped_root(namespace, kind, obj)
+            if root is not None:
+                kind, obj = root
+                return self._restore(kind, namespace, _meta(obj, "name"), obj)
         if found:
             kind, obj = found[0]
             return self._restore(kind, namespace, name, obj)
         raise BadInputError(
             f"no Deployment or StatefulSet {namespace}/{name}, nor any other kind gpu-reaper stops"
         )
+
+    def _stopped_root(
+        self, namespace: str, kind: str, obj: Mapping[str, Any], hops: int = 6
+    ) -> tuple[str, dict[str, Any]] | None:
+        """The controller above ``obj`` that carries the reaper's mark, following ownerReferences."""
+        owner = workload_from_object(kind, obj).owner
+        for _ in range(hops):
+            if owner is None or owner.kind not in ACTUATORS:
+                return None  # only the kinds it stops are readable one by one (the chart's RBAC)
+            try:
+                parent = self.kube.get_optional(owner.kind, namespace, owner.name)
+            except (NotFoundError, ForbiddenError):
+                return None
+            if parent is None:
+                return None
+            if _marked(owner.kind, parent):
+                return owner.kind, parent
+            owner = workload_from_object(owner.kind, parent).owner
+        return None
 
     def _undo(
         self,

@@ -407,3 +407,16 @@ def test_a_controller_the_reaper_may_not_read_leaves_its_children_alone(
     messages = [r.getMessage() for r in caplog.records]
     assert any("not allowed to list notebooks" in m for m in messages)
     assert any("(controller_managed)" in m and f"Notebook {NS}/alice" in m for m in messages)
+
+
+def test_restore_by_the_childs_name_restores_its_root(installed: EmulatedCluster, tmp_path: Path) -> None:
+    """``restore serving/llm-predictor``: the name in the Slack message's "GPUs held by" works too."""
+    cluster = installed
+    cluster.seed(objects.inference_service(NS, "llm", CREATED))
+    findings = _findings(tmp_path, ("Deployment", "llm-predictor"))
+    assert _run(cluster, tmp_path, findings, "--apply").endswith("applied=1 skipped=0 failed=0")
+    seen = len(cluster.requests())
+    assert _cli(cluster, "restore", f"{NS}/llm-predictor").endswith("restored=1 unchanged=0 failed=0")
+    assert _writes_to(cluster, seen) == [f"PATCH {_path('InferenceService', 'llm')}"]
+    assert names.KSERVE_STOP not in _annotations(cluster.obj("InferenceService", NS, "llm"))
+    assert cluster.obj("Deployment", NS, "llm-predictor")["spec"]["replicas"] == 1
