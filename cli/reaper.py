@@ -131,7 +131,12 @@ def _build_parser() -> _Parser:
 
     p_restore = sub.add_parser("restore", help="bring back what the reaper scaled down or cordoned")
     target = p_restore.add_mutually_exclusive_group(required=True)
-    target.add_argument("target", nargs="?", metavar="NAMESPACE/NAME", help="a Deployment or StatefulSet")
+    target.add_argument(
+        "target",
+        nargs="?",
+        metavar="NAMESPACE/NAME",
+        help="what the reaper stopped (a Deployment, a Notebook, a RayCluster…) or the child holding GPUs",
+    )
     target.add_argument("--all", action="store_true", help="every reaped workload (and cordoned node)")
     target.add_argument("--node", help="uncordon one node the reaper cordoned")
     p_restore.add_argument("--namespace", help="with --all: only this namespace (nodes are left alone)")
