@@ -163,7 +163,16 @@ class Emulator:
         self.http = kmock.Server(self.server)
         url = self._call(self._start())
         self.kubeconfig = write_kubeconfig(tmp / "kubeconfig", url)
-        for kind in ("HorizontalPodAutoscaler", "ConfigMap", "Lease", "Deployment", "StatefulSet", "Node"):
+        for kind in (
+            "HorizontalPodAutoscaler",
+            "ConfigMap",
+            "Lease",
+            "Deployment",
+            "StatefulSet",
+            "ReplicaSet",
+            "Job",
+            "Node",
+        ):
             self.server.resources[RESOURCES[kind]] = kmock.ResourceInfo(kind=kind)
 
     async def _start(self) -> str:

@@ -23,7 +23,7 @@ from reaper.errors import KubeError, LeaseHeldError, PushgatewayError
 from reaper.executor import Executor, Outcome
 from reaper.kube import KubeClient, KubeSettings
 from reaper.metrics import exposition, registry_for
-from reaper.policy import SCALABLE_KINDS, Policy, RunMode, explain, json_schema, load_policy
+from reaper.policy import Policy, RunMode, explain, json_schema, load_policy
 from reaper.pushgateway import push
 from reaper.runner import (
     EXIT_ACTION_FAILED,
@@ -97,7 +97,12 @@ def _build_parser() -> argparse.ArgumentParser:
 
     p_restore = conventions.add_command(sub, "restore", "bring back what the reaper scaled down or cordoned")
     target = p_restore.add_mutually_exclusive_group(required=True)
-    target.add_argument("target", nargs="?", metavar="NAMESPACE/NAME", help="a Deployment or StatefulSet")
+    target.add_argument(
+        "target",
+        nargs="?",
+        metavar="NAMESPACE/NAME",
+        help="what the reaper stopped (a Deployment, a Notebook, a RayCluster…) or the child holding GPUs",
+    )
     target.add_argument("--all", action="store_true", help="every reaped workload (and cordoned node)")
     target.add_argument("--node", help="uncordon one node the reaper cordoned")
     conventions.add_namespace_option(p_restore, "with --all: only this namespace (nodes are left alone)")
@@ -117,7 +122,12 @@ def _build_parser() -> argparse.ArgumentParser:
         "--output", type=Path, default=Path("gpu-reaper-report.html"), help="HTML report path"
     )
     p_demo.add_argument("--policy", type=Path, help="policy YAML (default: the built-in demo policy)")
-    p_demo.add_argument("--scenario", default="standard", help="built-in scenario name or YAML path")
+    p_demo.add_argument(
+        "--scenario",
+        default="demo",
+        help="built-in scenario name or YAML path (default: demo, the standard fleet plus a Notebook, an "
+        "InferenceService and a RayCluster)",
+    )
     return parser
 
 
@@ -252,7 +262,7 @@ def _cmd_restore(args: argparse.Namespace, out: TextIO) -> int:
     mode = RunMode.DRY_RUN if args.dry_run else RunMode.APPLY
     executor = Executor(client, mode=mode, namespace=namespace)
     try:
-        _check_restore_target(client, args)
+        _check_restore_target(client, executor, args)
         with executor.lease(wait=args.lease_wait.total_seconds() or 30.0):
             if args.all:
                 results = []
@@ -282,7 +292,7 @@ def _cmd_restore(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_ACTION_FAILED if failed else EXIT_OK
 
 
-def _check_restore_target(client: KubeClient, args: argparse.Namespace) -> None:
+def _check_restore_target(client: KubeClient, executor: Executor, args: argparse.Namespace) -> None:
     """A namespace, workload or node that does not exist is bad input (exit 2) in all three forms,
     not an empty success or a failed action: the name was probably mistyped."""
     if args.all:
@@ -296,8 +306,8 @@ def _check_restore_target(client: KubeClient, args: argparse.Namespace) -> None:
             raise BadInputError(f"node {args.node} does not exist")
     else:
         ns, name = args.target.split("/")
-        if all(client.get_optional(kind, ns, name) is None for kind in SCALABLE_KINDS):
-            raise BadInputError(f"Deployment or StatefulSet {ns}/{name} does not exist")
+        if not executor.objects_named(ns, name):
+            raise BadInputError(f"{ns}/{name} does not exist (no kind gpu-reaper stops has that name)")
 
 
 # --- policy ----------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ through :func:`read_snapshot`, so the planner sees the same shape either way.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -15,17 +16,57 @@ from typing import Any
 from common.model import WorkloadRef
 from common.timeutil import parse_time
 from reaper import names
+from reaper.errors import ForbiddenError
+from reaper.kinds import WORKLOAD_KINDS, KindInfo, kind_of
 from reaper.kube_api import KubeApi
 from reaper.state import ReaperState
 
+log = logging.getLogger(__name__)
+
 _EMPTY: Mapping[str, str] = MappingProxyType({})
+# Kinds with spec.replicas and a rollout status.
+REPLICATED_KINDS = frozenset({"Deployment", "StatefulSet", "ReplicaSet", "LeaderWorkerSet", "Rollout"})
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerRef:
+    """An ownerReference with ``controller: true``: the object that reconciles this one."""
+
+    kind: str  # the reaper's name for the kind (reaper.kinds)
+    name: str
+    uid: str = ""
+
+    def describe(self, namespace: str) -> str:
+        return f"{self.kind} {namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class Rollout:
+    """A controller's report on rolling out the current spec (Deployment, StatefulSet, Argo Rollout…)."""
+
+    generation: int
+    observed_generation: int
+    desired: int
+    updated: int
+    available: int
+
+    @property
+    def in_progress(self) -> bool:
+        if self.observed_generation < self.generation:
+            return True  # the controller has not even seen the latest spec yet
+        return self.desired > 0 and (self.updated < self.desired or self.available < self.desired)
+
+    def describe(self) -> str:
+        if self.observed_generation < self.generation:
+            return f"generation {self.generation} not yet observed by its controller"
+        return f"{self.updated} of {self.desired} replicas updated, {self.available} available"
 
 
 @dataclass(frozen=True, slots=True)
 class Workload:
-    """A Deployment or StatefulSet."""
+    """Any object that holds GPUs or controls what does: a Deployment, a Notebook, a RayCluster…"""
 
-    kind: str
+    kind: str  # the reaper's name for the kind (reaper.kinds)
     namespace: str
     name: str
     uid: str = ""
@@ -33,11 +74,30 @@ class Workload:
     labels: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
     annotations: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
     created: datetime | None = None
-    replicas: int | None = None
+    replicas: int | None = None  # spec.replicas where the kind has it
+    suspended: bool = False  # spec.suspend
+    owner: OwnerRef | None = None  # the controller, when one owns it
+    template_annotations: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    rollout: Rollout | None = None  # None until a controller reports (status.observedGeneration)
+    last_progress: datetime | None = None  # the Progressing condition's lastUpdateTime
 
     @property
     def ref(self) -> WorkloadRef:
         return WorkloadRef(kind=self.kind, name=self.name, namespace=self.namespace)
+
+    def describe(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name}"
+
+    @property
+    def restarted_at(self) -> datetime | None:
+        """``kubectl rollout restart`` stamps the pod template with this annotation."""
+        return _time(self.template_annotations.get(names.RESTARTED_AT))
+
+    @property
+    def grace_start(self) -> datetime | None:
+        """The latest of creation, the last ``rollout restart`` and the last rollout progress."""
+        times = [t for t in (self.created, self.restarted_at, self.last_progress) if t is not None]
+        return max(times) if times else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,8 +145,38 @@ class ClusterSnapshot:
     autoscalers: Mapping[str, tuple[Autoscaler, ...]] = field(default_factory=dict)  # by target key
     state: ReaperState = field(default_factory=ReaperState)
 
+    by_uid: Mapping[str, Workload] = field(default_factory=dict)
+
     def workload(self, ref: WorkloadRef) -> Workload | None:
         return self.workloads.get(ref.key())
+
+    def controllers(self, workload: Workload) -> tuple[tuple[Workload, ...], OwnerRef | None]:
+        """The listed controllers above ``workload``, nearest first, and the first one that is not listed.
+
+        The chain follows ownerReferences with ``controller: true`` by uid. An owner that is not in
+        the snapshot (a kind the reaper does not list, or not installed) ends the chain as a bare
+        reference: the reaper knows who controls the object, not how to stop it. The one hop through
+        an object the reaper does not read: a LeaderWorkerSet's worker StatefulSets are owned by their
+        group's leader Pod, and carry the LeaderWorkerSet's name in a label.
+        """
+        chain: list[Workload] = []
+        seen = {workload.uid}
+        current = workload
+        while current.owner is not None:
+            owner = self.by_uid.get(current.owner.uid) if current.owner.uid else None
+            if owner is None and current.owner.kind == "Pod":
+                lws = current.labels.get(names.LWS_NAME_LABEL)
+                owner = (
+                    self.workload(WorkloadRef(kind="LeaderWorkerSet", name=lws, namespace=current.namespace))
+                    if lws
+                    else None
+                )
+            if owner is None or owner.uid in seen:
+                return tuple(chain), current.owner
+            chain.append(owner)
+            seen.add(owner.uid)
+            current = owner
+        return tuple(chain), None
 
     def autoscalers_for(self, ref: WorkloadRef) -> tuple[Autoscaler, ...]:
         return self.autoscalers.get(ref.key(), ())
@@ -120,10 +210,69 @@ def _created(meta: Mapping[str, Any]) -> datetime | None:
         return None
 
 
+def _time(text: Any) -> datetime | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        return parse_time(text)
+    except ValueError:
+        return None
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _int(value: Any, default: int = 0) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def _controller(meta: Mapping[str, Any]) -> OwnerRef | None:
+    refs = meta.get("ownerReferences")
+    for ref in refs if isinstance(refs, list) else ():
+        if isinstance(ref, Mapping) and ref.get("controller") is True:
+            kind = kind_of(str(ref.get("apiVersion") or ""), str(ref.get("kind") or ""))
+            return OwnerRef(kind=kind, name=str(ref.get("name") or ""), uid=str(ref.get("uid") or ""))
+    return None
+
+
+def _rollout(
+    kind: str, meta: Mapping[str, Any], spec: Mapping[str, Any], status: Mapping[str, Any]
+) -> Rollout | None:
+    # Only controllers that report observedGeneration say whether they have caught up (a
+    # LeaderWorkerSet does not); their replica counts are omitted from status when zero.
+    if "observedGeneration" not in status or not isinstance(spec.get("replicas", 1), int):
+        return None
+    desired = _int(spec.get("replicas"), 1)
+    generation = _int(meta.get("generation"), 1)
+    observed = status.get("observedGeneration")
+    if isinstance(observed, str):
+        # Argo Rollouts writes it as a string; older releases wrote a hash, which says nothing here.
+        observed = int(observed) if observed.isdigit() else generation
+    return Rollout(
+        generation=generation,
+        observed_generation=_int(observed),
+        desired=desired,
+        # A ReplicaSet has one template: all its replicas are "updated".
+        updated=_int(status.get("updatedReplicas")) if kind != "ReplicaSet" else desired,
+        available=_int(status.get("availableReplicas")),
+    )
+
+
+def _last_progress(status: Mapping[str, Any]) -> datetime | None:
+    conditions = status.get("conditions")
+    for c in conditions if isinstance(conditions, list) else ():
+        if isinstance(c, Mapping) and c.get("type") == "Progressing":
+            return _time(c.get("lastUpdateTime")) or _time(c.get("lastTransitionTime"))
+    return None
+
+
 def workload_from_object(kind: str, obj: Mapping[str, Any]) -> Workload:
     meta = _meta(obj)
-    spec = obj.get("spec") or {}
-    replicas = spec.get("replicas") if isinstance(spec, Mapping) else None
+    spec = _mapping(obj.get("spec"))
+    status = _mapping(obj.get("status"))
+    replicas = spec.get("replicas")
+    template = _mapping(_mapping(spec.get("template")).get("metadata"))
     return Workload(
         kind=kind,
         namespace=str(meta.get("namespace") or ""),
@@ -133,8 +282,13 @@ def workload_from_object(kind: str, obj: Mapping[str, Any]) -> Workload:
         labels=_strings(meta.get("labels")),
         annotations=_strings(meta.get("annotations")),
         created=_created(meta),
-        # The API server defaults an absent spec.replicas to 1.
-        replicas=int(replicas) if isinstance(replicas, int) else 1,
+        # The API server defaults an absent spec.replicas to 1 for the kinds that have it.
+        replicas=_int(replicas, 1) if kind in REPLICATED_KINDS else None,
+        suspended=spec.get("suspend") is True,
+        owner=_controller(meta),
+        template_annotations=_strings(template.get("annotations")),
+        rollout=_rollout(kind, meta, spec, status) if kind in REPLICATED_KINDS else None,
+        last_progress=_last_progress(status),
     )
 
 
@@ -196,17 +350,20 @@ def build_snapshot(
     *,
     deployments: Iterable[Mapping[str, Any]] = (),
     statefulsets: Iterable[Mapping[str, Any]] = (),
+    workloads: Mapping[str, Iterable[Mapping[str, Any]]] | None = None,
     nodes: Iterable[Mapping[str, Any]] = (),
     namespaces: Iterable[Mapping[str, Any]] = (),
     hpas: Iterable[Mapping[str, Any]] = (),
     scaled_objects: Iterable[Mapping[str, Any]] = (),
     state: ReaperState | None = None,
 ) -> ClusterSnapshot:
-    workloads: dict[str, Workload] = {}
-    for kind, objs in (("Deployment", deployments), ("StatefulSet", statefulsets)):
+    """The snapshot from plain objects; ``workloads`` lists objects by kind (reaper.kinds names)."""
+    by_key: dict[str, Workload] = {}
+    listed = {"Deployment": deployments, "StatefulSet": statefulsets, **(workloads or {})}
+    for kind, objs in listed.items():
         for obj in objs:
             w = workload_from_object(kind, obj)
-            workloads[workload_key(kind, w.namespace, w.name)] = w
+            by_key[workload_key(kind, w.namespace, w.name)] = w
     scalers: dict[str, list[Autoscaler]] = {}
     for kind, objs in (("HorizontalPodAutoscaler", hpas), ("ScaledObject", scaled_objects)):
         for obj in objs:
@@ -216,7 +373,8 @@ def build_snapshot(
     node_objs = (node_from_object(o) for o in nodes)
     ns_objs = (namespace_from_object(o) for o in namespaces)
     return ClusterSnapshot(
-        workloads=workloads,
+        workloads=by_key,
+        by_uid={w.uid: w for w in by_key.values() if w.uid},
         nodes={n.name: n for n in node_objs},
         namespaces={n.name: n for n in ns_objs},
         autoscalers={k: tuple(v) for k, v in scalers.items()},
@@ -224,13 +382,24 @@ def build_snapshot(
     )
 
 
+def _list_workloads(reader: KubeApi, kind: KindInfo) -> list[dict[str, Any]]:
+    if not kind.custom:
+        return reader.list_objects(kind.name)
+    try:
+        return reader.list_optional(kind.name)
+    except ForbiddenError:
+        # Not granted (the chart's rbac.controllers): the kind's children then have an owner the
+        # reaper cannot see, and are skipped as controller_managed, never scaled behind its back.
+        log.warning("not allowed to list %s: the workloads they control are left alone", kind.plural)
+        return []
+
+
 def read_snapshot(reader: KubeApi, reaper_namespace: str) -> ClusterSnapshot:
-    """One list per kind (KEDA's ScaledObjects only where the CRD exists) and the confirmation state."""
+    """One list per kind (custom kinds only where their API is served) and the confirmation state."""
     state_cm = reader.get_optional("ConfigMap", reaper_namespace, names.STATE_CONFIGMAP)
     state_text = ((state_cm or {}).get("data") or {}).get(names.STATE_KEY)
     return build_snapshot(
-        deployments=reader.list_objects("Deployment"),
-        statefulsets=reader.list_objects("StatefulSet"),
+        workloads={k.name: _list_workloads(reader, k) for k in WORKLOAD_KINDS},
         nodes=reader.list_objects("Node"),
         namespaces=reader.list_objects("Namespace"),
         hpas=reader.list_objects("HorizontalPodAutoscaler"),

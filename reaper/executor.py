@@ -20,17 +20,21 @@ from typing import Any, TypeVar
 from common.errors import BadInputError
 from common.timeutil import parse_time, rfc3339
 from reaper import names
+from reaper.actuators import ACTUATORS, Change
+from reaper.cluster import workload_from_object
 from reaper.errors import (
     ConflictError,
+    ForbiddenError,
     KubeError,
     KubeUnavailableError,
     LeaseHeldError,
     NotFoundError,
     TooManyRequestsError,
 )
+from reaper.kinds import KINDS
 from reaper.kube_api import KubeApi
 from reaper.planner import Plan, PlannedAction, opt_out
-from reaper.policy import SCALABLE_KINDS, Action, RunMode
+from reaper.policy import Action, RunMode
 from reaper.state import ReaperState
 
 log = logging.getLogger(__name__)
@@ -75,6 +79,11 @@ def _annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
 
 def _meta(obj: Mapping[str, Any], key: str) -> str:
     return str((obj.get("metadata") or {}).get(key) or "")
+
+
+def _marked(kind: str, obj: Mapping[str, Any]) -> bool:
+    """The reaper stopped this object (its actuator's mark is on it)."""
+    return ACTUATORS[kind].marker in _annotations(obj)
 
 
 class _Changed(Exception):
@@ -147,7 +156,7 @@ class Executor:
     def _execute_one(self, action: PlannedAction) -> ActionResult:
         try:
             if action.action is Action.SCALE_TO_ZERO:
-                return self._scale_to_zero(action)
+                return self._stop(action)
             return self._cordon(action)
         except _Changed as e:
             log.info("skipped %s: %s", action.key, e)
@@ -201,45 +210,50 @@ class Executor:
                 obj = read()
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _scale_to_zero(self, action: PlannedAction) -> ActionResult:
-        ref = action.target
+    def _stop(self, action: PlannedAction) -> ActionResult:
+        """The root's native stop (scale to zero, stop annotation, suspend), with the reaper's annotations."""
+        ref = action.written
+        actuator = ACTUATORS[ref.kind]
         now = rfc3339(self.clock())
+        holder = f" (GPUs held by {action.target.kind} {action.target.namespace}/{action.target.name})"
+        via = holder if action.root is not None else ""
 
-        def attempt(obj: dict[str, Any]) -> dict[str, Any] | None:
+        def attempt(obj: dict[str, Any]) -> tuple[dict[str, Any], str] | None:
             self._still_wanted(obj, ref.kind.lower())
-            replicas = (obj.get("spec") or {}).get("replicas", 1)
-            if not replicas:
-                raise _Changed("already at 0 replicas")
+            live = workload_from_object(ref.kind, obj)
+            done = actuator.stopped(live)
+            if done:
+                raise _Changed(done)
+            change = actuator.stop(live, now)
             body = {
                 "metadata": {
                     "resourceVersion": _meta(obj, "resourceVersion"),
-                    "annotations": {
-                        names.ORIGINAL_REPLICAS: str(replicas),
-                        names.REAPED_AT: now,
-                        names.REASON: action.reason,
-                    },
+                    "annotations": {**change.annotations, names.REAPED_AT: now, names.REASON: action.reason},
                 },
-                "spec": {"replicas": 0},
+                **({"spec": dict(change.spec)} if change.spec else {}),
             }
-            return self._write(
-                f"scale {ref.kind} {ref.namespace}/{ref.name} from {replicas} to 0 replicas "
+            patched = self._write(
+                f"{actuator.log_verb} {ref.kind} {ref.namespace}/{ref.name}{via} {change.description} "
                 f"({action.reason})",
                 lambda: self.kube.patch(ref.kind, ref.namespace, ref.name, body),
             )
+            return None if patched is None else (patched, change.description)
 
-        planned = self._planned_copy(action, {"replicas": action.replicas})
-        patched = self._with_conflict_retry(self._reader(ref.kind, ref.namespace, ref.name, planned), attempt)
-        if patched is None:
+        planned = self._planned_copy(
+            action, {"replicas": action.replicas} if action.replicas is not None else {}
+        )
+        done = self._with_conflict_retry(self._reader(ref.kind, ref.namespace, ref.name, planned), attempt)
+        if done is None:
             return ActionResult(action, Outcome.DRY_RUN)
-        replicas = _annotations(patched).get(names.ORIGINAL_REPLICAS, "?")
+        patched, change = done
         self._event(
             patched,
             ref.kind,
-            "ScaledToZero",
-            f"gpu-reaper scaled to 0 (was {replicas}): {action.reason}. "
+            actuator.done,
+            f"gpu-reaper: {actuator.verb}, {change}{via}: {action.reason}. "
             f"Restore: gpu-reaper restore {ref.namespace}/{ref.name}",
         )
-        return ActionResult(action, Outcome.APPLIED, f"was {replicas} replicas")
+        return ActionResult(action, Outcome.APPLIED, change)
 
     def _cordon(self, action: PlannedAction) -> ActionResult:
         name = action.target.name
@@ -279,7 +293,7 @@ class Executor:
         name = _meta(obj, "name")
         namespace = _meta(obj, "namespace") or "default"  # cluster-scoped objects' events live in default
         now = rfc3339(self.wall_clock())
-        api_version = "v1" if kind == "Node" else "apps/v1"
+        api_version = KINDS[kind].api_version if kind in KINDS else "v1"
         body = {
             "apiVersion": "v1",
             "kind": "Event",
@@ -435,13 +449,55 @@ class Executor:
 
     # --- restore -----------------------------------------------------------------------------------
 
-    def restore_workload(self, namespace: str, name: str) -> RestoreResult:
-        """Bring a Deployment/StatefulSet back to its recorded replicas; a no-op when none is recorded."""
-        for kind in SCALABLE_KINDS:
-            obj = self.kube.get_optional(kind, namespace, name)
+    def objects_named(self, namespace: str, name: str) -> list[tuple[str, dict[str, Any]]]:
+        """Every object of a kind the reaper stops called NAMESPACE/NAME: what ``restore`` may act on."""
+        found: list[tuple[str, dict[str, Any]]] = []
+        for kind in ACTUATORS:
+            try:
+                obj = self.kube.get_optional(kind, namespace, name)
+            except (NotFoundError, ForbiddenError):
+                obj = None  # a custom kind that is not installed, or not granted (rbac.controllers)
             if obj is not None:
+                found.append((kind, obj))
+        return found
+
+    def restore_workload(self, namespace: str, name: str) -> RestoreResult:
+        """Undo the reaper's stop on NAMESPACE/NAME, of whichever kind it stopped; a no-op when unmarked."""
+        found = self.objects_named(namespace, name)
+        for kind, obj in found:
+            if _marked(kind, obj):
                 return self._restore(kind, namespace, name, obj)
-        raise BadInputError(f"no Deployment or StatefulSet {namespace}/{name}")
+        for kind, obj in found:
+            # NAME may be the child that held the GPUs: what was stopped is its root controller.
+            root = self._stopped_root(namespace, kind, obj)
+            if root is not None:
+                kind, obj = root
+                return self._restore(kind, namespace, _meta(obj, "name"), obj)
+        if found:
+            kind, obj = found[0]
+            return self._restore(kind, namespace, name, obj)
+        raise BadInputError(
+            f"no Deployment or StatefulSet {namespace}/{name}, nor any other kind gpu-reaper stops"
+        )
+
+    def _stopped_root(
+        self, namespace: str, kind: str, obj: Mapping[str, Any], hops: int = 6
+    ) -> tuple[str, dict[str, Any]] | None:
+        """The controller above ``obj`` that carries the reaper's mark, following ownerReferences."""
+        owner = workload_from_object(kind, obj).owner
+        for _ in range(hops):
+            if owner is None or owner.kind not in ACTUATORS:
+                return None  # only the kinds it stops are readable one by one (the chart's RBAC)
+            try:
+                parent = self.kube.get_optional(owner.kind, namespace, owner.name)
+            except (NotFoundError, ForbiddenError):
+                return None
+            if parent is None:
+                return None
+            if _marked(owner.kind, parent):
+                return owner.kind, parent
+            owner = workload_from_object(owner.kind, parent).owner
+        return None
 
     def _undo(
         self,
@@ -460,47 +516,54 @@ class Executor:
         self, kind: str, namespace: str, name: str, obj: dict[str, Any] | None = None
     ) -> RestoreResult:
         target = f"{kind} {namespace}/{name}"
+        actuator = ACTUATORS[kind]
         now = rfc3339(self.clock())
 
         def attempt(current: dict[str, Any]) -> tuple[Outcome, str]:
-            recorded = _annotations(current).get(names.ORIGINAL_REPLICAS)
-            if recorded is None:
-                return Outcome.SKIPPED, "nothing to restore (no gpu-reaper/original-replicas)"
-            try:
-                original = int(recorded)
-            except ValueError:
-                return Outcome.FAILED, f"unreadable {names.ORIGINAL_REPLICAS}={recorded!r}; fix it by hand"
-            replicas = (current.get("spec") or {}).get("replicas", 1)
-            # Someone scaled it back up by hand: keep their number, just clear our marks.
-            target_replicas = replicas or original
+            if not _marked(kind, current):
+                return Outcome.SKIPPED, f"nothing to restore (no {actuator.marker})"
+            change = actuator.restore(workload_from_object(kind, current))
+            if not isinstance(change, Change):
+                return Outcome.FAILED, change
             body = {
                 "metadata": {
                     "resourceVersion": _meta(current, "resourceVersion"),
                     "annotations": {
+                        **change.annotations,
                         names.ORIGINAL_REPLICAS: None,
                         names.REAPED_AT: None,
                         names.REASON: None,
                         names.RESTORED_AT: now,
                     },
                 },
-                "spec": {"replicas": target_replicas},
+                **({"spec": dict(change.spec)} if change.spec else {}),
             }
             patched = self._write(
-                f"restore {target} to {target_replicas} replicas",
+                f"restore {target}: {change.description}",
                 lambda: self.kube.patch(kind, namespace, name, body),
             )
             if patched is not None:
-                self._event(patched, kind, "Restored", f"gpu-reaper restored {target_replicas} replicas")
-            return self._done, f"{target_replicas} replicas"
+                self._event(patched, kind, "Restored", f"gpu-reaper restored {change.description}")
+            return self._done, change.description
 
         return self._undo(target, self._reader(kind, namespace, name, obj), attempt)
 
     def restore_all(self, namespace: str | None = None) -> list[RestoreResult]:
-        """Restore every reaped workload (in one namespace, or everywhere plus the reaper's cordons)."""
+        """Restore everything the reaper stopped (in one namespace, or everywhere plus its cordons)."""
         results: list[RestoreResult] = []
-        for kind in SCALABLE_KINDS:
-            for obj in self.kube.list_objects(kind, namespace):
-                if names.ORIGINAL_REPLICAS in _annotations(obj):
+        for kind in ACTUATORS:
+            try:
+                listed = (
+                    self.kube.list_optional(kind, namespace)
+                    if KINDS[kind].custom
+                    else self.kube.list_objects(kind, namespace)
+                )
+            except ForbiddenError:
+                if not KINDS[kind].custom:
+                    raise
+                continue  # not granted (rbac.controllers): the reaper cannot have stopped any
+            for obj in listed:
+                if _marked(kind, obj):
                     results.append(self._restore(kind, _meta(obj, "namespace"), _meta(obj, "name"), obj))
         if namespace is None:
             for node in self.kube.list_objects("Node"):

@@ -28,24 +28,12 @@ from kubernetes.config.config_exception import ConfigException
 from common.errors import BadInputError
 from reaper import names
 from reaper.errors import KubeError, KubeUnavailableError, NotFoundError, kube_error_for
+from reaper.kinds import KINDS
 
 log = logging.getLogger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
 
-# (API path prefix, plural) per kind the reaper reads or writes.
-_RESOURCES: dict[str, tuple[str, str]] = {
-    "Deployment": ("/apis/apps/v1", "deployments"),
-    "StatefulSet": ("/apis/apps/v1", "statefulsets"),
-    "HorizontalPodAutoscaler": ("/apis/autoscaling/v2", "horizontalpodautoscalers"),
-    "ScaledObject": ("/apis/keda.sh/v1alpha1", "scaledobjects"),
-    "Node": ("/api/v1", "nodes"),
-    "Namespace": ("/api/v1", "namespaces"),
-    "ConfigMap": ("/api/v1", "configmaps"),
-    "Event": ("/api/v1", "events"),
-    "Lease": ("/apis/coordination.k8s.io/v1", "leases"),
-}
-CLUSTER_SCOPED = frozenset({"Node", "Namespace"})
 # Writes name the reaper as their field manager: managedFields then show who set spec.replicas to 0.
 _MANAGER: list[tuple[str, Any]] = [("fieldManager", names.FIELD_MANAGER)]
 
@@ -78,9 +66,9 @@ def load_api_client(settings: KubeSettings) -> k8s.ApiClient:
 
 
 def _path(kind: str, namespace: str | None = None, name: str | None = None) -> str:
-    prefix, plural = _RESOURCES[kind]
-    ns = f"/namespaces/{namespace}" if namespace and kind not in CLUSTER_SCOPED else ""
-    return f"{prefix}{ns}/{plural}" + (f"/{name}" if name else "")
+    info = KINDS[kind]
+    ns = f"/namespaces/{namespace}" if namespace and info.namespaced else ""
+    return f"{info.path_prefix}{ns}/{info.plural}" + (f"/{name}" if name else "")
 
 
 class KubeClient:
@@ -158,10 +146,10 @@ class KubeClient:
             if not token:
                 return items
 
-    def list_optional(self, kind: str) -> list[dict[str, Any]]:
-        """Like ``list`` for a CRD that may not be installed (KEDA): absent means none."""
+    def list_optional(self, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        """Like ``list`` for a CRD that may not be installed (KEDA, Kubeflow, KServe…): 404 means none."""
         try:
-            return self.list_objects(kind)
+            return self.list_objects(kind, namespace)
         except NotFoundError:
             return []
 

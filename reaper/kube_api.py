@@ -23,7 +23,7 @@ class KubeApi(Protocol):
         """Every object of a kind, cluster-wide (``namespace`` None) or in one namespace."""
         ...
 
-    def list_optional(self, kind: str) -> list[dict[str, Any]]:
+    def list_optional(self, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
         """Like ``list_objects`` for a custom kind that may not be installed: not served means none."""
         ...
 

@@ -13,9 +13,10 @@ from typing import Any
 from common.model import WorkloadRef
 from common.timeutil import rfc3339
 from reaper import names
+from reaper.actuators import ACTUATORS
 from reaper.executor import ActionResult, Outcome
-from reaper.planner import Plan, Skip, summarize
-from reaper.policy import SCALABLE_KINDS, Action, Policy, RunMode
+from reaper.planner import Plan, PlannedAction, Skip, summarize
+from reaper.policy import Action, Policy, RunMode
 
 _MAX_TEXT = 2900  # Slack's section text limit is 3000 characters
 
@@ -31,9 +32,15 @@ def escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def _target(ref: WorkloadRef) -> str:
+def _target(ref: WorkloadRef, root: WorkloadRef | None = None) -> str:
+    """The object acted on; under a controller, the root first and the child holding the GPUs after it."""
     if ref.kind == "Node":
         return f"`node/{escape(ref.name)}`"
+    if root is not None:
+        return (
+            f"`{escape(root.namespace)}/{escape(root.name)}` ({escape(root.kind)}; GPUs held by "
+            f"{escape(ref.kind)} {escape(ref.namespace)}/{escape(ref.name)})"
+        )
     return f"`{escape(ref.namespace)}/{escape(ref.name)}` ({escape(ref.kind)})"
 
 
@@ -42,10 +49,23 @@ def _money(hours: float, cost: float | None, currency: str) -> str:
     return text + (f" (≈ {cost:,.0f} {currency}/day)" if cost is not None else "")
 
 
+# The native stop's verb per actuator: (done, would, failed).
+_STOP_VERBS = {
+    "scale to zero": ("Scaled to zero", "Would scale to zero", ":x: Failed to scale to zero"),
+    "stop": ("Stopped", "Would stop", ":x: Failed to stop"),
+    "suspend": ("Suspended", "Would suspend", ":x: Failed to suspend"),
+}
+
+
+def _verb(a: PlannedAction, outcome: Outcome) -> str:
+    if a.action is not Action.SCALE_TO_ZERO or outcome is Outcome.SKIPPED:
+        return _VERB[(a.action, outcome)]
+    actuator = ACTUATORS.get(a.written.kind)
+    done, would, failed = _STOP_VERBS[actuator.verb if actuator else "scale to zero"]
+    return {Outcome.APPLIED: done, Outcome.DRY_RUN: would, Outcome.FAILED: failed}[outcome]
+
+
 _VERB = {
-    (Action.SCALE_TO_ZERO, Outcome.APPLIED): "Scaled to zero",
-    (Action.SCALE_TO_ZERO, Outcome.DRY_RUN): "Would scale to zero",
-    (Action.SCALE_TO_ZERO, Outcome.FAILED): ":x: Failed to scale to zero",
     (Action.SCALE_TO_ZERO, Outcome.SKIPPED): "Left alone (changed since planning)",
     (Action.CORDON, Outcome.APPLIED): "Cordoned",
     (Action.CORDON, Outcome.DRY_RUN): "Would cordon",
@@ -57,12 +77,12 @@ _VERB = {
 def _action_line(result: ActionResult, currency: str) -> str:
     a = result.action
     if a.action is Action.NOTIFY:
-        line = f"*Heads-up* {_target(a.target)}: {escape(a.reason)}"
+        line = f"*Heads-up* {_target(a.target, a.root)}: {escape(a.reason)}"
         if a.finding.recommendation:
             line += f"\n_{escape(a.finding.recommendation)}_"
         return line
-    verb = _VERB[(a.action, result.outcome)]
-    line = f"*{verb}* {_target(a.target)}: {escape(a.reason)}"
+    verb = _verb(a, result.outcome)
+    line = f"*{verb}* {_target(a.target, a.root)}: {escape(a.reason)}"
     if a.action is Action.SCALE_TO_ZERO and a.replicas:
         line += f" · {a.replicas} → 0 replicas"
     line += f" · {_money(a.gpu_hours_per_day, a.cost_per_day, currency)}"
@@ -75,7 +95,7 @@ def _action_line(result: ActionResult, currency: str) -> str:
 
 def _skip_line(skip: Skip) -> str:
     wanted = f" ({skip.action.value})" if skip.action else ""
-    line = f"• {_target(skip.target)}{wanted}: {escape(skip.detail)}"
+    line = f"• {_target(skip.target, skip.root)}{wanted}: {escape(skip.detail)}"
     for flag in skip.flags:
         if flag not in skip.detail:
             line += f" :warning: {escape(flag)}"
@@ -99,7 +119,7 @@ def _sections(lines: Sequence[str]) -> list[dict[str, Any]]:
 
 def _how_to(refs: Iterable[WorkloadRef], mode: RunMode) -> str:
     refs = list(refs)
-    example = next((r for r in refs if r.kind in SCALABLE_KINDS), None)
+    example = next((r for r in refs if r.kind in ACTUATORS), None)
     if example is not None:
         opt_out = (
             f"Opt out: `kubectl annotate {example.kind.lower()} {example.name} -n {example.namespace} "
@@ -200,7 +220,7 @@ def _message(
                 "elements": [{"type": "mrkdwn", "text": f"…and {hidden} more in the run's log"}],
             }
         )
-    refs = [r.action.target for r in results] + [s.target for s in skips]
+    refs = [r.action.written for r in results] + [s.root or s.target for s in skips]
     blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": _how_to(refs, mode)}]})
     return Message(channel=channel, text=f"{title}. {reclaimed}.", blocks=tuple(blocks[:50]))
 

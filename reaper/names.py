@@ -16,6 +16,14 @@ REASON = PREFIX + "reason"
 RESTORED_AT = PREFIX + "restored-at"  # also resets the idle clock: grace after restore
 CORDONED_AT = PREFIX + "cordoned-at"  # only nodes carrying it are ever uncordoned
 
+# Set by others, read by the reaper.
+RESTARTED_AT = "kubectl.kubernetes.io/restartedAt"  # `kubectl rollout restart`, on the pod template
+KUBEFLOW_STOPPED = "kubeflow-resource-stopped"  # Kubeflow Notebook: RFC 3339 time; the pods go away
+KSERVE_STOP = "serving.kserve.io/stop"  # KServe InferenceService: "true" tears down its workloads
+KNATIVE_MIN_SCALE = ("autoscaling.knative.dev/min-scale", "autoscaling.knative.dev/minScale")
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"  # on a LeaderWorkerSet's StatefulSets and pods
+
 # Objects the reaper owns in its own namespace.
 LEASE_NAME = "gpu-reaper"
 STATE_CONFIGMAP = "gpu-reaper-state"

@@ -16,8 +16,9 @@ from enum import StrEnum
 from common.model import Finding, FindingsReport, TimeWindow, UtilizationEvidence, WorkloadRef
 from common.timeutil import format_duration, parse_time, rfc3339
 from reaper import names
-from reaper.cluster import ClusterSnapshot, Namespace, Node, Workload
-from reaper.policy import SCALABLE_KINDS, Action, Policy, Rule, glob_match
+from reaper.actuators import actuator_for, notify_only
+from reaper.cluster import ClusterSnapshot, Namespace, Node, OwnerRef, Workload
+from reaper.policy import Action, Policy, Rule, glob_match
 from reaper.state import Confirmation, ReaperState
 
 HOURS_PER_DAY = 24.0
@@ -34,6 +35,8 @@ class SkipReason(StrEnum):
     NOT_FOUND = "not_found"
     ALREADY_DONE = "already_done"
     NOT_A_GPU_NODE = "not_a_gpu_node"
+    CONTROLLER_MANAGED = "controller_managed"
+    ROLLOUT_IN_PROGRESS = "rollout_in_progress"
     CREATION_GRACE = "creation_grace"
     RESTORE_GRACE = "restore_grace"
     AUTOSCALED = "autoscaled"
@@ -53,6 +56,7 @@ class SkipReason(StrEnum):
 _OWNER_SKIPS = frozenset(
     {
         SkipReason.AUTOSCALED,
+        SkipReason.CONTROLLER_MANAGED,
         SkipReason.GITOPS_MANAGED,
         SkipReason.AWAITING_CONFIRMATION,
         SkipReason.NOT_HELD_LONG_ENOUGH,
@@ -65,7 +69,7 @@ _OWNER_SKIPS = frozenset(
 @dataclass(frozen=True)
 class PlannedAction:
     action: Action
-    target: WorkloadRef
+    target: WorkloadRef  # what the finding names: the object holding the GPUs
     finding: Finding
     rule: str
     reason: str
@@ -77,10 +81,16 @@ class PlannedAction:
     confirmations: int = 1
     gpu_hours_per_day: float = 0.0
     cost_per_day: float | None = None
+    root: WorkloadRef | None = None  # the controller above the target that is stopped instead of it
 
     @property
     def key(self) -> str:
         return self.target.key()
+
+    @property
+    def written(self) -> WorkloadRef:
+        """The object the action writes to: the root controller, or the target when nothing controls it."""
+        return self.root or self.target
 
 
 @dataclass(frozen=True)
@@ -95,6 +105,7 @@ class Skip:
     flags: tuple[str, ...] = ()
     gpu_hours_per_day: float = 0.0
     cost_per_day: float | None = None
+    root: WorkloadRef | None = None  # the controller above the target, when one controls it
 
 
 @dataclass(frozen=True)
@@ -215,9 +226,13 @@ class Candidate:
 
     finding: Finding
     node: Node | None
-    workload: Workload | None
+    workload: Workload | None  # the object the finding names, when the snapshot lists its kind
     namespace: Namespace | None
+    root: Workload | None = None  # the top listed controller of ``workload`` (itself when none)
+    unlisted_owner: OwnerRef | None = None  # a controller above that the reaper does not list
     rule: Rule | None = None  # set by the first matching rule
+    action: Action | None = None  # the rule's action, or notify where the root has no native stop
+    note: str = ""  # why the action became a notification
     channel: str | None = None
     flags: tuple[str, ...] = ()  # e.g. GitOps ownership that would undo the action
     confirmations: int = 1
@@ -247,7 +262,21 @@ class Candidate:
 
     @property
     def destructive(self) -> bool:
-        return self.rule is not None and self.rule.action.destructive
+        return self.action is not None and self.action.destructive
+
+    @property
+    def objects(self) -> tuple[Workload, ...]:
+        """The target and, when different, the root that controls it."""
+        if self.workload is None:
+            return ()
+        if self.root is None or self.root is self.workload:
+            return (self.workload,)
+        return (self.workload, self.root)
+
+    @property
+    def root_ref(self) -> WorkloadRef | None:
+        """The root, when it is not the target itself."""
+        return self.root.ref if self.root is not None and self.root is not self.workload else None
 
 
 @dataclass(frozen=True)
@@ -298,6 +327,7 @@ def first_matching_rule(c: Candidate, p: Planning) -> Hold | None:
     c.rule = next((r for r in p.policy.rules if _matches(r, c.finding, c.labels)), None)
     if c.rule is None:
         return Hold(SkipReason.NO_RULE, "no policy rule matches this finding")
+    c.action = c.rule.action
     c.channel = route_channel(c.namespace, c.ref.namespace, c.rule, p.policy)
     return None
 
@@ -328,8 +358,10 @@ def policy_exclusion(c: Candidate, p: Planning) -> Hold | None:
 def owner_opt_out(c: Candidate, p: Planning) -> Hold | None:
     """5. The owner's opt-out annotations, on the object or on its namespace."""
     what = "node" if c.is_node else c.ref.kind.lower()
-    opted_out = opt_out(c.annotations, p.now, what) or (
-        opt_out(c.namespace.annotations, p.now, f"namespace {c.ref.namespace}") if c.namespace else None
+    opted_out = (
+        opt_out(c.annotations, p.now, what)
+        or (opt_out(c.root.annotations, p.now, c.root.describe()) if c.root_ref and c.root else None)
+        or (opt_out(c.namespace.annotations, p.now, f"namespace {c.ref.namespace}") if c.namespace else None)
     )
     return Hold(SkipReason.EXCLUDED_BY_ANNOTATION, opted_out) if opted_out else None
 
@@ -341,39 +373,100 @@ def live_object(c: Candidate, p: Planning) -> Hold | None:
     return None
 
 
+def controller_managed(c: Candidate, p: Planning) -> Hold | None:
+    """6b. A child is never written to: its root controller is stopped, or nothing is."""
+    if not c.destructive or c.workload is None:
+        return None
+    holder = c.workload.describe()
+    if c.unlisted_owner is not None:
+        owner = c.unlisted_owner.describe(c.ref.namespace)
+        return Hold(
+            SkipReason.CONTROLLER_MANAGED,
+            f"{holder} is controlled by {owner}, which gpu-reaper has no native stop for; "
+            "its controller would undo a scale-down: stop it there",
+        )
+    root = c.root or c.workload
+    if actuator_for(root) is None and notify_only(root) is None:
+        via = f" (through {holder})" if root is not c.workload else ""
+        return Hold(
+            SkipReason.CONTROLLER_MANAGED,
+            f"{root.describe()}{via} has no native stop gpu-reaper can use; stop it with its own controller",
+        )
+    return None
+
+
+def native_stop(c: Candidate, p: Planning) -> Hold | None:
+    """6c. A root without a safe native stop (RayService, Knative Service…) is reported, not stopped."""
+    if not c.destructive or c.workload is None:
+        return None
+    root = c.root or c.workload
+    if actuator_for(root) is None:
+        c.note = notify_only(root) or ""
+        c.action = Action.NOTIFY
+    return None
+
+
 def gpu_node(c: Candidate, p: Planning) -> Hold | None:
-    """6b. A node is cordoned only if it has GPUs to reclaim."""
+    """6d. A node is cordoned only if it has GPUs to reclaim."""
     if c.destructive and c.node is not None and c.node.gpus == 0:
         return Hold(SkipReason.NOT_A_GPU_NODE, "the node advertises no GPUs")
     return None
 
 
 def something_left_to_do(c: Candidate, p: Planning) -> Hold | None:
-    """6c. Nothing to do on what is already at zero or cordoned."""
+    """6e. Nothing to do on what is already stopped, at zero or cordoned."""
     if not c.destructive:
         return None
-    if c.workload is not None and c.workload.replicas == 0:
-        return Hold(SkipReason.ALREADY_DONE, "already at 0 replicas")
+    root = c.root or c.workload
+    actuator = actuator_for(root) if root is not None else None
+    if root is not None and actuator is not None:
+        done = actuator.stopped(root)
+        if done:
+            return Hold(SkipReason.ALREADY_DONE, done if root is c.workload else f"{root.describe()} {done}")
     if c.node is not None and c.node.unschedulable:
         return Hold(SkipReason.ALREADY_DONE, "already cordoned")
     return None
 
 
+def rollout_in_progress(c: Candidate, p: Planning) -> Hold | None:
+    """7a. A rollout in progress: new pods are still loading their models."""
+    for w in c.objects:
+        if w.rollout is not None and w.rollout.in_progress:
+            return Hold(
+                SkipReason.ROLLOUT_IN_PROGRESS, f"{w.describe()} is rolling out: {w.rollout.describe()}"
+            )
+    return None
+
+
 def creation_grace(c: Candidate, p: Planning) -> Hold | None:
-    """7a. Grace after creation: model loading, new nodes."""
-    obj = c.obj
-    created = obj.created if obj is not None else None
+    """7b. Grace after creation, a ``rollout restart`` or the last rollout progress (model loading)."""
     grace = p.policy.grace.after_creation
-    if created is not None and p.now - created < grace:
+    if c.node is not None:
+        starts = [("created", c.node.created)]
+    else:
+        starts = [
+            (what, when)
+            for w in c.objects
+            for what, when in (
+                ("created", w.created),
+                (f"restarted ({names.RESTARTED_AT})", w.restarted_at),
+                ("last rolled out", w.last_progress),
+            )
+        ]
+    known = [(when, what) for what, when in starts if when is not None]
+    if not known:
+        return None
+    latest, what = max(known, key=lambda t: t[0])
+    if p.now - latest < grace:
         return Hold(
             SkipReason.CREATION_GRACE,
-            f"created {_fmt(p.now - created)} ago; grace after creation is {_fmt(grace)}",
+            f"{what} {_fmt(p.now - latest)} ago; grace after creation is {_fmt(grace)}",
         )
     return None
 
 
 def restore_grace(c: Candidate, p: Planning) -> Hold | None:
-    """7b. Grace after a restore: it resets the idle clock."""
+    """7c. Grace after a restore: it resets the idle clock."""
     restored = c.annotations.get(names.RESTORED_AT)
     if restored is None:
         return None
@@ -390,9 +483,11 @@ def restore_grace(c: Candidate, p: Planning) -> Hold | None:
 
 def autoscaled(c: Candidate, p: Planning) -> Hold | None:
     """8. Never scale behind an autoscaler's back: it would fight us, or silently stay disabled."""
-    if c.rule is None or c.rule.action is not Action.SCALE_TO_ZERO:
+    if c.action is not Action.SCALE_TO_ZERO:
         return None
-    scalers = p.snapshot.autoscalers_for(c.ref)
+    scalers = p.snapshot.autoscalers_for(c.ref) + (
+        p.snapshot.autoscalers_for(c.root_ref) if c.root_ref is not None else ()
+    )
     if scalers:
         return Hold(
             SkipReason.AUTOSCALED,
@@ -404,9 +499,9 @@ def autoscaled(c: Candidate, p: Planning) -> Hold | None:
 
 def gitops_managed(c: Candidate, p: Planning) -> Hold | None:
     """9. GitOps would undo a scale-down on its next sync: flag it, or skip it if the policy says so."""
-    if c.rule is None or c.rule.action is not Action.SCALE_TO_ZERO or c.workload is None:
+    if c.action is not Action.SCALE_TO_ZERO or c.workload is None:
         return None
-    owner = _gitops_owner(c.workload.labels, c.workload.annotations)
+    owner = next((o for w in reversed(c.objects) if (o := _gitops_owner(w.labels, w.annotations))), None)
     if owner is None:
         return None
     c.flags = (f"managed by {owner}: its next sync may undo this",)
@@ -416,17 +511,17 @@ def gitops_managed(c: Candidate, p: Planning) -> Hold | None:
 
 
 def one_action_per_target(c: Candidate, p: Planning) -> Hold | None:
-    """10. One action per target per run."""
-    if c.ref.key() in p.targets:
+    """10. One action per target per run (two findings under one root are one action)."""
+    if _target_key(c) in p.targets:
         return Hold(SkipReason.DUPLICATE, "another finding already planned an action here")
     return None
 
 
 def confirmed(c: Candidate, p: Planning) -> Hold | None:
     """11a. Confirmed on N consecutive runs (the streak is recorded either way)."""
-    if c.rule is None or not c.destructive:
+    if c.action is None or not c.destructive:
         return None
-    action = c.rule.action.value
+    action = c.action.value
     safety = p.policy.safety
     streak = p.snapshot.state.streak(c.ref.key(), action, p.now, safety.confirmation_max_gap)
     c.confirmations = (streak.count + 1) if streak else 1
@@ -469,7 +564,7 @@ def action_cap(c: Candidate, p: Planning) -> Hold | None:
 
 def cordon_cap(c: Candidate, p: Planning) -> Hold | None:
     """12b. Blast radius: at most maxCordonShare of the GPU nodes cordoned."""
-    if c.rule is not None and c.rule.action is Action.CORDON and p.budget.cordons_left <= 0:
+    if c.action is Action.CORDON and p.budget.cordons_left <= 0:
         return Hold(
             SkipReason.CORDON_CAP,
             f"safety.maxCordonShare ({p.policy.safety.max_cordon_share:.0%} of "
@@ -486,8 +581,11 @@ RULES: tuple[RuleCheck, ...] = (
     policy_exclusion,
     owner_opt_out,
     live_object,
+    controller_managed,
+    native_stop,
     gpu_node,
     something_left_to_do,
+    rollout_in_progress,
     creation_grace,
     restore_grace,
     autoscaled,
@@ -553,12 +651,23 @@ def plan(report: FindingsReport, snapshot: ClusterSnapshot, policy: Policy, now:
 def _candidate(finding: Finding, snapshot: ClusterSnapshot) -> Candidate:
     ref = finding.workload
     is_node = ref.kind == "Node"
+    workload = None if is_node else snapshot.workload(ref)
+    root, unlisted = workload, None
+    if workload is not None:
+        chain, unlisted = snapshot.controllers(workload)
+        root = chain[-1] if chain else workload
     return Candidate(
         finding=finding,
         node=snapshot.nodes.get(ref.name) if is_node else None,
-        workload=snapshot.workload(ref) if ref.kind in SCALABLE_KINDS else None,
+        workload=workload,
         namespace=None if is_node else snapshot.namespaces.get(ref.namespace),
+        root=root,
+        unlisted_owner=unlisted,
     )
+
+
+def _target_key(c: Candidate) -> str:
+    return (c.root_ref or c.ref).key()
 
 
 def _money(gpus: int, policy: Policy) -> tuple[float, float | None]:
@@ -582,35 +691,38 @@ def _skip(c: Candidate, hold: Hold, policy: Policy) -> Skip:
         flags=c.flags if tells else (),
         gpu_hours_per_day=per_day,
         cost_per_day=cost,
+        root=c.root_ref,
     )
 
 
 def _action(c: Candidate, p: Planning) -> PlannedAction:
-    rule = c.rule
-    assert rule is not None  # first_matching_rule holds every finding that no rule matches
-    destructive = rule.action.destructive
+    rule, action = c.rule, c.action
+    assert rule is not None and action is not None  # first_matching_rule holds what no rule matches
+    destructive = action.destructive
     if destructive:
         p.budget.actions_left -= 1
-        if rule.action is Action.CORDON:
+        if action is Action.CORDON:
             p.budget.cordons_left -= 1
     gpus = c.finding.gpu_count or (c.node.gpus if c.node is not None else 0)
     per_day, cost = _money(gpus, p.policy)
-    p.targets.add(c.ref.key())
-    obj = c.obj
+    p.targets.add(_target_key(c))
+    written = c.node if c.is_node else c.root
+    reason = f"{describe_finding(c.finding)} (rule {rule.name})"
     return PlannedAction(
-        action=rule.action,
+        action=action,
         target=c.ref,
         finding=c.finding,
         rule=rule.name,
-        reason=f"{describe_finding(c.finding)} (rule {rule.name})",
+        reason=f"{reason}; {c.note}" if c.note else reason,
         channel=c.channel,
         gpu_count=gpus,
-        replicas=c.workload.replicas if c.workload is not None else None,
-        resource_version=obj.resource_version if obj is not None else "",
+        replicas=written.replicas if isinstance(written, Workload) else None,
+        resource_version=written.resource_version if written is not None else "",
         flags=c.flags,
         confirmations=c.confirmations,
         gpu_hours_per_day=per_day if destructive else 0.0,
         cost_per_day=cost if destructive else None,
+        root=c.root_ref,
     )
 
 

@@ -229,9 +229,11 @@ def _run(
 def _log_plan(p: Plan) -> None:
     for a in p.actions:
         flags = f" [{'; '.join(a.flags)}]" if a.flags else ""
-        log.info("plan: %s %s: %s%s", a.action.value, a.target.key(), a.reason, flags)
+        via = f" (GPUs held by {a.target.key()})" if a.root else ""
+        log.info("plan: %s %s%s: %s%s", a.action.value, a.written.key(), via, a.reason, flags)
     for s in p.skips:
-        log.info("skip: %s (%s): %s", s.target.key(), s.reason.value, s.detail)
+        via = f" (GPUs held by {s.target.key()})" if s.root else ""
+        log.info("skip: %s%s (%s): %s", (s.root or s.target).key(), via, s.reason.value, s.detail)
 
 
 def _notify(report: RunReport, notifier: Notifier) -> None:

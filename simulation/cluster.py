@@ -1,6 +1,7 @@
 """A cluster built from a simulated fleet: the Kubernetes objects its workloads and nodes would be.
 
-``fleet_objects`` returns plain manifests (Namespaces, Deployments, StatefulSets, Nodes) that seed
+``fleet_objects`` returns plain manifests (Namespaces, Deployments, StatefulSets, the custom controllers
+above them, RayClusters, Nodes) that seed
 the in-memory cluster of ``gpu-reaper demo`` and the Kubernetes emulator in tests, so both see the
 same cluster as the analyzer sees in the metrics.
 """
@@ -8,61 +9,19 @@ same cluster as the analyzer sees in the metrics.
 from __future__ import annotations
 
 import copy
-import uuid
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from common.timeutil import rfc3339
 from reaper import names
 from reaper.errors import ConflictError, NotFoundError
+from reaper.kinds import KINDS, object_kind
+from simulation import controllers
 from simulation.fleet import Fleet
-from simulation.fleet.scenario import WorkloadKind
+from simulation.fleet.scenario import Controller, WorkloadKind, WorkloadSpec
+from simulation.manifests import manifest
 
 _SCALABLE = {WorkloadKind.DEPLOYMENT: "Deployment", WorkloadKind.STATEFULSET: "StatefulSet"}
-_API_VERSION = {
-    "Deployment": "apps/v1",
-    "StatefulSet": "apps/v1",
-    "Node": "v1",
-    "Namespace": "v1",
-    "ConfigMap": "v1",
-    "Event": "v1",
-    "Lease": "coordination.k8s.io/v1",
-    "HorizontalPodAutoscaler": "autoscaling/v2",
-}
-_NS_UUID = uuid.UUID("0b5e4c1e-9a43-4d8f-8f39-6c2f3b1f4a10")
-
-
-def _uid(*parts: str) -> str:
-    return str(uuid.uuid5(_NS_UUID, "/".join(parts)))
-
-
-def manifest(
-    kind: str,
-    name: str,
-    namespace: str | None = None,
-    *,
-    labels: Mapping[str, str] | None = None,
-    annotations: Mapping[str, str] | None = None,
-    created: datetime | None = None,
-    spec: Mapping[str, Any] | None = None,
-    status: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "uid": _uid(kind, namespace or "", name), "resourceVersion": "1"}
-    if namespace:
-        meta["namespace"] = namespace
-    if labels:
-        meta["labels"] = dict(labels)
-    if annotations:
-        meta["annotations"] = dict(annotations)
-    if created is not None:
-        meta["creationTimestamp"] = rfc3339(created.replace(microsecond=0))
-    obj: dict[str, Any] = {"apiVersion": _API_VERSION.get(kind, "v1"), "kind": kind, "metadata": meta}
-    if spec is not None:
-        obj["spec"] = dict(spec)
-    if status is not None:
-        obj["status"] = dict(status)
-    return obj
 
 
 def fleet_objects(
@@ -92,17 +51,26 @@ def fleet_objects(
             manifest("Namespace", ns, annotations=ns_extra.get(ns), created=sc.start - timedelta(days=90))
         )
     for w in sc.workloads:
+        key = (w.namespace, w.name)
+        created = datetime.fromtimestamp(first_start.get(key, sc.start.timestamp()), tz=UTC)
+        annotations = {**w.annotations, **extra.get(f"{w.namespace}/{w.name}", {})}
+        owned = _controlled(w, created)
+        if owned:
+            *_, holder = owned
+            if annotations:
+                holder["metadata"].setdefault("annotations", {}).update(annotations)
+            objects.extend(owned)
+            continue
         kind = _SCALABLE.get(w.kind)
         if kind is None:
             continue  # Jobs and bare Pods: the reaper only ever notifies about them
-        key = (w.namespace, w.name)
-        created = datetime.fromtimestamp(first_start.get(key, sc.start.timestamp()), tz=UTC)
         labels = {**w.labels, "app.kubernetes.io/name": w.labels.get("app", w.name)}
-        annotations = {**w.annotations, **extra.get(f"{w.namespace}/{w.name}", {})}
         selector = {"matchLabels": {"app.kubernetes.io/name": labels["app.kubernetes.io/name"]}}
         spec: dict[str, Any] = {"replicas": w.replicas, "selector": selector}
         if kind == "StatefulSet":
             spec["serviceName"] = w.name
+        # The status its controller reports once the rollout is done, a minute after creation.
+        progressed = created + timedelta(minutes=1) if kind == "Deployment" else None
         objects.append(
             manifest(
                 kind,
@@ -112,7 +80,7 @@ def fleet_objects(
                 annotations=annotations,
                 created=created,
                 spec=spec,
-                status={"replicas": w.replicas, "readyReplicas": w.replicas},
+                status=controllers.replicated_status(w.replicas, progressed=progressed),
             )
         )
     for node in sc.nodes:
@@ -132,6 +100,24 @@ def fleet_objects(
             )
         )
     return objects
+
+
+def _controlled(w: WorkloadSpec, created: datetime) -> list[dict[str, Any]]:
+    """The root and its children for a workload under a custom controller (the holder last); else []."""
+    name = w.controller_name
+    match w.kind, w.controller:
+        case WorkloadKind.RAYCLUSTER, _:
+            return controllers.ray_cluster(
+                w.namespace, w.name, created, workers=w.replicas, gpus=w.gpus_per_pod
+            )
+        case _, Controller.NOTEBOOK:
+            return controllers.notebook(w.namespace, name or w.name, created, gpus=w.gpus_per_pod)
+        case _, Controller.INFERENCE_SERVICE:
+            root = name or w.name.removesuffix("-predictor")
+            return controllers.inference_service(w.namespace, root, created, gpus=w.gpus_per_pod)
+        case _, Controller.LEADER_WORKER_SET:
+            return controllers.leader_worker_set(w.namespace, name or w.name, created, replicas=w.replicas)
+    return []
 
 
 def _merge_patch(target: Any, patch: Any) -> Any:
@@ -168,7 +154,7 @@ class InMemoryCluster:
         self._version += 1
         meta = obj.setdefault("metadata", {})
         meta["resourceVersion"] = str(self._version)
-        self._objects[self._key(obj["kind"], meta.get("namespace"), meta["name"])] = obj
+        self._objects[self._key(object_kind(obj), meta.get("namespace"), meta["name"])] = obj
         return copy.deepcopy(obj)
 
     def get(self, kind: str, namespace: str | None, name: str) -> dict[str, Any]:
@@ -202,7 +188,9 @@ class InMemoryCluster:
 
     def create(self, kind: str, namespace: str | None, body: Mapping[str, Any]) -> dict[str, Any]:
         obj = copy.deepcopy(dict(body))
-        obj.setdefault("kind", kind)
+        info = KINDS.get(kind)
+        obj.setdefault("apiVersion", info.api_version if info else "v1")
+        obj.setdefault("kind", info.api_kind if info else kind)
         meta = obj.setdefault("metadata", {})
         if namespace:
             meta.setdefault("namespace", namespace)
@@ -210,8 +198,8 @@ class InMemoryCluster:
             raise ConflictError(f"{kind} {meta['name']} already exists", status=409)
         return self._put(obj)
 
-    def list_optional(self, kind: str) -> list[dict[str, Any]]:
-        return self.list_objects(kind)  # every kind exists here; one with no objects lists empty
+    def list_optional(self, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        return self.list_objects(kind, namespace)  # every kind exists here; one with no objects lists empty
 
     def objects(self, kind: str) -> list[dict[str, Any]]:
         """For assertions: the stored objects of a kind, uncounted."""

@@ -74,10 +74,11 @@ def _print_plan(report: RunReport, out: TextIO) -> None:
         a = r.action
         verb = "notify" if not a.action.destructive else f"would {a.action.value}"
         flags = f"  [{'; '.join(a.flags)}]" if a.flags else ""
-        rows.append((verb, a.target.key().lstrip("/"), a.reason + flags))
+        via = f"  [GPUs held by {a.target.key()}]" if a.root else ""
+        rows.append((verb, a.written.key().lstrip("/"), a.reason + via + flags))
     _table(rows, out)
     print("\nSkipped, with reasons", file=out)
-    _table([(s.reason.value, s.target.key().lstrip("/"), s.detail) for s in p.skips], out)
+    _table([(s.reason.value, (s.root or s.target).key().lstrip("/"), s.detail) for s in p.skips], out)
 
 
 def run_demo(scenario: str, policy_path: Path | None, output: Path, out: TextIO) -> int:

@@ -13,6 +13,7 @@ from reaper.policy.fields import glob_match
 from reaper.policy.loading import load_policy, parse_policy
 from reaper.policy.schema import (
     SCALABLE_KINDS,
+    STOPPABLE_KINDS,
     Action,
     Exclusions,
     Grace,
@@ -29,6 +30,7 @@ from reaper.policy.schema import (
 
 __all__ = [
     "SCALABLE_KINDS",
+    "STOPPABLE_KINDS",
     "Action",
     "Exclusions",
     "Grace",

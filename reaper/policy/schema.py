@@ -109,10 +109,24 @@ class Action(StrEnum):
 
 ActionableFinding = Literal["idle_endpoint", "low_utilization", "dataloader_starvation"]
 WorkloadKindName = Literal[
-    "Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob", "Pod", "Node"
+    "Deployment",
+    "StatefulSet",
+    "DaemonSet",
+    "ReplicaSet",
+    "Job",
+    "CronJob",
+    "Pod",
+    "Node",
+    "Rollout",
+    "RayCluster",
 ]
 
+# The default kinds of scale_to_zero: the reaper scales these itself when nothing controls them.
 SCALABLE_KINDS: tuple[str, ...] = ("Deployment", "StatefulSet")
+# Every kind a finding can name whose root controller scale_to_zero can stop natively (docs/reaper.md):
+# a Notebook's or LeaderWorkerSet's StatefulSet, an InferenceService's Deployment, an Argo Rollout, a
+# RayCluster, a JobSet's or Kueue's Job.
+STOPPABLE_KINDS: tuple[str, ...] = (*SCALABLE_KINDS, "ReplicaSet", "Rollout", "RayCluster", "Job")
 _DEFAULT_KINDS: dict[Action, tuple[str, ...]] = {
     Action.SCALE_TO_ZERO: SCALABLE_KINDS,
     Action.CORDON: ("Node",),
@@ -148,10 +162,11 @@ class Rule(_Model):
         if self.match.kinds is None:
             return self
         kinds = set(self.match.kinds)
-        if self.action is Action.SCALE_TO_ZERO and not kinds <= set(SCALABLE_KINDS):
-            other = ", ".join(sorted(kinds - set(SCALABLE_KINDS)))
+        if self.action is Action.SCALE_TO_ZERO and not kinds <= set(STOPPABLE_KINDS):
+            other = ", ".join(sorted(kinds - set(STOPPABLE_KINDS)))
+            allowed = ", ".join(STOPPABLE_KINDS[:-1]) + f" and {STOPPABLE_KINDS[-1]}"
             raise ValueError(
-                f"action scale_to_zero applies to Deployment and StatefulSet only, not {other}; "
+                f"action scale_to_zero applies to {allowed} only, not {other}; "
                 "use a separate notify rule for those kinds"
             )
         if self.action is Action.CORDON and kinds != {"Node"}:

@@ -104,6 +104,22 @@ class WorkloadKind(StrEnum):
     STATEFULSET = "StatefulSet"
     JOB = "Job"
     POD = "Pod"
+    RAYCLUSTER = "RayCluster"  # KubeRay: the pods' own controller, no set in between
+
+
+class Controller(StrEnum):
+    """A custom controller above the workload (the cluster objects only: the metrics do not change)."""
+
+    NOTEBOOK = "Notebook"  # Kubeflow: owns a StatefulSet of the same name
+    INFERENCE_SERVICE = "InferenceService"  # KServe raw deployment: owns the NAME-predictor Deployment
+    LEADER_WORKER_SET = "LeaderWorkerSet"  # owns its leader StatefulSet of the same name
+
+
+_CONTROLLED_KIND = {
+    Controller.NOTEBOOK: WorkloadKind.STATEFULSET,
+    Controller.INFERENCE_SERVICE: WorkloadKind.DEPLOYMENT,
+    Controller.LEADER_WORKER_SET: WorkloadKind.STATEFULSET,
+}
 
 
 class WorkloadSpec(_Spec):
@@ -122,11 +138,17 @@ class WorkloadSpec(_Spec):
     container_restarts: tuple[Offset, ...] = ()  # cAdvisor counters reset
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
+    controller: Controller | None = None
+    controller_name: str | None = None  # default: the workload's name (InferenceService: without -predictor)
 
     @model_validator(mode="after")
     def _checks(self) -> WorkloadSpec:
         if self.kind is WorkloadKind.POD and self.replicas != 1:
             raise ValueError("a bare Pod has exactly one replica")
+        if self.controller is not None and _CONTROLLED_KIND[self.controller] is not self.kind:
+            raise ValueError(
+                f"a {self.controller.value} controls a {_CONTROLLED_KIND[self.controller].value}"
+            )
         return self
 
 
@@ -199,6 +221,18 @@ def builtin_scenarios() -> list[str]:
 
 def load_scenario(name_or_path: str | Path) -> Scenario:
     """Load a built-in scenario by name (``standard``) or a YAML file by path."""
+    path, raw = _read(name_or_path)
+    try:
+        return Scenario.model_validate(raw)
+    except ValidationError as e:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '(top level)'}: {err['msg']}" for err in e.errors()
+        )
+        raise ScenarioError(f"{path}: {problems}") from e
+
+
+def _read(name_or_path: str | Path, seen: tuple[Path, ...] = ()) -> tuple[Path, dict[str, Any]]:
+    """The scenario's YAML as a mapping; ``extends: NAME`` puts that scenario's nodes and workloads first."""
     path = Path(name_or_path)
     if not path.suffix and not path.exists():
         path = BUILTIN_DIR / f"{name_or_path}.yaml"
@@ -213,10 +247,13 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
         raise ScenarioError(f"{path}: not valid YAML: {e}") from e
     if not isinstance(raw, dict):
         raise ScenarioError(f"{path}: a scenario is a YAML mapping, got {type(raw).__name__}")
-    try:
-        return Scenario.model_validate(raw)
-    except ValidationError as e:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '(top level)'}: {err['msg']}" for err in e.errors()
-        )
-        raise ScenarioError(f"{path}: {problems}") from e
+    base = raw.pop("extends", None)
+    if base is None:
+        return path, raw
+    if path in seen:
+        raise ScenarioError(f"{path}: extends itself (through {base})")
+    _, parent = _read(str(base), (*seen, path))
+    merged = {**parent, **raw}
+    for key in ("nodes", "workloads"):
+        merged[key] = [*parent.get(key, []), *raw.get(key, [])]
+    return path, merged

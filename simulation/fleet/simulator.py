@@ -114,6 +114,15 @@ def _pod_names(w: WorkloadSpec) -> list[tuple[str, str, str]]:
             ]
         case WorkloadKind.POD:
             return [(w.name, "<none>", "<none>")]
+        case WorkloadKind.RAYCLUSTER:
+            return [
+                (
+                    f"{w.name}-gpu-group-worker-{_k8s_suffix(5, w.namespace, w.name, str(i))}",
+                    "RayCluster",
+                    w.name,
+                )
+                for i in range(w.replicas)
+            ]
 
 
 def _slots(node: NodeSpec) -> list[Slot]:

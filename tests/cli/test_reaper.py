@@ -355,9 +355,7 @@ def test_restore_commands(seeded: EmulatedCluster, findings_file: Path, tmp_path
 @pytest.mark.parametrize(
     ("target", "message"),
     [
-        pytest.param(
-            ["serving/ghost"], "Deployment or StatefulSet serving/ghost does not exist", id="object"
-        ),
+        pytest.param(["serving/ghost"], "serving/ghost does not exist", id="object"),
         pytest.param(["--node", "ghost"], "node ghost does not exist", id="node"),
         pytest.param(["--all", "--namespace", "ghost"], "namespace ghost does not exist", id="namespace"),
     ],

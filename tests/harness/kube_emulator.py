@@ -21,20 +21,15 @@ import attrs
 import kmock
 import yaml
 
+from reaper.kinds import KINDS, object_kind
 from reaper.kube import KubeClient, KubeSettings
 
+# "group/version/plural" (core: "version/plural") per kind the reaper knows, as kmock names resources.
 RESOURCES = {
-    "Deployment": "apps/v1/deployments",
-    "StatefulSet": "apps/v1/statefulsets",
-    "Node": "v1/nodes",
-    "Namespace": "v1/namespaces",
-    "ConfigMap": "v1/configmaps",
-    "Event": "v1/events",
-    "Lease": "coordination.k8s.io/v1/leases",
-    "HorizontalPodAutoscaler": "autoscaling/v2/horizontalpodautoscalers",
-    "ScaledObject": "keda.sh/v1alpha1/scaledobjects",
+    name: f"{k.group}/{k.version}/{k.plural}" if k.group else f"{k.version}/{k.plural}"
+    for name, k in KINDS.items()
 }
-CLUSTER_SCOPED = {"Node", "Namespace"}
+CLUSTER_SCOPED = {name for name, k in KINDS.items() if not k.namespaced}
 
 
 @dataclass
@@ -59,6 +54,8 @@ class Fault:
 @attrs.define(kw_only=True)
 class ApiServer(kmock.KubernetesEmulator):
     faults: list[Fault] = attrs.field(factory=list, init=False)
+    # Emulated controllers: called after every change, they reconcile children from their roots.
+    controllers: list[Callable[[ApiServer], None]] = attrs.field(factory=list, init=False)
     _versions: dict[Any, int] = attrs.field(factory=dict, init=False)
     _counter: Any = attrs.field(factory=lambda: itertools.count(1000), init=False)
 
@@ -90,9 +87,27 @@ class ApiServer(kmock.KubernetesEmulator):
                 raise kmock.KubernetesError(status=fault.status, reason="Injected", message="injected fault")
         self._track_versions(request)
         response = await super()._handle(request)
+        if request.action in (kmock.action.UPDATE, kmock.action.CREATE):
+            for controller in self.controllers:
+                controller(self)
         if fault is not None and fault.delay:
             await asyncio.sleep(fault.delay)  # the change is made; only the answer is late
         return response
+
+    def raw(self, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        """The stored object (for emulated controllers; on the emulator's loop)."""
+        key = (kmock.resource(RESOURCES[kind]), None if kind in CLUSTER_SCOPED else namespace, name)
+        if key not in self.objects or self.objects[key].deleted:
+            return None
+        return self.objects[key].raw  # type: ignore[no-any-return]
+
+    def controller_patch(self, kind: str, namespace: str | None, name: str, patch: dict[str, Any]) -> None:
+        """A controller's own write: a merge into the stored object, with a new resourceVersion."""
+        key = (kmock.resource(RESOURCES[kind]), None if kind in CLUSTER_SCOPED else namespace, name)
+        version = next(self._counter)
+        self._versions[key] = version
+        meta = {**patch.get("metadata", {}), "resourceVersion": str(version)}
+        self.objects[key].patch({**patch, "metadata": meta})
 
     def _track_versions(self, request: kmock.Request) -> None:
         # Synchronous (no await) from check to reservation, so two racing patches cannot both pass.
@@ -156,14 +171,14 @@ class EmulatedCluster:
         def put() -> None:
             for obj in objects:
                 meta = obj["metadata"]
-                self.server.objects[self._key(obj["kind"], meta.get("namespace"), meta["name"])] = obj
+                self.server.objects[self._key(object_kind(obj), meta.get("namespace"), meta["name"])] = obj
 
         self.call(put)
 
     def declare(self, *kinds: str) -> None:
         """Make list calls of kinds with no objects answer an empty list rather than 404."""
         for kind in kinds:
-            self.server.resources[RESOURCES[kind]] = kmock.ResourceInfo(kind=kind)
+            self.server.resources[RESOURCES[kind]] = kmock.ResourceInfo(kind=KINDS[kind].api_kind)
 
     def obj(self, kind: str, namespace: str | None, name: str) -> dict[str, Any]:
         return self.call(lambda: self.server.objects[self._key(kind, namespace, name)].raw)  # type: ignore[no-any-return]

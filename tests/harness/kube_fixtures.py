@@ -45,7 +45,15 @@ def cluster(_emulator_loop: asyncio.AbstractEventLoop, tmp_path: Path) -> Iterat
     url = asyncio.run_coroutine_threadsafe(start(), _emulator_loop).result(timeout=30)
     emulated = EmulatedCluster(server, url, write_kubeconfig(tmp_path / "kubeconfig", url), _emulator_loop)
     emulated.declare(
-        "HorizontalPodAutoscaler", "ConfigMap", "Lease", "Event", "Deployment", "StatefulSet", "Node"
+        "HorizontalPodAutoscaler",
+        "ConfigMap",
+        "Lease",
+        "Event",
+        "Deployment",
+        "StatefulSet",
+        "Node",
+        "ReplicaSet",
+        "Job",
     )
     try:
         yield emulated

@@ -5,6 +5,7 @@ No Kubernetes here: findings, a snapshot parsed from plain manifests, a policy a
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -17,9 +18,11 @@ from common.timeutil import rfc3339
 from harness.findings import NOW, WINDOW, finding, report
 from reaper import names
 from reaper.cluster import ClusterSnapshot, build_snapshot
+from reaper.kinds import WORKLOAD_KINDS, object_kind
 from reaper.planner import Plan, SkipReason, plan, route_channel
 from reaper.policy import Action, Policy
 from reaper.state import Confirmation, ReaperState
+from simulation import controllers
 from simulation.cluster import manifest
 
 IDLE = FindingKind.IDLE_ENDPOINT
@@ -137,10 +140,9 @@ def make_snapshot(
 ) -> ClusterSnapshot:
     by_kind: dict[str, list[dict[str, Any]]] = {}
     for o in objects:
-        by_kind.setdefault(o["kind"], []).append(o)
+        by_kind.setdefault(object_kind(o), []).append(o)
     return build_snapshot(
-        deployments=by_kind.get("Deployment", []),
-        statefulsets=by_kind.get("StatefulSet", []),
+        workloads={k.name: by_kind.get(k.name, []) for k in WORKLOAD_KINDS},
         nodes=by_kind.get("Node", []),
         namespaces=by_kind.get("Namespace", []),
         hpas=by_kind.get("HorizontalPodAutoscaler", []),
@@ -633,3 +635,149 @@ def test_skips_for_owners_carry_their_channel() -> None:
     (skip,) = p.skips
     assert skip.reason.tells_owner and skip.channel == "#gpu-waste"
     assert "HorizontalPodAutoscaler serving/api-scaler" in skip.detail
+
+
+# --- ownership: the root controller is what is stopped, or nothing is ---------------------------------
+
+OWNED_RULES = {
+    "rules": [
+        {
+            "name": "idle",
+            "match": {
+                "findings": ["idle_endpoint"],
+                "kinds": ["Deployment", "StatefulSet", "RayCluster", "Job"],
+            },
+            "action": "scale_to_zero",
+        }
+    ]
+}
+ALICE = "research/StatefulSet/alice"
+
+
+def owned(kind: str, name: str) -> Finding:
+    return finding(IDLE, name=name, namespace="research", workload_kind=kind)
+
+
+def notebook(**annotations: str) -> tuple[dict[str, Any], ...]:
+    root, sts = controllers.notebook("research", "alice", LONG_AGO)
+    if annotations:
+        root["metadata"]["annotations"] = annotations
+    return (root, sts)
+
+
+def restarted(minutes: int, updated: int) -> dict[str, Any]:
+    """Created 30 days ago, ``kubectl rollout restart`` ``minutes`` ago, ``updated`` of 2 replicas rolled."""
+    d = controllers.deployment("research", "api", LONG_AGO, replicas=2)
+    d["metadata"]["generation"] = 2
+    d["spec"]["template"]["metadata"]["annotations"] = {names.RESTARTED_AT: ago(minutes=minutes)}
+    d["status"] |= {"observedGeneration": 2, "updatedReplicas": updated}
+    return d
+
+
+@dataclass(frozen=True)
+class OwnerCase:
+    id: str
+    findings: tuple[Finding, ...]
+    objects: tuple[dict[str, Any], ...]
+    actions: tuple[str, ...] = ()  # "ACTION TARGET -> WRITTEN"
+    skips: Mapping[str, SkipReason] = field(default_factory=dict)
+    says: str = ""  # in the reason of the action or the detail of the skip
+
+
+OWNER_CASES = [
+    OwnerCase(
+        "a-notebooks-statefulset-stops-the-notebook",
+        (owned("StatefulSet", "alice"),),
+        notebook(),
+        actions=(f"scale_to_zero {ALICE} -> research/Notebook/alice",),
+    ),
+    OwnerCase(
+        "a-stopped-notebook-is-already-done",
+        (owned("StatefulSet", "alice"),),
+        notebook(**{names.KUBEFLOW_STOPPED: ago(hours=1)}),
+        skips={ALICE: SkipReason.ALREADY_DONE},
+        says=f"Notebook research/alice already annotated {names.KUBEFLOW_STOPPED}",
+    ),
+    OwnerCase(
+        "an-opt-out-on-the-root-covers-its-children",
+        (owned("StatefulSet", "alice"),),
+        notebook(**{names.EXCLUDE: "true"}),
+        skips={ALICE: SkipReason.EXCLUDED_BY_ANNOTATION},
+        says="Notebook research/alice is annotated gpu-reaper/exclude=true",
+    ),
+    OwnerCase(
+        "an-owner-without-an-actuator-is-controller-managed",
+        (owned("Deployment", "fraud-default-0-model"),),
+        tuple(controllers.owned_by_unknown_controller("research", "fraud", LONG_AGO)),
+        skips={"research/Deployment/fraud-default-0-model": SkipReason.CONTROLLER_MANAGED},
+        says="controlled by SeldonDeployment research/fraud",
+    ),
+    OwnerCase(
+        "a-rayservice-is-only-reported",
+        (owned("RayCluster", controllers.ray_service("research", "serve", LONG_AGO)[1]["metadata"]["name"]),),
+        tuple(controllers.ray_service("research", "serve", LONG_AGO)),
+        actions=("notify research/RayCluster/serve-raycluster-* -> research/RayService/serve",),
+        says="RayService has no safe native stop",
+    ),
+    OwnerCase(
+        "a-knative-service-says-what-keeps-it-up",
+        (owned("Deployment", "fn-00001-deployment"),),
+        tuple(controllers.knative_service("research", "fn", LONG_AGO, min_scale=1)),
+        actions=("notify research/Deployment/fn-00001-deployment -> research/KnativeService/fn",),
+        says="autoscaling.knative.dev/min-scale=1",
+    ),
+    OwnerCase(
+        "a-job-without-kueue-is-only-reported",
+        (owned("Job", "plain"),),
+        (manifest("Job", "plain", "research", created=LONG_AGO, spec={"suspend": False}),),
+        actions=("notify research/Job/plain -> research/Job/plain",),
+        says="Kueue does not manage",
+    ),
+    OwnerCase(
+        "a-kueue-job-is-suspended",
+        (owned("Job", "sweep"),),
+        tuple(controllers.kueue_job("research", "sweep", LONG_AGO)),
+        actions=("scale_to_zero research/Job/sweep -> research/Job/sweep",),
+    ),
+    OwnerCase(
+        "a-rollout-in-progress-is-skipped",
+        (owned("Deployment", "api"),),
+        (restarted(minutes=10, updated=1),),
+        skips={"research/Deployment/api": SkipReason.ROLLOUT_IN_PROGRESS},
+        says="1 of 2 replicas updated",
+    ),
+    OwnerCase(
+        "restarted-ten-minutes-ago-is-in-grace",
+        (owned("Deployment", "api"),),
+        (restarted(minutes=10, updated=2),),
+        skips={"research/Deployment/api": SkipReason.CREATION_GRACE},
+        says=f"restarted ({names.RESTARTED_AT}) 10m ago",
+    ),
+    OwnerCase(
+        "restarted-two-hours-ago-is-fair-game",
+        (owned("Deployment", "api"),),
+        (restarted(minutes=120, updated=2),),
+        actions=("scale_to_zero research/Deployment/api -> research/Deployment/api",),
+    ),
+    OwnerCase(
+        "a-leader-and-a-worker-statefulset-are-one-action-on-the-leaderworkerset",
+        (owned("StatefulSet", "vllm"), owned("StatefulSet", "vllm-0")),
+        tuple(controllers.leader_worker_set("research", "vllm", LONG_AGO)),
+        actions=("scale_to_zero research/StatefulSet/vllm -> research/LeaderWorkerSet/vllm",),
+        skips={"research/StatefulSet/vllm-0": SkipReason.DUPLICATE},
+    ),
+]
+
+
+@pytest.mark.parametrize("case", OWNER_CASES, ids=[c.id for c in OWNER_CASES])
+def test_ownership_rules(case: OwnerCase) -> None:
+    objects = (namespace("research"), *case.objects)
+    p = plan(report(*case.findings), make_snapshot(objects), make_policy(**OWNED_RULES), NOW)
+    got = sorted(f"{a.action.value} {a.key} -> {a.written.key()}" for a in p.actions)
+    assert [fnmatch.fnmatchcase(g, w) for g, w in zip(got, sorted(case.actions), strict=True)] == [
+        True
+    ] * len(got)
+    assert {s.target.key(): s.reason for s in p.skips} == dict(case.skips)
+    if case.says:
+        texts = [a.reason for a in p.actions] + [s.detail for s in p.skips]
+        assert any(case.says in t for t in texts), texts

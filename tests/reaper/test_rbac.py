@@ -2,12 +2,15 @@
 
 ``gpu-reaper`` runs for real against the emulated API server through every path that talks to it:
 a dry run; an applied run that creates the Lease and the state ConfigMap, scales a Deployment and a
-StatefulSet, cordons a node, records Events and re-reads after a 409; a second applied run that
-takes over the existing Lease and patches the ConfigMap; and every kind of restore. Each request in
-the emulator's log becomes the attributes the API server's RBAC authorizer checks (harness.rbac),
-and the Roles and ClusterRoles the chart renders for the reaper's ServiceAccount must grant every
-one of them and nothing more. A new API call in reaper/kube.py or reaper/executor.py fails here
-until the chart grants it; a grant the reaper stops using fails here until it is removed.
+StatefulSet, stops one workload under every root controller the reaper knows (Notebook,
+InferenceService, RayCluster, LeaderWorkerSet, Rollout, JobSet, a Kueue Job, an ownerless
+ReplicaSet; a Knative Service only reported), cordons a node, records Events and re-reads after a
+409; a second applied run that takes over the existing Lease and patches the ConfigMap; and every
+kind of restore. Each request in the emulator's log becomes the attributes the API server's RBAC
+authorizer checks (harness.rbac), and the Roles and ClusterRoles the chart renders for the reaper's
+ServiceAccount must grant every one of them and nothing more. A new API call in reaper/kube.py or
+reaper/executor.py fails here until the chart grants it; a grant the reaper stops using fails here
+until it is removed.
 """
 
 from __future__ import annotations
@@ -22,18 +25,35 @@ import pytest
 from cli.reaper import main
 from common.model import FindingKind
 from harness.chart import NAMESPACE, Manifest, only, render, values_file
+from harness.controllers import CONTROLLERS
 from harness.findings import NOW, finding, report
 from harness.kube_emulator import EmulatedCluster, Fault
 from harness.rbac import NAMED_VERBS, READ_VERBS, Access, Grant, access_of, grants
+from reaper.kinds import WORKLOAD_KINDS
+from simulation import controllers
 from simulation.cluster import manifest
 
 LONG_AGO = NOW - timedelta(days=30)
+# One workload under each root kind the reaper stops or reports, by the (kind, name) holding the GPUs.
+CONTROLLED = {
+    ("StatefulSet", "alice"): lambda: controllers.notebook("research", "alice", LONG_AGO),
+    ("Deployment", "llm-predictor"): lambda: controllers.inference_service("research", "llm", LONG_AGO),
+    ("RayCluster", "ray"): lambda: controllers.ray_cluster("research", "ray", LONG_AGO),
+    ("StatefulSet", "vllm"): lambda: controllers.leader_worker_set("research", "vllm", LONG_AGO),
+    ("Rollout", "canary"): lambda: controllers.argo_rollout("research", "canary", LONG_AGO),
+    ("Job", "train-workers-0"): lambda: controllers.job_set("research", "train", LONG_AGO),
+    ("Job", "sweep"): lambda: controllers.kueue_job("research", "sweep", LONG_AGO),
+    ("ReplicaSet", "bare"): lambda: [
+        manifest("ReplicaSet", "bare", "research", created=LONG_AGO, spec={"replicas": 1})
+    ],
+    ("Deployment", "fn-00001-deployment"): lambda: controllers.knative_service("research", "fn", LONG_AGO),
+}
 GPU_NODE = {"capacity": {"nvidia.com/gpu": "8"}}
 POLICY = """\
-safety: {consecutiveRuns: 1, maxCordonShare: 0.5}
+safety: {consecutiveRuns: 1, maxCordonShare: 0.5, maxActionsPerRun: 20}
 rules:
   - name: idle-endpoints
-    match: {findings: [idle_endpoint]}
+    match: {findings: [idle_endpoint], kinds: [Deployment, StatefulSet, ReplicaSet, Rollout, RayCluster, Job]}
     action: scale_to_zero
   - name: idle-nodes
     match: {findings: [low_utilization], kinds: [Node]}
@@ -66,9 +86,12 @@ def _seed(cluster: EmulatedCluster) -> None:
         return manifest(kind, f"{target}-scaler", "serving", spec=spec)
 
     cluster.declare("ScaledObject")  # KEDA installed: its list answers rather than 404
+    cluster.declare(*(k.name for k in WORKLOAD_KINDS))  # every controller the reaper knows is installed
+    cluster.call(lambda: cluster.server.controllers.extend(CONTROLLERS))
     cluster.seed(
         [
-            *(manifest("Namespace", n) for n in ("serving", NAMESPACE)),
+            *(manifest("Namespace", n) for n in ("serving", "research", NAMESPACE)),
+            *(obj for build in CONTROLLED.values() for obj in build()),
             deployment("ranker"),
             deployment("hpa-scaled"),
             deployment("keda-scaled"),
@@ -92,6 +115,10 @@ def _findings(tmp_path: Path) -> Path:
             ("Deployment", "keda-scaled"),
             ("StatefulSet", "embeddings"),
         )
+    ]
+    idle += [
+        finding(FindingKind.IDLE_ENDPOINT, name=name, namespace="research", workload_kind=kind)
+        for kind, name in CONTROLLED
     ]
     spare = finding(FindingKind.LOW_UTILIZATION, name="gpu-spare", workload_kind="Node")
     path = tmp_path / "findings.json"
@@ -125,14 +152,26 @@ def reaper_requests(cluster: EmulatedCluster, tmp_path: Path) -> dict[str, list[
     # Stale resourceVersions on the first patches: the executor re-reads and tries again.
     cluster.fail(Fault("PATCH", "Deployment", name="ranker", status=409))
     cluster.fail(Fault("PATCH", "Node", name="gpu-spare", status=409))
+    roots = (
+        "Notebook",
+        "InferenceService",
+        "RayCluster",
+        "LeaderWorkerSet",
+        "Rollout",
+        "JobSet",
+        "Job",
+        "ReplicaSet",
+    )
+    for kind in roots:  # each actuator re-reads its root (get) after a conflict
+        cluster.fail(Fault("PATCH", kind, status=409))
     steps = {
         "dry-run": (
             [*run, "--dry-run", *kube],
-            "gpu-reaper: mode=dry-run findings=5 planned=3 applied=0 skipped=2 failed=0",
+            "gpu-reaper: mode=dry-run findings=14 planned=12 applied=0 skipped=2 failed=0",
         ),
         "first apply": (
             [*run, "--apply", *kube],
-            "gpu-reaper: mode=apply findings=5 planned=3 applied=3 skipped=2 failed=0",
+            "gpu-reaper: mode=apply findings=14 planned=12 applied=12 skipped=2 failed=0",
         ),
         "second apply": ([*run, "--apply", *kube], None),
         "restore dry-run": (
@@ -149,7 +188,7 @@ def reaper_requests(cluster: EmulatedCluster, tmp_path: Path) -> dict[str, list[
         ),
         "restore all": (
             ["restore", "--all", *kube],
-            "gpu-reaper: restore mode=apply restored=1 unchanged=0 failed=0",
+            "gpu-reaper: restore mode=apply restored=9 unchanged=0 failed=0",
         ),
     }
     out: dict[str, list[Access]] = {}
@@ -334,3 +373,31 @@ def test_grants_follow_rbac_scoping_and_resource_names() -> None:
         Access("list", "apps", "deployments", None, None)
     )  # cluster-wide needs a ClusterRoleBinding
     assert not allowed(Access("list", "apps", "deployments/scale", "team-a", None))
+
+
+@pytest.mark.parametrize(
+    ("switch", "refused"),
+    [
+        pytest.param(
+            "kubeflowNotebooks",
+            {
+                ("list", "kubeflow.org", "notebooks"),
+                ("get", "kubeflow.org", "notebooks"),
+                ("patch", "kubeflow.org", "notebooks"),
+            },
+            id="kubeflow",
+        ),
+        pytest.param(
+            "knative",
+            {("list", "serving.knative.dev", r) for r in ("services", "configurations", "revisions")},
+            id="knative",
+        ),
+        pytest.param("kueueJobs", {("get", "batch", "jobs"), ("patch", "batch", "jobs")}, id="kueue"),
+    ],
+)
+def test_a_controller_switched_off_refuses_only_its_own_requests(
+    reaper_requests: dict[str, list[Access]], switch: str, refused: set[tuple[str, str, str]]
+) -> None:
+    granted = _granted(render({"rbac": {"controllers": {switch: False}}}))
+    denied = {a for a in _all(reaper_requests) if not any(g.allows(a) for g in granted)}
+    assert {(a.verb, a.group, a.resource) for a in denied} == refused

@@ -16,7 +16,7 @@ def test_demo_prints_findings_dry_run_plan_slack_preview_and_writes_the_report(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     out = io.StringIO()
-    assert main(["demo"], stdout=out) == 0
+    assert main(["demo", "--scenario", "standard"], stdout=out) == 0
     text = out.getvalue()
 
     assert 'scenario "standard"' in text
@@ -38,6 +38,32 @@ def test_demo_prints_findings_dry_run_plan_slack_preview_and_writes_the_report(
     report = tmp_path / "gpu-reaper-report.html"
     html = report.read_text(encoding="utf-8")
     assert html.lstrip().lower().startswith("<!doctype html") and "legacy-ranker" in html
+
+
+def test_the_default_demo_reclaims_through_notebook_inferenceservice_and_raycluster(tmp_path: Path) -> None:
+    out = io.StringIO()
+    assert main(["demo", "--output", str(tmp_path / "r.html")], stdout=out) == 0
+    text = out.getvalue()
+    assert 'scenario "demo"' in text
+    # The plan names the root it would stop and the child holding the GPUs.
+    assert re.search(
+        r"would scale_to_zero +research/Notebook/alice +idle endpoint .*"
+        r"\[GPUs held by research/StatefulSet/alice\]",
+        text,
+    )
+    assert re.search(
+        r"would scale_to_zero +serving/InferenceService/summarizer +idle endpoint .*"
+        r"\[GPUs held by serving/Deployment/summarizer-predictor\]",
+        text,
+    )
+    assert re.search(r"notify +research/RayCluster/ray-tune +low utilization on 4 GPUs", text)
+    # Slack says what it would do to each root, in its own terms.
+    assert "*Would stop* `research/alice` (Notebook; GPUs held by StatefulSet research/alice)" in text
+    assert "*Would stop* `serving/summarizer` (InferenceService; GPUs held by Deployment" in text
+    assert "*Heads-up* `research/ray-tune` (RayCluster)" in text
+    assert text.rstrip().endswith(
+        "gpu-reaper: mode=dry-run findings=16 planned=13 applied=0 skipped=3 failed=0"
+    )
 
 
 def test_demo_output_path_and_policy(tmp_path: Path) -> None:

@@ -134,9 +134,10 @@ BROKEN = [
         id="unknown-action",
     ),
     pytest.param(
-        one_rule("{findings: [idle_endpoint], kinds: [Job]}", "scale_to_zero"),
-        "scale_to_zero applies to Deployment and StatefulSet only, not Job",
-        id="scale-a-job",
+        one_rule("{findings: [idle_endpoint], kinds: [DaemonSet, Job]}", "scale_to_zero"),
+        "scale_to_zero applies to Deployment, StatefulSet, ReplicaSet, Rollout, RayCluster and Job only, "
+        "not DaemonSet",
+        id="scale-a-daemonset",
     ),
     pytest.param(
         one_rule("{findings: [low_utilization], kinds: [Deployment]}", "cordon"),

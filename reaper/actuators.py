@@ -1,0 +1,172 @@
+"""How the reaper stops each kind of root controller, and how ``restore`` undoes it.
+
+Pure: each actuator turns a live object into the merge patch of its native, reversible stop (or
+restore); the executor adds the reaper's own annotations (reaped-at, reason) and the
+resourceVersion precondition, and sends it through its one write gate. A root kind with no entry
+here is never written to: its children are skipped as ``controller_managed``, and a kind with no
+safe native stop is only reported (:func:`notify_only`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from reaper import names
+from reaper.cluster import Workload
+
+
+@dataclass(frozen=True)
+class Change:
+    """What a stop or a restore writes besides the reaper's own annotations."""
+
+    spec: Mapping[str, Any]
+    annotations: Mapping[str, str | None]
+    description: str  # "scale from 3 to 0 replicas", "set kubeflow-resource-stopped"
+
+
+class Actuator:
+    """A root kind's native stop. ``marker`` is the annotation that says the reaper stopped it."""
+
+    verb = "stop"
+    log_verb = "stop"  # "scale Deployment a/b from 3 to 0 replicas", "stop Notebook a/b with …"
+    done = "Stopped"
+    marker = names.REAPED_AT
+
+    def stopped(self, w: Workload) -> str | None:
+        """Why the object is already stopped (nothing to do), or None."""
+        raise NotImplementedError
+
+    def stop(self, w: Workload, now: str) -> Change:
+        raise NotImplementedError
+
+    def restore(self, w: Workload) -> Change | str:
+        """The change that undoes the stop, or why it cannot be undone automatically."""
+        raise NotImplementedError
+
+
+class ScaleToZero(Actuator):
+    """spec.replicas to 0, the original count in gpu-reaper/original-replicas (Deployment, LWS, Rollout…)."""
+
+    verb = "scale to zero"
+    log_verb = "scale"
+    done = "ScaledToZero"
+    marker = names.ORIGINAL_REPLICAS
+
+    def stopped(self, w: Workload) -> str | None:
+        return "already at 0 replicas" if w.replicas == 0 else None
+
+    def stop(self, w: Workload, now: str) -> Change:
+        replicas = w.replicas if w.replicas is not None else 1
+        return Change(
+            {"replicas": 0}, {names.ORIGINAL_REPLICAS: str(replicas)}, f"from {replicas} to 0 replicas"
+        )
+
+    def restore(self, w: Workload) -> Change | str:
+        recorded = w.annotations.get(names.ORIGINAL_REPLICAS)
+        try:
+            original = int(recorded or "")
+        except ValueError:
+            return f"unreadable {names.ORIGINAL_REPLICAS}={recorded!r}; fix it by hand"
+        # Someone scaled it back up by hand: keep their number, just clear our marks.
+        replicas = w.replicas or original
+        return Change({"replicas": replicas}, {names.ORIGINAL_REPLICAS: None}, f"{replicas} replicas")
+
+
+@dataclass(frozen=True)
+class StopAnnotation(Actuator):
+    """An annotation the kind's own controller reads as "stop" (Kubeflow Notebook, KServe)."""
+
+    key: str
+    timestamp: bool  # the value is the stop time (Kubeflow) rather than "true" (KServe)
+    unheeded: str = ""  # what it means when the GPUs stay busy under the annotation
+
+    def stopped(self, w: Workload) -> str | None:
+        value = w.annotations.get(self.key)
+        if value is None or (not self.timestamp and value.strip().lower() != "true"):
+            return None
+        return f"already annotated {self.key}={value}" + (f"; {self.unheeded}" if self.unheeded else "")
+
+    def stop(self, w: Workload, now: str) -> Change:
+        value = now if self.timestamp else "true"
+        return Change({}, {self.key: value}, f"with {self.key}={value}")
+
+    def restore(self, w: Workload) -> Change | str:
+        return Change({}, {self.key: None}, f"removed {self.key}")
+
+
+class Suspend(Actuator):
+    """spec.suspend: true, which the controller honours by deleting the pods (RayCluster, JobSet, Job)."""
+
+    verb = "suspend"
+    log_verb = "suspend"
+    done = "Suspended"
+
+    def stopped(self, w: Workload) -> str | None:
+        return "already suspended" if w.suspended else None
+
+    def stop(self, w: Workload, now: str) -> Change:
+        return Change({"suspend": True}, {}, "with spec.suspend=true")
+
+    def restore(self, w: Workload) -> Change | str:
+        return Change({"suspend": False}, {}, "set spec.suspend=false")
+
+
+_SCALE = ScaleToZero()
+_SUSPEND = Suspend()
+ACTUATORS: Mapping[str, Actuator] = {
+    "Deployment": _SCALE,
+    "StatefulSet": _SCALE,
+    "ReplicaSet": _SCALE,  # reached only when it has no controller of its own
+    "LeaderWorkerSet": _SCALE,
+    "Rollout": _SCALE,
+    # Kubeflow's notebook controller scales the StatefulSet to 0 while the annotation is set.
+    "Notebook": StopAnnotation(names.KUBEFLOW_STOPPED, timestamp=True),
+    # KServe (2025 onwards, kserve#4337 serverless, kserve#4455 raw deployment) deletes the
+    # predictor's workloads while it is "true"; older KServe ignores it (docs/reaper.md).
+    "InferenceService": StopAnnotation(
+        names.KSERVE_STOP,
+        timestamp=False,
+        unheeded="if its GPUs are still busy, this KServe predates the stop annotation: stop it by hand",
+    ),
+    "RayCluster": _SUSPEND,
+    "JobSet": _SUSPEND,
+    "Job": _SUSPEND,  # only Kueue-managed ones: see actuator_for
+}
+
+
+def actuator_for(root: Workload) -> Actuator | None:
+    """The native stop of a root, or None when it has none (then :func:`notify_only` says why)."""
+    if root.kind == "Job" and names.KUEUE_QUEUE_LABEL not in root.labels:
+        return None
+    return ACTUATORS.get(root.kind)
+
+
+def notify_only(root: Workload) -> str | None:
+    """Why a root the reaper knows is reported rather than stopped; None for kinds it does not know."""
+    if root.kind == "RayService":
+        return (
+            "RayService has no safe native stop (its controller recreates a suspended RayCluster); "
+            "scale its workers down or delete it when it is no longer needed"
+        )
+    if root.kind == "KnativeService":
+        min_scale = next(
+            (
+                f"{k}={root.template_annotations[k]}"
+                for k in names.KNATIVE_MIN_SCALE
+                if k in root.template_annotations
+            ),
+            None,
+        )
+        keeps = (
+            f"its revision template sets {min_scale}"
+            if min_scale
+            else "requests keep arriving (Knative scales an unused revision to zero by itself)"
+        )
+        return f"Knative Service is never scaled by gpu-reaper: it stays up because {keeps}"
+    if root.kind == "Job":
+        return (
+            "a Job that Kueue does not manage is left to finish; suspend it (spec.suspend) if it should not"
+        )
+    return None
