@@ -13,7 +13,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 
-from common.logs import LOG_FORMATS, configure
+from common.logs import LOG_FORMATS, LOG_LEVELS, configure
+from exporter import __version__
 from exporter.app import Exporter
 from exporter.config import ConfigError, ExporterConfig, parse_duration, parse_listen
 from exporter.nvml import Nvml
@@ -42,6 +43,22 @@ def parser() -> argparse.ArgumentParser:
         "--simulate", metavar="SCENARIO", choices=SCENARIOS, help=f"fake GPUs: {', '.join(SCENARIOS)}"
     )
     p.add_argument("--log-format", choices=LOG_FORMATS, default="text")
+    p.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="default info")
+    p.add_argument(
+        "-f",
+        "--collectors",
+        type=Path,
+        default=None,
+        help="dcgm-exporter counters CSV choosing the DCGM series to serve (default: all)",
+    )
+    p.add_argument(
+        "--web.config.file",
+        dest="web_config",
+        type=Path,
+        default=None,
+        help="TLS and basic auth, in the Prometheus exporter-toolkit web config format",
+    )
+    p.add_argument("--version", action="version", version=f"gpu-exporter {__version__}")
     p.add_argument(
         "--pod-log-dir",
         type=Path,
@@ -69,6 +86,9 @@ def from_args(argv: Sequence[str], env: Mapping[str, str] = os.environ) -> Expor
         log_format=args.log_format,
         pod_log_dir=args.pod_log_dir,
         proc_root=args.proc_root,
+        log_level=args.log_level,
+        collectors=args.collectors,
+        web_config=args.web_config,
     )
 
 
@@ -88,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except SystemExit as exc:  # argparse has printed the usage error (or --help)
         return exc.code if isinstance(exc.code, int) else 2
-    configure(config.log_format)
+    configure(config.log_format, getattr(logging, config.log_level.upper()))
 
     stop = threading.Event()
 
@@ -98,6 +118,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         exporter = build_exporter(config)
+    except ConfigError as exc:
+        log.error("%s", exc)
+        return 2
     except OSError as exc:
         log.error("cannot listen on %s:%d: %s", config.listen_host, config.listen_port, exc)
         return 1

@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 from exporter import fields as f
 from exporter.attribution import Holder, PodName, PodView, holders_of, is_shared, pod_usage
-from exporter.readings import MIB, DeviceIdentity, DeviceReading, NodeReading
+from exporter.readings import DeviceIdentity, DeviceReading, NodeReading
 
 Labels = dict[str, str]
 _Add = Callable[[str, Labels, float], None]
@@ -100,7 +100,13 @@ def _with_holder(labels: Labels, holder: Holder) -> Labels:
 
 def device_holders(view: PodView, device: DeviceReading) -> tuple[Holder, ...]:
     gpu_instance = None if device.mig is None else device.mig.gpu_instance_id
-    return holders_of(view.allocated, device.uuid, device.gpu.gpu_index, gpu_instance)
+    return holders_of(
+        view.allocated,
+        device.uuid,
+        device.gpu.gpu_index,
+        gpu_instance,
+        None if device.mig is None else device.mig.slot,
+    )
 
 
 class SnapshotBuilder:
@@ -198,10 +204,12 @@ class SnapshotBuilder:
     ) -> None:
         for usage in pod_usage(holders, device.processes, device.process_utilization, pid_uids, uid_names):
             pod_labels = _with_holder(labels, usage.holder)
+            # Own names, not DCGM's: the GPU's series already carry the whole device, so a per-pod
+            # DCGM_FI_DEV_GPU_UTIL would make `sum by (gpu)` count the GPU twice.
             if usage.sm_percent is not None:
-                add(f.GPU_UTIL, pod_labels, usage.sm_percent)
+                add(f.POD_SM_UTILIZATION, pod_labels, usage.sm_percent)
             if usage.memory_bytes is not None:
-                add(f.FB_USED, pod_labels, float(usage.memory_bytes // MIB))
+                add(f.POD_MEMORY_USED, pod_labels, float(usage.memory_bytes))
 
     def _add_self_metrics(self, add: _Add, counters: Counters, duration_s: float) -> None:
         add(f.COLLECT_DURATION, {}, duration_s)
