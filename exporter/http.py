@@ -17,15 +17,23 @@ import ssl
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from exporter.exposition import Exposition
 from exporter.webconfig import WebConfig
 
 log = logging.getLogger(__name__)
 
 Health = Callable[[], tuple[bool, str]]
+
+
+class Content(Protocol):
+    """What ``/metrics`` serves: :class:`exporter.exposition.Exposition` (or, in the benchmark's floor,
+    fixed bytes)."""
+
+    def render(self, accept: str = "", accept_encoding: str = "") -> tuple[bytes, str, str | None]: ...
+
+
 _INDEX = b"gpu-exporter: /metrics, /healthz (liveness), /readyz (NVML readiness)\n"
 _PROBES = frozenset({"/healthz", "/readyz"})
 
@@ -49,7 +57,7 @@ class _Server6(_Server):
 
 
 def _handler(
-    exposition: Exposition, liveness: Health, readiness: Health, web: WebConfig
+    exposition: Content, liveness: Health, readiness: Health, web: WebConfig
 ) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive, as Prometheus scrapes
@@ -124,7 +132,7 @@ class MetricsServer:
 
     def __init__(
         self,
-        exposition: Exposition,
+        exposition: Content,
         liveness: Health,
         host: str,
         port: int,
