@@ -22,7 +22,7 @@ _Add = Callable[[str, Labels, float], None]
 
 
 class Series(NamedTuple):
-    """One sample of a gauge, counter or untyped family. ``labels`` is never mutated once built."""
+    """One sample of a gauge or counter family. ``labels`` is never mutated once built."""
 
     labels: Labels
     value: float
