@@ -31,7 +31,7 @@ def parser() -> argparse.ArgumentParser:
         description="DCGM-compatible GPU metrics from NVML, with pod attribution, for Prometheus.",
     )
     p.add_argument(
-        "--listen", default=":9400", help="address to serve /metrics and /healthz on (default :9400)"
+        "--listen", default=":9400", help="address of /metrics, /healthz and /readyz (default :9400)"
     )
     p.add_argument("--interval", default="5s", help="time between collections: 5, 5s, 500ms (default 5s)")
     p.add_argument("--kubelet-socket", type=Path, default=DEFAULT_SOCKET, help=f"default {DEFAULT_SOCKET}")

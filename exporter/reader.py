@@ -66,6 +66,7 @@ class GpuReader:
         self._sample_since: dict[str, int] = {}
         self._process_since: dict[str, int] = {}
         self.handles: tuple[tuple[Handle, str], ...] = ()
+        self._last_handles: dict[int, Handle] = {}
 
     def read(self, wants_processes: WantsProcesses | None = None) -> NodeReading:
         """Read every GPU. ``wants_processes(gpu, mig)`` selects the devices whose per-process usage is
@@ -80,6 +81,7 @@ class GpuReader:
             return self._failed(str(exc))
         if self._identities_generation != nvml.generation:
             self._identities = {}
+            self._last_handles = {}  # handles die with the NVML session
             self._identities_generation = nvml.generation
 
         up: set[str] = set()
@@ -96,9 +98,11 @@ class GpuReader:
                 devices.extend(self._read_gpu(identity, handle, wants_processes or _no_processes))
             except GpuLost as exc:
                 log.debug("GPU %d is down: %s", index, exc)
-                if handle is not None:
-                    nvml.forget_gpm(handle)
+                last = handle if handle is not None else self._last_handles.get(index)
+                if last is not None:
+                    nvml.forget_gpm(last)
                 continue
+            self._last_handles[index] = handle
             up.add(identity.uuid)
             handles.append((handle, identity.uuid))
         self.handles = tuple(handles)

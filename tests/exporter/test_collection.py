@@ -214,6 +214,7 @@ def test_lost_gpu_goes_down_alone_and_comes_back(
     gpu0_util: list[float | None] = []
     gpu1_util: list[float | None] = []
     gpu0_prof: list[float | None] = []
+    gpu1_prof: list[float | None] = []
     counts = []
     for step in range(15):
         snapshot = h.run(advance=0 if step == 0 else 1)
@@ -222,6 +223,7 @@ def test_lost_gpu_goes_down_alone_and_comes_back(
         up.append(h.value("gpu_up", h.labels(1)))
         gpu0_util.append(h.value("DCGM_FI_DEV_GPU_UTIL", h.labels(0)))
         gpu0_prof.append(h.value("DCGM_FI_PROF_GR_ENGINE_ACTIVE", h.labels(0)))
+        gpu1_prof.append(h.value("DCGM_FI_PROF_GR_ENGINE_ACTIVE", h.labels(1)))
         gpu1_util.append(h.value("DCGM_FI_DEV_GPU_UTIL", h.labels(1)))
         counts.append(h.value("gpu_utilization_samples_percent_count", h.labels(1)))
     assert up == [1.0] * 4 + [0.0] * 8 + [1.0] * 3
@@ -240,6 +242,9 @@ def test_lost_gpu_goes_down_alone_and_comes_back(
     assert h.library.calls_to("nvmlInit") == 1
     assert all(v is not None for v in gpu0_prof[1:])
     assert h.library.calls_to("nvmlEventSetCreate") == 1
+    # The lost GPU's own GPM samples were dropped: its ratios restart with a fresh pair rather than
+    # spanning the outage (one cycle back without them, then present again).
+    assert [p is None for p in gpu1_prof[11:]] == [True, True, False, False]
 
 
 def test_an_idle_gpu_without_samples_counts_as_idle_time(
