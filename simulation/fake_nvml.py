@@ -6,6 +6,14 @@ built through :func:`exporter.nvml.nvml_error`). Only this boundary is fake: wit
 ``gpu-exporter --simulate SCENARIO`` the adapter, the collection loop, pod attribution and the HTTP
 server are the production code.
 
+Constants (field ids, value types, error codes, clock-event bits) come from ``pynvml`` itself, and
+the calls follow the binding's shapes where it has quirks: ``nvmlDeviceGetMemoryInfo`` answers the
+v1 struct, or with ``version=nvmlMemory_v2`` the v2 struct (``reserved`` apart from ``used``; a
+driver without it raises FUNCTION_NOT_FOUND); ``nvmlDeviceGetFieldValues`` takes ids or
+(id, scope) pairs and answers a return code per slot; a device may be scripted to record no
+utilization samples while idle, so that ``nvmlDeviceGetSamples`` answers NOT_FOUND, as reported of
+real GPUs.
+
 Devices follow a utilization profile ``percent(t)`` (``t`` in seconds since the first ``nvmlInit``);
 NVML's sub-second sample buffer is synthesised on a fixed grid (6 samples per second), and the
 utilization gauge reports the newest sample, as the driver does. A device may be scripted to throttle

@@ -463,3 +463,18 @@ def test_per_process_reads_retry_when_a_process_starts_between_the_two_calls(
     else:
         assert nvml.processes(GPU0) is None
     assert nvml.error_counts() == {(call, "INSUFFICIENT_SIZE"): 1}
+
+
+def test_without_a_driver_the_real_binding_fails_saying_what_to_check() -> None:
+    """The real pynvml, on a machine without the NVIDIA library: the message points at the fix."""
+    nvml = Nvml()
+    try:
+        nvml.init()
+    except NvmlUnavailable as exc:
+        message = str(exc)
+    else:
+        nvml.shutdown()
+        pytest.skip("an NVIDIA driver is present")
+    assert message.startswith(("nvmlInit: LIBRARY_NOT_FOUND", "nvmlInit: DRIVER_NOT_LOADED"))
+    assert "NVIDIA container runtime" in message
+    assert "--simulate" in message
