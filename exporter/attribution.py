@@ -146,13 +146,18 @@ def pod_usage(
     for holder in holders:
         pods.setdefault(PodName(holder.namespace, holder.pod), []).append(holder)
 
+    def pod_of(pid: int) -> PodName | None:
+        uid = pid_uids.get(pid)
+        return None if uid is None else uid_names.get(uid)
+
     memory: dict[PodName, int] = {}
     memory_known: set[PodName] = set()
     for process in processes:
-        pod = _pod_of(process.pid, pid_uids, uid_names)
+        pod = pod_of(process.pid)
         if pod in pods:
-            memory[pod] = memory.get(pod, 0) + (process.used_bytes or 0)
-            if process.used_bytes is not None:
+            used = process.used_bytes
+            memory[pod] = memory.get(pod, 0) + (used or 0)
+            if used is not None:
                 memory_known.add(pod)
 
     sm: dict[PodName, float] = {}
@@ -161,25 +166,19 @@ def pod_usage(
         for sample in utilization:
             per_pid.setdefault(sample.pid, []).append(sample.sm_percent)
         for pid, values in per_pid.items():
-            pod = _pod_of(pid, pid_uids, uid_names)
+            pod = pod_of(pid)
             if pod in pods:
                 sm[pod] = sm.get(pod, 0.0) + sum(values) / len(values)
 
     usage = []
-    for pod, pod_holders in sorted(pods.items()):
-        running = pod in memory
+    for pod in sorted(pods):
+        pod_holders = pods[pod]
         replicas = sorted({h.vgpu for h in pod_holders if h.vgpu is not None})
         holder = Holder(pod.namespace, pod.name, pod_holders[0].container, ",".join(replicas) or None)
-        usage.append(
-            PodUsage(
-                holder,
-                sm_percent=None if utilization is None else min(sm.get(pod, 0.0), 100.0),
-                memory_bytes=(memory[pod] if pod in memory_known else None) if running else 0,
-            )
-        )
+        if pod not in memory:
+            memory_bytes: int | None = 0  # holds a replica, runs nothing here
+        else:
+            memory_bytes = memory[pod] if pod in memory_known else None
+        sm_percent = None if utilization is None else min(sm.get(pod, 0.0), 100.0)
+        usage.append(PodUsage(holder, sm_percent, memory_bytes))
     return usage
-
-
-def _pod_of(pid: int, pid_uids: Mapping[int, str], uid_names: Mapping[str, PodName]) -> PodName | None:
-    uid = pid_uids.get(pid)
-    return None if uid is None else uid_names.get(uid)

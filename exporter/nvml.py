@@ -527,11 +527,15 @@ class Nvml:
         if result is _EMPTY:
             return ()
         value_type, samples = result
+        member = _VALUE_MEMBERS.get(int(value_type))
+        if member is None:
+            return ()
         out = []
-        for sample in samples:
-            percent = _union_value(int(value_type), sample.sampleValue)
-            if percent is not None and int(sample.timeStamp) > since_us:
-                out.append(UtilizationSample(int(sample.timeStamp), round(percent)))
+        for sample in samples:  # up to a few hundred per GPU and cycle: the member is looked up once
+            stamp = int(sample.timeStamp)
+            percent = float(getattr(sample.sampleValue, member))
+            if stamp > since_us and math.isfinite(percent):
+                out.append(UtilizationSample(stamp, round(percent)))
         return tuple(out)
 
     def _sized(self, name: str, *args: Any, empty_on: frozenset[int] = frozenset()) -> Any:
