@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from itertools import pairwise
 
 from exporter import fields as f
 from exporter.nvml import GpuLost, Nvml, NvmlUnavailable
@@ -190,14 +189,14 @@ class GpuReader:
             return None
         if not samples:
             return self._idle_samples(uuid, since, gauge)
-        # NVML's buffer is a ring: samples need not come out in time order.
-        stamps = sorted(s.timestamp_us for s in samples)
-        if len(stamps) > 1:
-            gaps = sorted(b - a for a, b in pairwise(stamps) if b > a)
-            if gaps:
-                self._sample_period_us[uuid] = gaps[len(gaps) // 2]
-        self._sample_since[uuid] = stamps[-1]
-        return tuple(s.percent for s in samples)
+        # NVML's buffer is a ring: samples need not come out in time order. The sample period (for
+        # idle stretches without samples) is the mean gap of a batch: the driver samples on a grid.
+        stamps = [sample.timestamp_us for sample in samples]
+        first, last = min(stamps), max(stamps)
+        if len(stamps) > 1 and last > first:
+            self._sample_period_us[uuid] = (last - first) // (len(stamps) - 1)
+        self._sample_since[uuid] = last
+        return tuple(sample.percent for sample in samples)
 
     def _idle_samples(self, uuid: str, since: int, gauge: float | None) -> tuple[int, ...]:
         """No new sample: NVML answers so for a GPU that sat idle (the driver records no samples then).
