@@ -8,6 +8,7 @@ snapshot is newest, so a scrape costs no NVML call and never waits for one.
 from __future__ import annotations
 
 import bisect
+from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -128,28 +129,30 @@ class SnapshotBuilder:
         taken_at: float,
         duration_s: float,
     ) -> Snapshot:
-        series: dict[str, list[Series]] = {}
+        series: defaultdict[str, list[Series]] = defaultdict(list)
         histograms: list[HistogramSeries] = []
         driver = reading.driver_version
 
         def add(name: str, labels: Labels, value: float) -> None:
-            series.setdefault(name, []).append(Series(labels, value))
+            series[name].append(Series(labels, value))
 
+        base_labels: dict[str, Labels] = {}
         for gpu, up in reading.gpus:
-            add(f.GPU_UP, gpu_labels(gpu, self._hostname, driver), 1.0 if up else 0.0)
+            base_labels[gpu.uuid] = labels = gpu_labels(gpu, self._hostname, driver)
+            add(f.GPU_UP, labels, 1.0 if up else 0.0)
 
         kept_histograms: dict[tuple[str, tuple[str, ...]], _Histogram] = {}
         for device in reading.devices:
-            labels = gpu_labels(device.gpu, self._hostname, driver)
+            labels = base_labels.get(device.gpu.uuid) or gpu_labels(device.gpu, self._hostname, driver)
             if device.mig is not None:
-                labels["GPU_I_PROFILE"] = device.mig.profile
-                labels["GPU_I_ID"] = str(device.mig.gpu_instance_id)
+                mig = device.mig
+                labels = {**labels, "GPU_I_PROFILE": mig.profile, "GPU_I_ID": str(mig.gpu_instance_id)}
             holders = device_holders(view, device)
             shared = is_shared(holders)
             device_labels = _with_holder(labels, holders[0]) if holders and not shared else labels
 
             for name, value in device.values.items():
-                add(name, device_labels, value)
+                series[name].append(Series(device_labels, value))
             if device.mig is None:
                 add(f.XID_ERRORS, device_labels, float(counters.last_xid.get(device.uuid, 0)))
             if shared:
