@@ -24,7 +24,8 @@ from exporter.snapshot import HistogramSeries, Labels, Snapshot
 TEXT_CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_CONTENT_TYPE: Final = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 _LE_LABELS: Final = tuple(f'le="{le}"' for le in (*map(floatToGoString, f.SAMPLE_BUCKETS), "+Inf"))
-#: gzip level 1: a 100 KB exposition shrinks about 8× at a third of level 6's CPU time.
+#: gzip level 1: the 130 KB exposition of an 8-GPU shared node shrinks to about 5 KB, at a fraction
+#: of level 6's CPU time.
 _GZIP_LEVEL: Final = 1
 
 
