@@ -33,7 +33,7 @@ def parser() -> argparse.ArgumentParser:
         default_log_level="info",
     )
     p.add_argument(
-        "--listen", default=":9400", help="address to serve /metrics and /healthz on (default :9400)"
+        "--listen", default=":9400", help="address of /metrics, /healthz and /readyz (default :9400)"
     )
     p.add_argument("--interval", default="5s", help="time between collections: 5, 5s, 500ms (default 5s)")
     p.add_argument("--kubelet-socket", type=Path, default=DEFAULT_SOCKET, help=f"default {DEFAULT_SOCKET}")
@@ -43,6 +43,20 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--simulate", metavar="SCENARIO", choices=SCENARIOS, help=f"fake GPUs: {', '.join(SCENARIOS)}"
+    )
+    p.add_argument(
+        "-f",
+        "--collectors",
+        type=Path,
+        default=None,
+        help="dcgm-exporter counters CSV choosing the DCGM series to serve (default: all)",
+    )
+    p.add_argument(
+        "--web.config.file",
+        dest="web_config",
+        type=Path,
+        default=None,
+        help="TLS and basic auth, in the Prometheus exporter-toolkit web config format",
     )
     p.add_argument(
         "--pod-log-dir",
@@ -74,6 +88,9 @@ def _config(args: argparse.Namespace, env: Mapping[str, str]) -> ExporterConfig:
         log_format=args.log_format or "text",
         pod_log_dir=args.pod_log_dir,
         proc_root=args.proc_root,
+        log_level=args.log_level or "info",
+        collectors=args.collectors,
+        web_config=args.web_config,
     )
 
 
@@ -106,6 +123,9 @@ def _serve(config: ExporterConfig) -> int:
 
     try:
         exporter = build_exporter(config)
+    except ConfigError as exc:
+        log.error("%s", exc)
+        return 2
     except OSError as exc:
         log.error("cannot listen on %s:%d: %s", config.listen_host, config.listen_port, exc)
         return 1

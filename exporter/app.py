@@ -5,19 +5,19 @@ from __future__ import annotations
 import gc
 import logging
 
-from prometheus_client.registry import CollectorRegistry
-
 from exporter import __version__
 from exporter.cgroups import PodUidResolver
-from exporter.collector import SnapshotCollector
+from exporter.collectors import load_collectors
 from exporter.config import ExporterConfig
 from exporter.cycle import Cycle
+from exporter.exposition import Exposition
 from exporter.http import MetricsServer
 from exporter.loop import CollectionLoop
 from exporter.nvml import Nvml
 from exporter.podresources import PodResourcesClient
 from exporter.pods import PodViewRefresher
 from exporter.snapshot import SnapshotBuilder
+from exporter.webconfig import WebConfig, load_web_config
 from exporter.xid import XidCounter, XidWatcher
 
 log = logging.getLogger(__name__)
@@ -37,6 +37,19 @@ class Exporter:
     """The running exporter: collection loop, kubelet refresher, XID thread and HTTP server."""
 
     def __init__(self, config: ExporterConfig, nvml: Nvml | None = None) -> None:
+        """Raises :class:`exporter.config.ConfigError` for a collectors or web-config file that cannot
+        be used, and OSError when the port cannot be bound."""
+        served = None
+        if config.collectors is not None:
+            collectors = load_collectors(config.collectors)
+            served = collectors.served
+            if collectors.skipped:
+                log.warning(
+                    "%s: not read by this exporter, skipped: %s",
+                    config.collectors,
+                    ", ".join(collectors.skipped),
+                )
+        web = WebConfig() if config.web_config is None else load_web_config(config.web_config)
         if nvml is None:
             nvml = Nvml()
         self.nvml = nvml
@@ -59,10 +72,18 @@ class Exporter:
             xid_counter=xids,
             xid_watcher=self.xid_watcher,
         )
-        self.loop = CollectionLoop(self.cycle.run, interval_s=config.interval_s)
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(SnapshotCollector(self.loop.latest))
-        self.server = MetricsServer(self.registry, self.loop.health, config.listen_host, config.listen_port)
+        self.exposition = Exposition(lambda: self.loop.latest(), served)
+        self.loop = CollectionLoop(
+            self.cycle.run, interval_s=config.interval_s, after=self.exposition.prepare
+        )
+        self.server = MetricsServer(
+            self.exposition,
+            self.loop.liveness,
+            config.listen_host,
+            config.listen_port,
+            readiness=self.loop.health,
+            web=web,
+        )
         self._config = config
 
     def start(self) -> None:
@@ -73,9 +94,10 @@ class Exporter:
         self.xid_watcher.start()
         self.server.start()
         log.info(
-            "gpu-exporter %s serving on port %d every %.3gs%s",
+            "gpu-exporter %s serving on port %d (%s) every %.3gs%s",
             __version__,
             self.server.port,
+            "https" if self._config.web_config and self.server.tls else "http",
             self._config.interval_s,
             f" (simulated: {self._config.simulate})" if self._config.simulate else "",
         )

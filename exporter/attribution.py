@@ -5,6 +5,8 @@ Device ids as device plugins report them to the kubelet:
 * ``GPU-<uuid>`` / ``MIG-<uuid>``: NVIDIA device plugin, ``deviceIDStrategy: uuid`` (the default);
 * ``<uuid>::<n>``: the n-th replica of a time-sliced or MPS-shared GPU (NVIDIA device plugin);
 * ``<index>`` / ``nvidia<index>``: index strategy, and GKE's plugin;
+* ``<index>:<slot>``: a MIG device under the index strategy — the parent GPU's index and the MIG
+  device's index on it (``nvmlDeviceGetMigDeviceHandleByIndex``);
 * ``nvidia<index>/vgpu<n>``, ``nvidia<index>/gi<id>[/vgpu<n>]``: GKE's shared GPUs and MIG partitions.
 
 The replica number becomes the ``vgpu`` label, as in dcgm-exporter.
@@ -20,6 +22,7 @@ from typing import NamedTuple
 from exporter.readings import ProcessMemory, ProcessUtilization
 
 _GKE = re.compile(r"^(?:nvidia)?(\d+)(?:/gi(\d+))?(?:/vgpu(\d+))?$")
+_MIG_INDEX = re.compile(r"^(\d+):(\d+)$")
 
 
 class ContainerDevices(NamedTuple):
@@ -70,12 +73,20 @@ def index_key(gpu_index: int, gpu_instance_id: int | None = None) -> str:
     return f"index:{gpu_index}" if gpu_instance_id is None else f"index:{gpu_index}/gi:{gpu_instance_id}"
 
 
+def mig_index_key(gpu_index: int, slot: int) -> str:
+    """Lookup key for a MIG device the NVIDIA plugin names ``<gpu>:<slot>`` (index strategy)."""
+    return f"index:{gpu_index}/mig:{slot}"
+
+
 def parse_device_id(device_id: str) -> tuple[str, str | None]:
     """``(key, replica)``: the key names a GPU or MIG device by UUID or index; replica is ``None``
     unless the device is one replica of a shared GPU."""
     if "::" in device_id:
         key, _, replica = device_id.partition("::")
         return key, replica
+    mig = _MIG_INDEX.match(device_id)
+    if mig:
+        return mig_index_key(int(mig.group(1)), int(mig.group(2))), None
     match = _GKE.match(device_id)
     if match:
         gpu, gi, vgpu = match.groups()
@@ -101,9 +112,13 @@ def holders_of(
     uuid: str,
     gpu_index: int,
     gpu_instance_id: int | None = None,
+    mig_slot: int | None = None,
 ) -> tuple[Holder, ...]:
     """Holders of the device with this UUID (a GPU's or a MIG device's) under any naming scheme."""
-    return allocated.get(uuid, ()) + allocated.get(index_key(gpu_index, gpu_instance_id), ())
+    found = allocated.get(uuid, ()) + allocated.get(index_key(gpu_index, gpu_instance_id), ())
+    if mig_slot is not None:
+        found += allocated.get(mig_index_key(gpu_index, mig_slot), ())
+    return found
 
 
 def is_shared(holders: Sequence[Holder]) -> bool:
@@ -131,13 +146,18 @@ def pod_usage(
     for holder in holders:
         pods.setdefault(PodName(holder.namespace, holder.pod), []).append(holder)
 
+    def pod_of(pid: int) -> PodName | None:
+        uid = pid_uids.get(pid)
+        return None if uid is None else uid_names.get(uid)
+
     memory: dict[PodName, int] = {}
     memory_known: set[PodName] = set()
     for process in processes:
-        pod = _pod_of(process.pid, pid_uids, uid_names)
+        pod = pod_of(process.pid)
         if pod in pods:
-            memory[pod] = memory.get(pod, 0) + (process.used_bytes or 0)
-            if process.used_bytes is not None:
+            used = process.used_bytes
+            memory[pod] = memory.get(pod, 0) + (used or 0)
+            if used is not None:
                 memory_known.add(pod)
 
     sm: dict[PodName, float] = {}
@@ -146,25 +166,19 @@ def pod_usage(
         for sample in utilization:
             per_pid.setdefault(sample.pid, []).append(sample.sm_percent)
         for pid, values in per_pid.items():
-            pod = _pod_of(pid, pid_uids, uid_names)
+            pod = pod_of(pid)
             if pod in pods:
                 sm[pod] = sm.get(pod, 0.0) + sum(values) / len(values)
 
     usage = []
-    for pod, pod_holders in sorted(pods.items()):
-        running = pod in memory
+    for pod in sorted(pods):
+        pod_holders = pods[pod]
         replicas = sorted({h.vgpu for h in pod_holders if h.vgpu is not None})
         holder = Holder(pod.namespace, pod.name, pod_holders[0].container, ",".join(replicas) or None)
-        usage.append(
-            PodUsage(
-                holder,
-                sm_percent=None if utilization is None else min(sm.get(pod, 0.0), 100.0),
-                memory_bytes=(memory[pod] if pod in memory_known else None) if running else 0,
-            )
-        )
+        if pod not in memory:
+            memory_bytes: int | None = 0  # holds a replica, runs nothing here
+        else:
+            memory_bytes = memory[pod] if pod in memory_known else None
+        sm_percent = None if utilization is None else min(sm.get(pod, 0.0), 100.0)
+        usage.append(PodUsage(holder, sm_percent, memory_bytes))
     return usage
-
-
-def _pod_of(pid: int, pid_uids: Mapping[int, str], uid_names: Mapping[str, PodName]) -> PodName | None:
-    uid = pid_uids.get(pid)
-    return None if uid is None else uid_names.get(uid)

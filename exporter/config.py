@@ -25,6 +25,9 @@ class ExporterConfig:
     log_format: str
     pod_log_dir: Path
     proc_root: Path
+    log_level: str = "info"
+    collectors: Path | None = None  # a dcgm-exporter counters CSV; None serves every family
+    web_config: Path | None = None  # exporter-toolkit web config: TLS and basic auth
 
 
 def parse_listen(value: str) -> tuple[str, int]:

@@ -32,7 +32,7 @@ class Cycle:
         timer: Callable[[], float] = time.perf_counter,
     ) -> None:
         self._nvml = nvml
-        self._reader = GpuReader(nvml)
+        self._reader = GpuReader(nvml, wall_clock=wall_clock)
         self._builder = builder
         self._pods = pods
         self._pid_resolver = pid_resolver
@@ -74,7 +74,9 @@ class Cycle:
         def shared(gpu: DeviceIdentity, mig: MigLabels | None) -> bool:
             if mig is None:
                 return is_shared(holders_of(view.allocated, gpu.uuid, gpu.gpu_index))
-            return is_shared(holders_of(view.allocated, mig.uuid, gpu.gpu_index, mig.gpu_instance_id))
+            return is_shared(
+                holders_of(view.allocated, mig.uuid, gpu.gpu_index, mig.gpu_instance_id, mig.slot)
+            )
 
         # (Re-)initialising NVML while the XID thread waits on an event set is not allowed.
         watcher = self._watcher

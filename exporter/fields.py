@@ -117,7 +117,7 @@ __all__ = [
 class MetricSpec(NamedTuple):
     name: str
     help: str
-    type: str  # gauge | counter | untyped | histogram
+    type: str  # gauge | counter | histogram
 
 
 _SPECS: Final = (
@@ -132,23 +132,23 @@ _SPECS: Final = (
     MetricSpec(MEMORY_TEMP, "Memory temperature (in C).", "gauge"),
     MetricSpec(SM_CLOCK, "SM clock frequency (in MHz).", "gauge"),
     MetricSpec(MEM_CLOCK, "Memory clock frequency (in MHz).", "gauge"),
-    MetricSpec(TOTAL_ENERGY, "Total energy consumption since boot (in mJ).", "untyped"),
+    MetricSpec(TOTAL_ENERGY, "Total energy consumption since boot (in mJ).", "counter"),
     MetricSpec(ENC_UTIL, "Encoder utilization (in %).", "gauge"),
     MetricSpec(DEC_UTIL, "Decoder utilization (in %).", "gauge"),
-    MetricSpec(PCIE_REPLAY, "Total number of PCIe retries.", "untyped"),
+    MetricSpec(PCIE_REPLAY, "Total number of PCIe retries.", "counter"),
     MetricSpec(XID_ERRORS, "Value of the last XID error encountered.", "gauge"),
     MetricSpec(CLOCK_THROTTLE_REASONS, "Current clock throttle (clock event) reasons, a bitmask.", "gauge"),
     MetricSpec(CLOCKS_EVENT_REASONS, "Current clock event reasons, a bitmask.", "gauge"),
-    MetricSpec(POWER_VIOLATION, "Throttling duration due to power constraints (in ns).", "untyped"),
-    MetricSpec(THERMAL_VIOLATION, "Throttling duration due to thermal constraints (in ns).", "untyped"),
-    MetricSpec(ECC_SBE_VOL_TOTAL, "Total number of single-bit volatile ECC errors.", "untyped"),
-    MetricSpec(ECC_DBE_VOL_TOTAL, "Total number of double-bit volatile ECC errors.", "untyped"),
-    MetricSpec(ECC_SBE_AGG_TOTAL, "Total number of single-bit persistent ECC errors.", "untyped"),
-    MetricSpec(ECC_DBE_AGG_TOTAL, "Total number of double-bit persistent ECC errors.", "untyped"),
-    MetricSpec(UNCORRECTABLE_REMAPPED_ROWS, "Number of remapped rows for uncorrectable errors.", "untyped"),
-    MetricSpec(CORRECTABLE_REMAPPED_ROWS, "Number of remapped rows for correctable errors.", "untyped"),
+    MetricSpec(POWER_VIOLATION, "Throttling duration due to power constraints (in ns).", "counter"),
+    MetricSpec(THERMAL_VIOLATION, "Throttling duration due to thermal constraints (in ns).", "counter"),
+    MetricSpec(ECC_SBE_VOL_TOTAL, "Total number of single-bit volatile ECC errors.", "counter"),
+    MetricSpec(ECC_DBE_VOL_TOTAL, "Total number of double-bit volatile ECC errors.", "counter"),
+    MetricSpec(ECC_SBE_AGG_TOTAL, "Total number of single-bit persistent ECC errors.", "counter"),
+    MetricSpec(ECC_DBE_AGG_TOTAL, "Total number of double-bit persistent ECC errors.", "counter"),
+    MetricSpec(UNCORRECTABLE_REMAPPED_ROWS, "Number of remapped rows for uncorrectable errors.", "counter"),
+    MetricSpec(CORRECTABLE_REMAPPED_ROWS, "Number of remapped rows for correctable errors.", "counter"),
     MetricSpec(ROW_REMAP_FAILURE, "Whether remapping of rows has failed.", "gauge"),
-    MetricSpec(NVLINK_BANDWIDTH_TOTAL, "Total NVLink data traffic, all links, TX + RX (in KiB).", "untyped"),
+    MetricSpec(NVLINK_BANDWIDTH_TOTAL, "Total NVLink data traffic, all links, TX + RX (in KiB).", "counter"),
     MetricSpec(PROF_GR_ENGINE_ACTIVE, "Ratio of time the graphics engine is active.", "gauge"),
     MetricSpec(PROF_SM_ACTIVE, "The ratio of cycles an SM has at least 1 warp assigned.", "gauge"),
     MetricSpec(PROF_SM_OCCUPANCY, "The ratio of number of warps resident on an SM.", "gauge"),

@@ -6,6 +6,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from exporter.repeats import RepeatedWarnings
 from exporter.snapshot import Snapshot
 from exporter.worker import BackgroundThread
 
@@ -27,9 +28,14 @@ class CollectionLoop(BackgroundThread):
         interval_s: float,
         stale_after_s: float | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        after: Callable[[], None] | None = None,
     ) -> None:
         super().__init__("gpu-collection")
         self._collect = collect
+        self._after = after
+        self._warnings = RepeatedWarnings(log, monotonic=monotonic)
+        self._started_at: float | None = None
+        self._last_cycle_at: float | None = None
         self._interval_s = interval_s
         self._stale_after_s = stale_after_s if stale_after_s is not None else max(3 * interval_s, 30.0)
         self._monotonic = monotonic
@@ -44,22 +50,35 @@ class CollectionLoop(BackgroundThread):
         try:
             snapshot = self._collect()
         except Exception as exc:
-            # A bug or a surprise from a library must not kill the loop; /healthz reports it and a
-            # restart by the kubelet is the remedy if it persists.
+            # A bug or a surprise from a library must not kill the loop; /readyz reports it.
             log.exception("collection failed")
             self._last_problem = f"collection raised {type(exc).__name__}: {exc}"
+            self._last_cycle_at = self._monotonic()
             return None
         self._latest = snapshot
+        self._last_cycle_at = self._monotonic()
         if snapshot.ok:
-            self._last_ok_at = self._monotonic()
+            self._last_ok_at = self._last_cycle_at
             self._last_problem = ""
+            self._warnings.clear("collection", "collection succeeded again")
         else:
             self._last_problem = snapshot.error or "collection failed"
-            log.warning("collection failed: %s", self._last_problem)
+            self._warnings.warn("collection", f"collection failed: {self._last_problem}")
+        if self._after is not None:
+            self._after()
         return snapshot
 
+    def liveness(self) -> tuple[bool, str]:
+        """``(True, …)`` while the loop keeps completing cycles, whatever NVML answered: a restart
+        cannot load a driver, so only a stuck loop is worth one."""
+        now = self._monotonic()
+        last = self._last_cycle_at if self._last_cycle_at is not None else self._started_at
+        if last is not None and now - last > self._stale_after_s:
+            return False, f"no collection cycle finished for {now - last:.0f}s"
+        return True, "alive" if not self._last_problem else f"alive; not ready: {self._last_problem}"
+
     def health(self) -> tuple[bool, str]:
-        """``(True, "ok")`` while the last collection succeeded and was recent enough."""
+        """Readiness: ``(True, "ok")`` while the last collection succeeded and was recent enough."""
         if self._last_problem:
             return False, self._last_problem
         if self._last_ok_at is None:
@@ -70,7 +89,7 @@ class CollectionLoop(BackgroundThread):
         return True, "ok"
 
     def _run(self) -> None:
-        anchor = self._monotonic()
+        anchor = self._started_at = self._monotonic()
         slot = 0
         while not self._stop.is_set():
             self.run_once()

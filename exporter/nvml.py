@@ -7,8 +7,10 @@ Every NVML call goes through :meth:`Nvml._call`, which decides what an error mea
 * ``FUNCTION_NOT_FOUND`` — the driver is older than the binding (or the binding older than this code):
   logged once, counted once, and the function is never called again in this process; a reading with
   an older equivalent (clock-event reasons, power) is read through that instead.
-* ``GPU_IS_LOST``, ``UNINITIALIZED``, ``DRIVER_NOT_LOADED`` — :class:`GpuLost` is raised so the caller
-  marks that GPU down, and :attr:`Nvml.needs_init` asks for NVML to be re-initialised on the next cycle.
+* ``GPU_IS_LOST`` — :class:`GpuLost` is raised so the caller marks that GPU (only) down; the other
+  GPUs, their GPM state and the XID event set are untouched.
+* ``UNINITIALIZED``, ``DRIVER_NOT_LOADED`` — :class:`GpuLost` is raised too, and :attr:`Nvml.needs_init`
+  asks for NVML to be re-initialised on the next cycle: no call can succeed before that.
 * anything else — counted, logged once per (call, code), and the reading is left out.
 
 Readings come back as NamedTuples in NVML's own units; each docstring names the matching
@@ -82,26 +84,72 @@ _NOTHING_NEW: Final = frozenset({pynvml.NVML_ERROR_NOT_FOUND})
 _TIMED_OUT: Final = frozenset({pynvml.NVML_ERROR_TIMEOUT})
 #: Profile indices a GPU model does not offer.
 _NO_SUCH_PROFILE: Final = frozenset({pynvml.NVML_ERROR_INVALID_ARGUMENT, pynvml.NVML_ERROR_NOT_FOUND})
-#: Codes after which no call on the device (or on NVML) can succeed until NVML is re-initialised.
-_LOST_CODES: Final = frozenset(
-    {pynvml.NVML_ERROR_GPU_IS_LOST, pynvml.NVML_ERROR_UNINITIALIZED, pynvml.NVML_ERROR_DRIVER_NOT_LOADED}
+#: Codes after which no call on NVML as a whole can succeed until it is re-initialised.
+_REINIT_CODES: Final = frozenset({pynvml.NVML_ERROR_UNINITIALIZED, pynvml.NVML_ERROR_DRIVER_NOT_LOADED})
+#: Codes that mark the device down: the ones above, and a GPU that fell off the bus (that GPU only).
+_LOST_CODES: Final = _REINIT_CODES | {pynvml.NVML_ERROR_GPU_IS_LOST}
+#: The buffer was too small: a process started between the binding's size query and its read.
+_INSUFFICIENT_SIZE: Final = pynvml.NVML_ERROR_INSUFFICIENT_SIZE
+_SIZE_RETRIES: Final = 3
+#: Answers meaning "this version of the call is not in this driver": fall back to the older one.
+_NO_SUCH_VERSION: Final = frozenset(
+    {pynvml.NVML_ERROR_FUNCTION_NOT_FOUND, pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH}
 )
+
+_NVML_MISSING_HINT: Final = (
+    " — the NVIDIA driver is not usable from this container. Check that the node has the driver"
+    " loaded (nvidia-smi on the host), that the pod runs with the NVIDIA container runtime"
+    " (runtimeClassName: nvidia, or the GPU operator's toolkit) so libnvidia-ml.so.1 is mounted, or"
+    " run with --simulate SCENARIO to try the exporter without a GPU"
+)
+#: What an operator should check when nvmlInit fails with these codes.
+_INIT_HINTS: Final[dict[int, str]] = {
+    pynvml.NVML_ERROR_LIBRARY_NOT_FOUND: _NVML_MISSING_HINT,
+    pynvml.NVML_ERROR_DRIVER_NOT_LOADED: _NVML_MISSING_HINT,
+    pynvml.NVML_ERROR_NO_PERMISSION: " — the container may not open /dev/nvidia*; check the device mounts",
+    pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH: (
+        " — the driver's user-space library and kernel module differ (a driver upgrade without a"
+        " reboot or module reload); until then NVML cannot be used"
+    ),
+}
 
 _XID_EVENTS: Final[int] = pynvml.nvmlEventTypeXidCriticalError
 
-#: Field ids read in one nvmlDeviceGetFieldValues call per GPU (instead of five calls). The two
+#: Field ids read in one nvmlDeviceGetFieldValues call per GPU (instead of one call each). The two
 #: perf-policy counters are the ones DCGM reads for DCGM_FI_DEV_POWER_VIOLATION / _THERMAL_VIOLATION.
 FIELD_POWER_INSTANT: Final[int] = pynvml.NVML_FI_DEV_POWER_INSTANT
 FIELD_TOTAL_ENERGY: Final[int] = pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION
 FIELD_PCIE_REPLAY: Final[int] = pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER
 FIELD_POWER_VIOLATION: Final[int] = pynvml.NVML_FI_DEV_PERF_POLICY_POWER
 FIELD_THERMAL_VIOLATION: Final[int] = pynvml.NVML_FI_DEV_PERF_POLICY_THERMAL
-_FIELD_IDS: Final = (
+FIELD_MEMORY_TEMP: Final[int] = pynvml.NVML_FI_DEV_MEMORY_TEMP
+FIELD_ECC_SBE_VOL: Final[int] = pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL
+FIELD_ECC_DBE_VOL: Final[int] = pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL
+FIELD_ECC_SBE_AGG: Final[int] = pynvml.NVML_FI_DEV_ECC_SBE_AGG_TOTAL
+FIELD_ECC_DBE_AGG: Final[int] = pynvml.NVML_FI_DEV_ECC_DBE_AGG_TOTAL
+FIELD_REMAPPED_COR: Final[int] = pynvml.NVML_FI_DEV_REMAPPED_COR
+FIELD_REMAPPED_UNC: Final[int] = pynvml.NVML_FI_DEV_REMAPPED_UNC
+FIELD_REMAPPED_FAILURE: Final[int] = pynvml.NVML_FI_DEV_REMAPPED_FAILURE
+FIELD_NVLINK_TX: Final[int] = pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX
+FIELD_NVLINK_RX: Final[int] = pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX
+#: NVLink fields are per link; this scope asks for the sum over all links.
+NVLINK_ALL_LINKS: Final = 0xFFFFFFFF
+_FIELD_IDS: Final[tuple[int | tuple[int, int], ...]] = (
     FIELD_POWER_INSTANT,
     FIELD_TOTAL_ENERGY,
     FIELD_PCIE_REPLAY,
     FIELD_POWER_VIOLATION,
     FIELD_THERMAL_VIOLATION,
+    FIELD_MEMORY_TEMP,
+    FIELD_ECC_SBE_VOL,
+    FIELD_ECC_DBE_VOL,
+    FIELD_ECC_SBE_AGG,
+    FIELD_ECC_DBE_AGG,
+    FIELD_REMAPPED_COR,
+    FIELD_REMAPPED_UNC,
+    FIELD_REMAPPED_FAILURE,
+    (FIELD_NVLINK_TX, NVLINK_ALL_LINKS),
+    (FIELD_NVLINK_RX, NVLINK_ALL_LINKS),
 )
 #: nvmlDeviceGetViolationStatus policies, the fallback when the field slots give no answer.
 _VIOLATION_POLICIES: Final = {
@@ -109,14 +157,18 @@ _VIOLATION_POLICIES: Final = {
     FIELD_THERMAL_VIOLATION: pynvml.NVML_PERF_POLICY_THERMAL,
 }
 
-#: GPM metric ids, in the order of :class:`GpmReading`'s fields.
+#: GPM metric ids, in the order of :class:`GpmReading`'s fields: five percentages, then PCIe MiB/s.
 GPM_METRIC_IDS: Final[tuple[int, ...]] = (
     pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL,
     pynvml.NVML_GPM_METRIC_SM_UTIL,
     pynvml.NVML_GPM_METRIC_SM_OCCUPANCY,
     pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL,
     pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL,
+    pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC,
+    pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC,
 )
+_GPM_RATIOS: Final = 5
+_MIB: Final = 1024 * 1024
 
 _VALUE_MEMBERS: Final[dict[int, str]] = {
     pynvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
@@ -151,6 +203,10 @@ class NvmlUnavailable(NvmlError):
     """NVML cannot be used at all: no library, no driver, or initialisation failed."""
 
     exit_code = ExitCode.DATA_UNAVAILABLE
+
+
+class EventWaitFailed(NvmlError):
+    """``nvmlEventSetWait`` failed with something other than a timeout; the caller backs off."""
 
 
 class GpuLost(NvmlError):
@@ -211,26 +267,36 @@ class Nvml:
         self._gpm_supported: dict[Hashable, bool] = {}
         self._gpm_previous: dict[Hashable, Any] = {}
         self._mig_profiles: dict[Hashable, dict[int, str]] = {}
+        self._gpm_parent: dict[Hashable, Hashable] = {}
 
     # -- the chokepoint -------------------------------------------------------------------------------
 
-    def _call(self, name: str, *args: Any, empty_on: frozenset[int] = frozenset()) -> Any:
-        """Call ``library.<name>(*args)``.
+    def _call(
+        self,
+        name: str,
+        *args: Any,
+        empty_on: frozenset[int] = frozenset(),
+        label: str | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Call ``library.<name>(*args, **kwargs)``; ``label`` names the call in errors and in the set
+        of missing functions (a versioned variant of a binding function, e.g. ``…MemoryInfo_v2``).
 
         Returns :data:`_MISSING` where there is no reading and :data:`_EMPTY` for the codes in
         ``empty_on``, which that call uses to say "nothing new".
         """
-        if name in self._missing_functions:
+        label = label or name
+        if label in self._missing_functions:
             return _MISSING
         function = getattr(self._lib, name, None)
         if function is None:  # a binding older than this code: as if the driver lacked the function
-            return self._failed(name, _FUNCTION_NOT_FOUND)
+            return self._failed(label, _FUNCTION_NOT_FOUND)
         try:
-            return function(*args)
+            return function(*args, **kwargs)
         except pynvml.NVMLError as exc:
             if exc.value in empty_on:
                 return _EMPTY
-            return self._failed(name, exc.value)
+            return self._failed(label, exc.value)
 
     def _failed(self, call: str, code: int) -> _Missing:
         if code == _NOT_SUPPORTED:
@@ -246,9 +312,11 @@ class Nvml:
             log.warning("NVML function %s is not in this driver (or binding); it is not called again", call)
             return _MISSING
         if code in _LOST_CODES:
-            self._needs_reinit = True
+            if code in _REINIT_CODES:
+                self._needs_reinit = True
             if first:
-                log.error("NVML %s failed with %s; GPU marked down, NVML re-initialised", call, code_name)
+                what = "NVML re-initialised next cycle" if code in _REINIT_CODES else "that GPU marked down"
+                log.error("NVML %s failed with %s; %s", call, code_name, what)
             raise GpuLost(call, code_name)
         log.log(logging.WARNING if first else logging.DEBUG, "NVML %s failed with %s", call, code_name)
         return _MISSING
@@ -275,7 +343,7 @@ class Nvml:
             code_name = _ERROR_NAMES.get(exc.value, str(exc.value))
             with self._lock:
                 self._errors[("nvmlInit", code_name)] = self._errors.get(("nvmlInit", code_name), 0) + 1
-            raise NvmlUnavailable(f"nvmlInit: {code_name}") from exc
+            raise NvmlUnavailable(f"nvmlInit: {code_name}{_INIT_HINTS.get(exc.value, '')}") from exc
         self._initialised = True
         self._needs_reinit = False
         self._generation += 1
@@ -285,6 +353,7 @@ class Nvml:
         for sample in self._gpm_previous.values():
             self._quiet("nvmlGpmSampleFree", sample)
         self._gpm_previous.clear()
+        self._gpm_parent.clear()
         self._gpm_supported.clear()
         self._mig_profiles.clear()
         if self._initialised:
@@ -341,6 +410,25 @@ class Nvml:
         return None if rates is _MISSING else UtilizationRates(int(rates.gpu), int(rates.memory))
 
     def memory(self, handle: Handle) -> MemoryInfo | None:
+        """Frame-buffer memory from the v2 call, whose ``used`` leaves out what the driver reserves (as
+        DCGM since R510 and nvidia-smi report it); from v1, which counts the reserved part as used,
+        where the driver lacks v2 (the binding calls ``nvmlDeviceGetMemoryInfo_v2`` for
+        ``version=nvmlMemory_v2``)."""
+        v2 = "nvmlDeviceGetMemoryInfo_v2"
+        if v2 not in self._missing_functions:
+            info = self._call(
+                "nvmlDeviceGetMemoryInfo",
+                handle,
+                version=pynvml.nvmlMemory_v2,
+                label=v2,
+                empty_on=_NO_SUCH_VERSION,
+            )
+            if info is _EMPTY:
+                with self._lock:
+                    self._missing_functions.add(v2)
+                log.info("NVML %s is not in this driver; memory is read through v1", v2)
+            elif info is not _MISSING:
+                return MemoryInfo(int(info.total), int(info.used), int(info.free), int(info.reserved))
         info = self._call("nvmlDeviceGetMemoryInfo", handle)
         return None if info is _MISSING else MemoryInfo(int(info.total), int(info.used), int(info.free))
 
@@ -384,9 +472,16 @@ class Nvml:
         status = self._call("nvmlDeviceGetViolationStatus", handle, policy)
         return None if status is _MISSING else float(status.violationTime)
 
+    def power_mw(self, handle: Handle) -> float | None:
+        """Board power in milliwatts, as DCGM reads DCGM_FI_DEV_POWER_USAGE (averaged over about a
+        second on recent GPUs). nvidia-smi: ``power.draw`` (``power.draw.average`` on newer drivers)."""
+        usage = self._call("nvmlDeviceGetPowerUsage", handle)
+        return None if usage is _MISSING else float(usage)
+
     def fields(self, handle: Handle) -> FieldReadings:
-        """Power, energy, PCIe replays and the power / thermal violation counters in one call; power falls
-        back to nvmlDeviceGetPowerUsage and each violation counter to nvmlDeviceGetViolationStatus."""
+        """Instant power, energy, PCIe replays, the power / thermal violation counters, memory
+        temperature, ECC, row remapping and NVLink traffic in one call; each violation counter falls
+        back to nvmlDeviceGetViolationStatus."""
         found: dict[int, float] = {}
         values = self._call("nvmlDeviceGetFieldValues", handle, list(_FIELD_IDS))
         if values is not _MISSING:
@@ -397,24 +492,34 @@ class Nvml:
                         found[int(value.fieldId)] = number
                 else:
                     self._failed(f"nvmlDeviceGetFieldValues[{int(value.fieldId)}]", int(value.nvmlReturn))
-        power = found.get(FIELD_POWER_INSTANT)
-        if power is None:
-            usage = self._call("nvmlDeviceGetPowerUsage", handle)
-            power = None if usage is _MISSING else float(usage)
         violations = {
             field: found[field] if field in found else self._violation_ns(handle, policy)
             for field, policy in _VIOLATION_POLICIES.items()
         }
+        tx, rx = found.get(FIELD_NVLINK_TX), found.get(FIELD_NVLINK_RX)
         return FieldReadings(
-            power,
-            found.get(FIELD_TOTAL_ENERGY),
-            found.get(FIELD_PCIE_REPLAY),
-            violations[FIELD_POWER_VIOLATION],
-            violations[FIELD_THERMAL_VIOLATION],
+            power_instant_mw=found.get(FIELD_POWER_INSTANT),
+            energy_mj=found.get(FIELD_TOTAL_ENERGY),
+            pcie_replays=found.get(FIELD_PCIE_REPLAY),
+            power_violation_ns=violations[FIELD_POWER_VIOLATION],
+            thermal_violation_ns=violations[FIELD_THERMAL_VIOLATION],
+            memory_temp_c=found.get(FIELD_MEMORY_TEMP),
+            ecc_sbe_volatile=found.get(FIELD_ECC_SBE_VOL),
+            ecc_dbe_volatile=found.get(FIELD_ECC_DBE_VOL),
+            ecc_sbe_aggregate=found.get(FIELD_ECC_SBE_AGG),
+            ecc_dbe_aggregate=found.get(FIELD_ECC_DBE_AGG),
+            remapped_correctable=found.get(FIELD_REMAPPED_COR),
+            remapped_uncorrectable=found.get(FIELD_REMAPPED_UNC),
+            remap_failure=found.get(FIELD_REMAPPED_FAILURE),
+            nvlink_kib=None if tx is None or rx is None else tx + rx,
         )
 
     def utilization_samples(self, handle: Handle, since_us: int) -> tuple[UtilizationSample, ...] | None:
-        """Samples newer than ``since_us``; ``()`` when none are new, ``None`` where unsupported."""
+        """Samples newer than ``since_us``; ``()`` when none are new, ``None`` where unsupported.
+
+        The driver answers NOT_FOUND both for "nothing newer" and, as reported, for a GPU that sat
+        idle (no samples recorded at all); telling the two apart is the caller's job (the reader
+        checks the utilization gauge)."""
         kind = pynvml.NVML_GPU_UTILIZATION_SAMPLES
         result = self._call("nvmlDeviceGetSamples", handle, kind, since_us, empty_on=_NOTHING_NEW)
         if result is _MISSING:
@@ -422,18 +527,45 @@ class Nvml:
         if result is _EMPTY:
             return ()
         value_type, samples = result
+        member = _VALUE_MEMBERS.get(int(value_type))
+        if member is None:
+            return ()
         out = []
-        for sample in samples:
-            percent = _union_value(int(value_type), sample.sampleValue)
-            if percent is not None and int(sample.timeStamp) > since_us:
-                out.append(UtilizationSample(int(sample.timeStamp), round(percent)))
+        for sample in samples:  # up to a few hundred per GPU and cycle: the member is looked up once
+            stamp = int(sample.timeStamp)
+            percent = float(getattr(sample.sampleValue, member))
+            if stamp > since_us and math.isfinite(percent):
+                out.append(UtilizationSample(stamp, round(percent)))
         return tuple(out)
+
+    def _sized(self, name: str, *args: Any, empty_on: frozenset[int] = frozenset()) -> Any:
+        """A call the binding makes twice (size, then read): retried when a process started in
+        between and the second call found the buffer too small, as DCGM retries it."""
+        if name in self._missing_functions:
+            return _MISSING
+        function = getattr(self._lib, name, None)
+        if function is None:
+            return self._failed(name, _FUNCTION_NOT_FOUND)
+        for attempt in range(_SIZE_RETRIES):
+            try:
+                return function(*args)
+            except pynvml.NVMLError as exc:
+                if exc.value == _INSUFFICIENT_SIZE and attempt + 1 < _SIZE_RETRIES:
+                    continue
+                # The binding raises NVMLError(SUCCESS) from nvmlDeviceGetProcessUtilization when its
+                # size query succeeds with nothing to read: that is an empty answer, not a failure.
+                if exc.value in empty_on or exc.value == _SUCCESS:
+                    return _EMPTY
+                return self._failed(name, exc.value)
+        return _MISSING  # not reached: the last attempt returns or fails above
 
     def processes(self, handle: Handle) -> tuple[ProcessMemory, ...] | None:
         """Compute processes on the device (or MIG instance) and the memory each holds."""
-        procs = self._call("nvmlDeviceGetComputeRunningProcesses", handle)
+        procs = self._sized("nvmlDeviceGetComputeRunningProcesses", handle)
         if procs is _MISSING:
             return None
+        if procs is _EMPTY:
+            return ()
         out = []
         for proc in procs:
             used = proc.usedGpuMemory
@@ -443,7 +575,7 @@ class Nvml:
 
     def process_utilization(self, handle: Handle, since_us: int) -> tuple[ProcessUtilization, ...] | None:
         """Per-process utilization samples newer than ``since_us``; ``()`` when there are none."""
-        samples = self._call("nvmlDeviceGetProcessUtilization", handle, since_us, empty_on=_NOTHING_NEW)
+        samples = self._sized("nvmlDeviceGetProcessUtilization", handle, since_us, empty_on=_NOTHING_NEW)
         if samples is _MISSING:
             return None
         if samples is _EMPTY:
@@ -481,6 +613,7 @@ class Nvml:
                     gpu_instance_id=int(gi),
                     compute_instance_id=None if ci is _MISSING else int(ci),
                     profile=self._mig_profile(parent, mig, int(gi)),
+                    slot=slot,
                 )
             )
         return tuple(instances)
@@ -548,12 +681,23 @@ class Nvml:
             return None
         previous = self._gpm_previous.get(key)
         self._gpm_previous[key] = sample
+        self._gpm_parent[key] = parent_key
         if previous is None:
             return None
         try:
             return self._gpm_metrics(previous, sample)
         finally:
             self._quiet("nvmlGpmSampleFree", previous)
+
+    def forget_gpm(self, handle: Handle) -> None:
+        """Drop the GPM samples of a GPU that was marked down (and of its MIG instances): the next
+        ratios start afresh once it is back, rather than spanning the outage."""
+        parent_key = _handle_key(handle)
+        for key in [k for k, parent in self._gpm_parent.items() if parent == parent_key]:
+            del self._gpm_parent[key]
+            sample = self._gpm_previous.pop(key, None)
+            if sample is not None:
+                self._quiet("nvmlGpmSampleFree", sample)
 
     def _gpm_metrics(self, first: Any, second: Any) -> GpmReading | None:
         request = self._lib.c_nvmlGpmMetricsGet_t()
@@ -566,12 +710,16 @@ class Nvml:
         result = self._call("nvmlGpmMetricsGet", request)
         if result is _MISSING:
             return None
-        ratios: list[float | None] = []
+        values: list[float | None] = []
         for slot in range(len(GPM_METRIC_IDS)):
             metric = result.metrics[slot]
-            ok = metric.nvmlReturn == _SUCCESS and math.isfinite(metric.value)
-            ratios.append(min(max(float(metric.value) / 100.0, 0.0), 1.0) if ok else None)
-        return GpmReading(*ratios)
+            if metric.nvmlReturn != _SUCCESS or not math.isfinite(metric.value):
+                values.append(None)
+            elif slot < _GPM_RATIOS:  # percent → DCGM's 0-1 ratio
+                values.append(min(max(float(metric.value) / 100.0, 0.0), 1.0))
+            else:  # MiB/s → DCGM's bytes per second
+                values.append(max(float(metric.value), 0.0) * _MIB)
+        return GpmReading(*values)
 
     # -- XID events -----------------------------------------------------------------------------------
 
@@ -591,9 +739,12 @@ class Nvml:
         return XidEventSet(event_set, registered, self._generation)
 
     def wait_xid(self, event_set: XidEventSet, timeout_ms: int) -> XidEvent | None:
-        """The next XID event, or ``None`` after ``timeout_ms`` without one."""
+        """The next XID event, or ``None`` after ``timeout_ms`` without one. Raises
+        :class:`EventWaitFailed` when the wait itself failed (it returned at once: do not loop on it)."""
         data = self._call("nvmlEventSetWait", event_set.handle, timeout_ms, empty_on=_TIMED_OUT)
-        if data is _MISSING or data is _EMPTY or not int(data.eventType) & _XID_EVENTS:
+        if data is _MISSING:
+            raise EventWaitFailed("nvmlEventSetWait failed")
+        if data is _EMPTY or not int(data.eventType) & _XID_EVENTS:
             return None
         return XidEvent(event_set.devices.get(_handle_key(data.device)), int(data.eventData))
 

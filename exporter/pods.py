@@ -19,6 +19,7 @@ from typing import Protocol
 
 from exporter.attribution import EMPTY_VIEW, PodName, PodView, allocations
 from exporter.podresources import KubeletError, PodResourcesClient
+from exporter.repeats import RepeatedWarnings
 from exporter.worker import BackgroundThread
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,7 @@ class PodViewRefresher(BackgroundThread):
         self._fetched_at: float | None = None
         self._errors = 0
         self._log_dir_warned = False
+        self._warnings = RepeatedWarnings(log, monotonic=monotonic)
 
     @property
     def errors(self) -> int:
@@ -89,8 +91,11 @@ class PodViewRefresher(BackgroundThread):
             devices = self._client.list_devices()
         except KubeletError as exc:
             self._errors += 1
-            log.warning("kubelet pod resources unavailable (%s); GPUs go out without pod labels", exc)
+            self._warnings.warn(
+                "kubelet", f"kubelet pod resources unavailable ({exc}); GPUs go out without pod labels"
+            )
             return False
+        self._warnings.clear("kubelet", "kubelet pod resources available again")
         self._view = PodView(allocations(devices), self._uid_names())
         self._fetched_at = self._monotonic()
         return True

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 
 from exporter import fields as f
@@ -35,7 +36,12 @@ _GPM_FIELDS = (
     f.PROF_SM_OCCUPANCY,
     f.PROF_PIPE_TENSOR_ACTIVE,
     f.PROF_DRAM_ACTIVE,
+    f.PROF_PCIE_TX_BYTES,
+    f.PROF_PCIE_RX_BYTES,
 )
+#: NVML's GPU-utilization sample period is 1/6 s to 1 s by product; until a device's own samples have
+#: shown it, the shortest is assumed (most idle time is then counted, never less than was seen).
+_DEFAULT_SAMPLE_PERIOD_US = 1_000_000 // 6
 
 
 def _put_gpm(values: dict[str, float], reading: GpmReading | None) -> None:
@@ -48,8 +54,10 @@ def _put_gpm(values: dict[str, float], reading: GpmReading | None) -> None:
 class GpuReader:
     """Reads all GPUs each cycle, remembering every GPU it has seen so a lost one is reported down."""
 
-    def __init__(self, nvml: Nvml) -> None:
+    def __init__(self, nvml: Nvml, *, wall_clock: Callable[[], float] = time.time) -> None:
         self._nvml = nvml
+        self._wall_clock = wall_clock
+        self._sample_period_us: dict[str, int] = {}
         self._known: dict[str, DeviceIdentity] = {}
         self._identities: dict[int, DeviceIdentity] = {}
         self._identities_generation = -1
@@ -57,6 +65,7 @@ class GpuReader:
         self._sample_since: dict[str, int] = {}
         self._process_since: dict[str, int] = {}
         self.handles: tuple[tuple[Handle, str], ...] = ()
+        self._last_handles: dict[int, Handle] = {}
 
     def read(self, wants_processes: WantsProcesses | None = None) -> NodeReading:
         """Read every GPU. ``wants_processes(gpu, mig)`` selects the devices whose per-process usage is
@@ -71,12 +80,14 @@ class GpuReader:
             return self._failed(str(exc))
         if self._identities_generation != nvml.generation:
             self._identities = {}
+            self._last_handles = {}  # handles die with the NVML session
             self._identities_generation = nvml.generation
 
         up: set[str] = set()
         devices: list[DeviceReading] = []
         handles: list[tuple[Handle, str]] = []
         for index in range(count):
+            handle = None
             try:
                 handle = nvml.handle(index)
                 identity = None if handle is None else self._identity(index, handle)
@@ -86,7 +97,11 @@ class GpuReader:
                 devices.extend(self._read_gpu(identity, handle, wants_processes or _no_processes))
             except GpuLost as exc:
                 log.debug("GPU %d is down: %s", index, exc)
+                last = handle if handle is not None else self._last_handles.get(index)
+                if last is not None:
+                    nvml.forget_gpm(last)
                 continue
+            self._last_handles[index] = handle
             up.add(identity.uuid)
             handles.append((handle, identity.uuid))
         self.handles = tuple(handles)
@@ -116,31 +131,44 @@ class GpuReader:
         self._put_memory(values, handle)
         clocks = nvml.clocks(handle)
         batch = nvml.fields(handle)
+        power_mw = nvml.power_mw(handle)
+        reasons = nvml.clock_event_reasons(handle)
         # Each reading is None when the GPU does not support it: absent, never NaN.
         optional: dict[str, float | None] = {
             f.GPU_TEMP: nvml.temperature_c(handle),
+            f.MEMORY_TEMP: batch.memory_temp_c,
             f.SM_CLOCK: clocks.sm,
             f.MEM_CLOCK: clocks.memory,
             f.ENC_UTIL: nvml.encoder_percent(handle),
             f.DEC_UTIL: nvml.decoder_percent(handle),
-            f.POWER_USAGE: None if batch.power_mw is None else batch.power_mw / 1000,
+            f.POWER_USAGE: None if power_mw is None else power_mw / 1000,
+            f.POWER_USAGE_INSTANT: None if batch.power_instant_mw is None else batch.power_instant_mw / 1000,
             f.TOTAL_ENERGY: batch.energy_mj,
             f.PCIE_REPLAY: batch.pcie_replays,
             f.POWER_VIOLATION: batch.power_violation_ns,
             f.THERMAL_VIOLATION: batch.thermal_violation_ns,
-            f.CLOCK_THROTTLE_REASONS: nvml.clock_event_reasons(handle),
+            f.CLOCK_THROTTLE_REASONS: reasons,
+            f.CLOCKS_EVENT_REASONS: reasons,
+            f.ECC_SBE_VOL_TOTAL: batch.ecc_sbe_volatile,
+            f.ECC_DBE_VOL_TOTAL: batch.ecc_dbe_volatile,
+            f.ECC_SBE_AGG_TOTAL: batch.ecc_sbe_aggregate,
+            f.ECC_DBE_AGG_TOTAL: batch.ecc_dbe_aggregate,
+            f.CORRECTABLE_REMAPPED_ROWS: batch.remapped_correctable,
+            f.UNCORRECTABLE_REMAPPED_ROWS: batch.remapped_uncorrectable,
+            f.ROW_REMAP_FAILURE: batch.remap_failure,
+            f.NVLINK_BANDWIDTH_TOTAL: batch.nvlink_kib,
         }
         values.update({k: v for k, v in optional.items() if v is not None})
         _put_gpm(values, nvml.gpm(handle, gpu.uuid))
 
-        samples = self._samples(gpu.uuid, handle)
+        samples = self._samples(gpu.uuid, handle, values.get(f.GPU_UTIL))
         processes = self._processes(gpu.uuid, handle) if wants(gpu, None) else (None, None)
         readings = [DeviceReading(gpu, None, values, samples, *processes)]
         for instance in nvml.mig_instances(handle):
             mig_values: dict[str, float] = {}
             self._put_memory(mig_values, instance.handle)
             _put_gpm(mig_values, nvml.gpm(handle, instance.uuid, instance.gpu_instance_id))
-            labels = MigLabels(instance.uuid, instance.gpu_instance_id, instance.profile)
+            labels = MigLabels(instance.uuid, instance.gpu_instance_id, instance.profile, instance.slot)
             wanted = wants(gpu, labels)
             mig_processes = self._processes(instance.uuid, instance.handle) if wanted else (None, None)
             readings.append(DeviceReading(gpu, labels, mig_values, None, *mig_processes))
@@ -151,16 +179,41 @@ class GpuReader:
         if memory is not None:
             values[f.FB_USED] = memory.used // MIB
             values[f.FB_FREE] = memory.free // MIB
+            if memory.reserved is not None:
+                values[f.FB_RESERVED] = memory.reserved // MIB
 
-    def _samples(self, uuid: str, handle: Handle) -> tuple[int, ...] | None:
-        samples = self._nvml.utilization_samples(handle, self._sample_since.get(uuid, 0))
+    def _samples(self, uuid: str, handle: Handle, gauge: float | None) -> tuple[int, ...] | None:
+        since = self._sample_since.get(uuid, 0)
+        samples = self._nvml.utilization_samples(handle, since)
         if samples is None:
             return None
         if not samples:
+            return self._idle_samples(uuid, since, gauge)
+        # NVML's buffer is a ring: samples need not come out in time order. The sample period (for
+        # idle stretches without samples) is the mean gap of a batch: the driver samples on a grid.
+        stamps = [sample.timestamp_us for sample in samples]
+        first, last = min(stamps), max(stamps)
+        if len(stamps) > 1 and last > first:
+            self._sample_period_us[uuid] = (last - first) // (len(stamps) - 1)
+        self._sample_since[uuid] = last
+        return tuple(sample.percent for sample in samples)
+
+    def _idle_samples(self, uuid: str, since: int, gauge: float | None) -> tuple[int, ...]:
+        """No new sample: NVML answers so for a GPU that sat idle (the driver records no samples then).
+        When the utilization gauge confirms it (0 %), the time since the last sample counts as idle
+        samples at the device's sample period — otherwise the starvation signal would miss exactly the
+        stalls. With a busy or unknown gauge it stays "nothing new" (never invented activity)."""
+        now_us = round(self._wall_clock() * 1_000_000)
+        if since == 0:  # first read: start counting from now
+            self._sample_since[uuid] = now_us
             return ()
-        # NVML's buffer is a ring: samples need not come out in time order.
-        self._sample_since[uuid] = max(s.timestamp_us for s in samples)
-        return tuple(s.percent for s in samples)
+        if gauge != 0:
+            return ()
+        period = self._sample_period_us.get(uuid, _DEFAULT_SAMPLE_PERIOD_US)
+        count = max(0, (now_us - since) // period)
+        if count:
+            self._sample_since[uuid] = since + count * period
+        return (0,) * count
 
     def _processes(
         self, uuid: str, handle: Handle

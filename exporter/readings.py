@@ -32,11 +32,14 @@ class UtilizationRates(NamedTuple):
 
 
 class MemoryInfo(NamedTuple):
-    """Frame-buffer memory in bytes. nvidia-smi: ``memory.total``, ``memory.used``, ``memory.free`` (MiB)."""
+    """Frame-buffer memory in bytes. nvidia-smi: ``memory.total``, ``memory.used``, ``memory.free``,
+    ``memory.reserved`` (MiB). ``used`` excludes ``reserved`` when the driver has the v2 call
+    (``reserved`` is ``None`` where it does not, and ``used`` then includes it)."""
 
     total: int
     used: int
     free: int
+    reserved: int | None = None
 
 
 class Clocks(NamedTuple):
@@ -47,21 +50,34 @@ class Clocks(NamedTuple):
 
 
 class FieldReadings(NamedTuple):
-    """Readings batched through one ``nvmlDeviceGetFieldValues`` call.
+    """Readings batched through one ``nvmlDeviceGetFieldValues`` call; ``None`` where unsupported.
 
-    ``power_mw``: board power in milliwatts (nvidia-smi ``power.draw.instant``);
+    ``power_instant_mw``: board power right now, milliwatts (nvidia-smi ``power.draw.instant``);
     ``energy_mj``: energy since the driver loaded, millijoules (no nvidia-smi query field);
     ``pcie_replays``: PCIe replay counter (nvidia-smi ``-q``: "Replays Since Reset");
     ``power_violation_ns``, ``thermal_violation_ns``: cumulative time the power / thermal policy held
-    the clocks below the application clocks, nanoseconds (no ``--query-gpu`` field;
-    ``nvidia-smi dmon -s v`` shows each interval's share as ``pviol`` / ``tviol``).
+    the clocks below the application clocks, nanoseconds (``nvidia-smi dmon -s v`` shows each
+    interval's share as ``pviol`` / ``tviol``); ``memory_temp_c``: HBM temperature (nvidia-smi
+    ``temperature.memory``); ``ecc_*``: single / double bit ECC errors, volatile and aggregate
+    (``ecc.errors.corrected.volatile.total`` …); ``remapped_*``, ``remap_failure``: row remapping
+    (``nvidia-smi -q -d ROW_REMAPPER``); ``nvlink_kib``: NVLink data sent + received over all links,
+    KiB (``nvidia-smi nvlink -gt d``).
     """
 
-    power_mw: float | None
-    energy_mj: float | None
-    pcie_replays: float | None
-    power_violation_ns: float | None
-    thermal_violation_ns: float | None
+    power_instant_mw: float | None = None
+    energy_mj: float | None = None
+    pcie_replays: float | None = None
+    power_violation_ns: float | None = None
+    thermal_violation_ns: float | None = None
+    memory_temp_c: float | None = None
+    ecc_sbe_volatile: float | None = None
+    ecc_dbe_volatile: float | None = None
+    ecc_sbe_aggregate: float | None = None
+    ecc_dbe_aggregate: float | None = None
+    remapped_correctable: float | None = None
+    remapped_uncorrectable: float | None = None
+    remap_failure: float | None = None
+    nvlink_kib: float | None = None
 
 
 class UtilizationSample(NamedTuple):
@@ -109,12 +125,15 @@ class MigInstance(NamedTuple):
     gpu_instance_id: int
     compute_instance_id: int | None
     profile: str
+    slot: int = 0  # the index nvmlDeviceGetMigDeviceHandleByIndex took; the device plugin's index id
 
 
 class GpmReading(NamedTuple):
-    """GPU Performance Monitoring ratios (0–1) over the interval between two samples (Hopper and newer).
+    """GPU Performance Monitoring over the interval between two samples (Hopper and newer): ratios
+    (0–1) and PCIe traffic (bytes per second).
 
-    nvidia-smi: ``dmon --gpm-metrics`` 1 (graphics), 2 (SM), 3 (SM occupancy), 5 (any tensor), 10 (DRAM).
+    nvidia-smi: ``dmon --gpm-metrics`` 1 (graphics), 2 (SM), 3 (SM occupancy), 5 (any tensor), 10 (DRAM),
+    20 / 21 (PCIe TX / RX).
     """
 
     graphics_active: float | None
@@ -122,6 +141,8 @@ class GpmReading(NamedTuple):
     sm_occupancy: float | None
     tensor_active: float | None
     dram_active: float | None
+    pcie_tx_bytes_per_s: float | None = None
+    pcie_rx_bytes_per_s: float | None = None
 
 
 class XidEvent(NamedTuple):
@@ -148,6 +169,7 @@ class MigLabels(NamedTuple):
     uuid: str
     gpu_instance_id: int
     profile: str
+    slot: int = 0
 
 
 @dataclass(frozen=True, slots=True)

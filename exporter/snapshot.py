@@ -8,6 +8,7 @@ snapshot is newest, so a scrape costs no NVML call and never waits for one.
 from __future__ import annotations
 
 import bisect
+from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -15,14 +16,14 @@ from typing import NamedTuple
 
 from exporter import fields as f
 from exporter.attribution import Holder, PodName, PodView, holders_of, is_shared, pod_usage
-from exporter.readings import MIB, DeviceIdentity, DeviceReading, NodeReading
+from exporter.readings import DeviceIdentity, DeviceReading, NodeReading
 
 Labels = dict[str, str]
 _Add = Callable[[str, Labels, float], None]
 
 
 class Series(NamedTuple):
-    """One sample of a gauge, counter or untyped family. ``labels`` is never mutated once built."""
+    """One sample of a gauge or counter family. ``labels`` is never mutated once built."""
 
     labels: Labels
     value: float
@@ -100,7 +101,13 @@ def _with_holder(labels: Labels, holder: Holder) -> Labels:
 
 def device_holders(view: PodView, device: DeviceReading) -> tuple[Holder, ...]:
     gpu_instance = None if device.mig is None else device.mig.gpu_instance_id
-    return holders_of(view.allocated, device.uuid, device.gpu.gpu_index, gpu_instance)
+    return holders_of(
+        view.allocated,
+        device.uuid,
+        device.gpu.gpu_index,
+        gpu_instance,
+        None if device.mig is None else device.mig.slot,
+    )
 
 
 class SnapshotBuilder:
@@ -122,28 +129,30 @@ class SnapshotBuilder:
         taken_at: float,
         duration_s: float,
     ) -> Snapshot:
-        series: dict[str, list[Series]] = {}
+        series: defaultdict[str, list[Series]] = defaultdict(list)
         histograms: list[HistogramSeries] = []
         driver = reading.driver_version
 
         def add(name: str, labels: Labels, value: float) -> None:
-            series.setdefault(name, []).append(Series(labels, value))
+            series[name].append(Series(labels, value))
 
+        base_labels: dict[str, Labels] = {}
         for gpu, up in reading.gpus:
-            add(f.GPU_UP, gpu_labels(gpu, self._hostname, driver), 1.0 if up else 0.0)
+            base_labels[gpu.uuid] = labels = gpu_labels(gpu, self._hostname, driver)
+            add(f.GPU_UP, labels, 1.0 if up else 0.0)
 
         kept_histograms: dict[tuple[str, tuple[str, ...]], _Histogram] = {}
         for device in reading.devices:
-            labels = gpu_labels(device.gpu, self._hostname, driver)
+            labels = base_labels.get(device.gpu.uuid) or gpu_labels(device.gpu, self._hostname, driver)
             if device.mig is not None:
-                labels["GPU_I_PROFILE"] = device.mig.profile
-                labels["GPU_I_ID"] = str(device.mig.gpu_instance_id)
+                mig = device.mig
+                labels = {**labels, "GPU_I_PROFILE": mig.profile, "GPU_I_ID": str(mig.gpu_instance_id)}
             holders = device_holders(view, device)
             shared = is_shared(holders)
             device_labels = _with_holder(labels, holders[0]) if holders and not shared else labels
 
             for name, value in device.values.items():
-                add(name, device_labels, value)
+                series[name].append(Series(device_labels, value))
             if device.mig is None:
                 add(f.XID_ERRORS, device_labels, float(counters.last_xid.get(device.uuid, 0)))
             if shared:
@@ -198,10 +207,12 @@ class SnapshotBuilder:
     ) -> None:
         for usage in pod_usage(holders, device.processes, device.process_utilization, pid_uids, uid_names):
             pod_labels = _with_holder(labels, usage.holder)
+            # Own names, not DCGM's: the GPU's series already carry the whole device, so a per-pod
+            # DCGM_FI_DEV_GPU_UTIL would make `sum by (gpu)` count the GPU twice.
             if usage.sm_percent is not None:
-                add(f.GPU_UTIL, pod_labels, usage.sm_percent)
+                add(f.POD_SM_UTILIZATION, pod_labels, usage.sm_percent)
             if usage.memory_bytes is not None:
-                add(f.FB_USED, pod_labels, float(usage.memory_bytes // MIB))
+                add(f.POD_MEMORY_USED, pod_labels, float(usage.memory_bytes))
 
     def _add_self_metrics(self, add: _Add, counters: Counters, duration_s: float) -> None:
         add(f.COLLECT_DURATION, {}, duration_s)

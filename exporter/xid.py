@@ -8,7 +8,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from exporter.nvml import GpuLost, Nvml, XidEventSet
+from exporter.nvml import EventWaitFailed, GpuLost, Nvml, XidEventSet
 from exporter.worker import BackgroundThread
 
 log = logging.getLogger(__name__)
@@ -46,6 +46,9 @@ class XidWatcher(BackgroundThread):
     when :meth:`request_pause` came a cycle earlier).
     """
 
+    #: Longest pause between two attempts while nvmlEventSetWait keeps failing at once.
+    MAX_BACKOFF_S = 30.0
+
     def __init__(self, nvml: Nvml, counter: XidCounter, *, wait_ms: int = 250) -> None:
         super().__init__("nvml-xid-events")
         self._nvml = nvml
@@ -57,6 +60,8 @@ class XidWatcher(BackgroundThread):
         self._cond = threading.Condition()
         self._pause_requested = False
         self._busy = False
+        self._backoff_s = 0.0
+        self.failed_waits = 0
 
     def watch(self, generation: int, devices: Sequence[tuple[Any, str]]) -> None:
         """Watch these (handle, UUID) pairs, valid for NVML ``generation``."""
@@ -90,7 +95,9 @@ class XidWatcher(BackgroundThread):
         generation, devices = self._wanted
         uuids = frozenset(uuid for _, uuid in devices)
         current = self._event_set
-        if current is None or current.generation != generation or uuids != self._watched:
+        # A GPU that went missing stays registered (its events may still arrive, and it is back in
+        # the set when it returns); only a new NVML session or a GPU never watched rebuilds the set.
+        if current is None or current.generation != generation or not uuids <= self._watched:
             if current is not None:
                 self._nvml.free_event_set(current)
             self._event_set = current = self._nvml.xid_event_set(devices) if devices else None
@@ -100,12 +107,19 @@ class XidWatcher(BackgroundThread):
             return False
         try:
             event = self._nvml.wait_xid(current, self._wait_ms)
+        except EventWaitFailed:
+            # The wait returned at once with an error: without a pause this loop would spin a core.
+            self.failed_waits += 1
+            self._backoff_s = min(max(2 * self._backoff_s, self._wait_ms / 1000), self.MAX_BACKOFF_S)
+            self._stop.wait(self._backoff_s)
+            return False
         except GpuLost:
             # The set died with NVML; rebuild it once the collection loop has re-initialised.
             self._event_set = None
             self._watched = frozenset()
             self._stop.wait(self._wait_ms / 1000)
             return False
+        self._backoff_s = 0.0
         if event is None:
             return False
         if event.uuid is None:

@@ -6,6 +6,14 @@ built through :func:`exporter.nvml.nvml_error`). Only this boundary is fake: wit
 ``gpu-exporter --simulate SCENARIO`` the adapter, the collection loop, pod attribution and the HTTP
 server are the production code.
 
+Constants (field ids, value types, error codes, clock-event bits) come from ``pynvml`` itself, and
+the calls follow the binding's shapes where it has quirks: ``nvmlDeviceGetMemoryInfo`` answers the
+v1 struct, or with ``version=nvmlMemory_v2`` the v2 struct (``reserved`` apart from ``used``; a
+driver without it raises FUNCTION_NOT_FOUND); ``nvmlDeviceGetFieldValues`` takes ids or
+(id, scope) pairs and answers a return code per slot; a device may be scripted to record no
+utilization samples while idle, so that ``nvmlDeviceGetSamples`` answers NOT_FOUND, as reported of
+real GPUs.
+
 Devices follow a utilization profile ``percent(t)`` (``t`` in seconds since the first ``nvmlInit``);
 NVML's sub-second sample buffer is synthesised on a fixed grid (6 samples per second), and the
 utilization gauge reports the newest sample, as the driver does. A device may be scripted to throttle
@@ -100,7 +108,10 @@ class FakeGpu:
     index: int
     name: str = "NVIDIA H100 80GB HBM3"
     memory_total_bytes: int = 81559 * MIB
-    memory_used_bytes: int = 20 * GIB
+    memory_used_bytes: int = 20 * GIB  # what processes hold: v2 "used"
+    memory_reserved_bytes: int = 527 * MIB  # the driver's reservation: v2 "reserved", inside v1 "used"
+    memory_v2: bool = True  # False: a driver older than nvmlDeviceGetMemoryInfo_v2
+    samples_when_idle: bool = True  # False: no samples recorded while idle, NOT_FOUND as reported
     utilization: Profile = field(default=constant(0.0))
     noise: float = 0.0  # spread of the deterministic jitter added to utilization samples, in points
     idle_watts: float = 70.0
@@ -194,6 +205,7 @@ class FakeNvmlLibrary:
         self._removed: set[str] = set()
         self._delivered_xids: set[tuple[int, float]] = set()
         self.calls = 0
+        self._calls_by_name: dict[str, int] = {}
 
     # -- test controls --------------------------------------------------------------------------------
 
@@ -210,6 +222,10 @@ class FakeNvmlLibrary:
         """Behave like a driver that lacks ``call`` (the binding raises FUNCTION_NOT_FOUND)."""
         self._removed.add(call)
 
+    def calls_to(self, call: str) -> int:
+        """How many times ``call`` was made (failed calls included)."""
+        return self._calls_by_name.get(call, 0)
+
     def elapsed(self) -> float:
         """Seconds since the first nvmlInit (the scenario clock)."""
         return 0.0 if self._epoch is None else self._clock() - self._epoch
@@ -220,6 +236,7 @@ class FakeNvmlLibrary:
         self, call: str, handle: FakeHandle | None = None, gpu_index: int | None = None
     ) -> FakeGpu | None:
         self.calls += 1
+        self._calls_by_name[call] = self._calls_by_name.get(call, 0) + 1
         if call in self._removed:
             raise nvml_error("FUNCTION_NOT_FOUND")
         if self._faults:
@@ -314,19 +331,33 @@ class FakeNvmlLibrary:
         percent = self._percent(gpu, self._k_now())
         return SimpleNamespace(gpu=percent, memory=percent // 3)
 
-    def nvmlDeviceGetMemoryInfo(self, handle: FakeHandle) -> SimpleNamespace:
+    def nvmlDeviceGetMemoryInfo(self, handle: FakeHandle, version: int | None = None) -> SimpleNamespace:
+        """As the binding: without ``version`` the v1 struct (``used`` includes the driver's
+        reservation); with ``version=pynvml.nvmlMemory_v2`` the v2 struct (``reserved`` apart),
+        through ``nvmlDeviceGetMemoryInfo_v2``, which an older driver lacks."""
         gpu = self._gpu("nvmlDeviceGetMemoryInfo", handle)
+        if version is not None:
+            if not gpu.memory_v2:
+                raise nvml_error("FUNCTION_NOT_FOUND")
+            if version != pynvml.nvmlMemory_v2:
+                raise nvml_error("ARGUMENT_VERSION_MISMATCH")
         mig = self._mig(gpu, handle)
         if mig is not None:
             total = _H100_PROFILES[mig.profile_index][3] * MIB
-            used = mig.memory_used_bytes
+            used, reserved = mig.memory_used_bytes, 0
         else:
             total = gpu.memory_total_bytes
             used = sum(m.memory_used_bytes for m in gpu.mig) if gpu.mig else gpu.memory_used_bytes
-        return SimpleNamespace(total=total, used=used, free=total - used)
+            reserved = gpu.memory_reserved_bytes
+        free = total - used - reserved
+        if version is None:
+            return SimpleNamespace(total=total, used=used + reserved, free=free)
+        return SimpleNamespace(version=version, total=total, reserved=reserved, free=free, used=used)
 
     def nvmlDeviceGetTemperature(self, handle: FakeHandle, sensor: int) -> int:
-        gpu = self._gpu("nvmlDeviceGetTemperature", handle)
+        return self._celsius(self._gpu("nvmlDeviceGetTemperature", handle))
+
+    def _celsius(self, gpu: FakeGpu) -> int:
         return 31 + round(0.45 * gpu.utilization(self.elapsed()) + gpu.throttle.extra_celsius)
 
     def _busy(self, gpu: FakeGpu) -> bool:
@@ -380,44 +411,56 @@ class FakeNvmlLibrary:
         return gpu.idle_watts + (gpu.max_watts - gpu.idle_watts) * gpu.utilization(t) / 100
 
     def nvmlDeviceGetPowerUsage(self, handle: FakeHandle) -> int:
+        """Averaged over the last second, as recent drivers report it (the field is instantaneous)."""
         gpu = self._gpu("nvmlDeviceGetPowerUsage", handle)
-        return round(self._watts(gpu, self.elapsed()) * 1000)
+        t = self.elapsed()
+        mean = sum(self._watts(gpu, t - k / 10) for k in range(10)) / 10
+        return round(mean * 1000)
 
-    def nvmlDeviceGetFieldValues(self, handle: FakeHandle, field_ids: list[int]) -> list[SimpleNamespace]:
+    def nvmlDeviceGetFieldValues(
+        self, handle: FakeHandle, field_ids: list[int | tuple[int, int]]
+    ) -> list[SimpleNamespace]:
+        """As the binding: ids, or (id, scope id) pairs; one slot per id with its own return code."""
         gpu = self._gpu("nvmlDeviceGetFieldValues", handle)
         t = self.elapsed()
         # Energy grows with the mean of idle and the current power: monotonic, roughly plausible.
         energy_mj = 5.0e9 + t * 1000 * (gpu.idle_watts + self._watts(gpu, t)) / 2
+        ull, ui = _VALUE_TYPE_UNSIGNED_LONG_LONG, _VALUE_TYPE_UNSIGNED_INT
+        nvlink_kib = round(t * 1_000_000 * gpu.utilization(t) / 100)  # up to ~1 GB/s of traffic
         known: dict[int, tuple[int, SimpleNamespace]] = {
-            pynvml.NVML_FI_DEV_POWER_INSTANT: (
-                _VALUE_TYPE_UNSIGNED_INT,
-                SimpleNamespace(uiVal=round(self._watts(gpu, t) * 1000)),
-            ),
-            pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: (
-                _VALUE_TYPE_UNSIGNED_LONG_LONG,
-                SimpleNamespace(ullVal=round(energy_mj)),
-            ),
-            pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER: (
-                _VALUE_TYPE_UNSIGNED_LONG_LONG,
-                SimpleNamespace(ullVal=0),
-            ),
+            pynvml.NVML_FI_DEV_POWER_INSTANT: (ui, SimpleNamespace(uiVal=round(self._watts(gpu, t) * 1000))),
+            pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: (ull, SimpleNamespace(ullVal=round(energy_mj))),
+            pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER: (ull, SimpleNamespace(ullVal=0)),
             pynvml.NVML_FI_DEV_PERF_POLICY_POWER: (
-                _VALUE_TYPE_UNSIGNED_LONG_LONG,
+                ull,
                 SimpleNamespace(ullVal=self._violation_ns(gpu, _PERF_POLICY_POWER)),
             ),
             pynvml.NVML_FI_DEV_PERF_POLICY_THERMAL: (
-                _VALUE_TYPE_UNSIGNED_LONG_LONG,
+                ull,
                 SimpleNamespace(ullVal=self._violation_ns(gpu, _PERF_POLICY_THERMAL)),
             ),
+            pynvml.NVML_FI_DEV_MEMORY_TEMP: (ui, SimpleNamespace(uiVal=self._celsius(gpu) + 6)),
+            pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL: (ull, SimpleNamespace(ullVal=0)),
+            pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL: (ull, SimpleNamespace(ullVal=0)),
+            pynvml.NVML_FI_DEV_ECC_SBE_AGG_TOTAL: (ull, SimpleNamespace(ullVal=0)),
+            pynvml.NVML_FI_DEV_ECC_DBE_AGG_TOTAL: (ull, SimpleNamespace(ullVal=0)),
+            pynvml.NVML_FI_DEV_REMAPPED_COR: (ui, SimpleNamespace(uiVal=0)),
+            pynvml.NVML_FI_DEV_REMAPPED_UNC: (ui, SimpleNamespace(uiVal=0)),
+            pynvml.NVML_FI_DEV_REMAPPED_FAILURE: (ui, SimpleNamespace(uiVal=0)),
+            pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: (ull, SimpleNamespace(ullVal=nvlink_kib)),
+            pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: (ull, SimpleNamespace(ullVal=nvlink_kib)),
         }
         out = []
-        for field_id in field_ids:
+        for entry in field_ids:
+            field_id, scope = entry if isinstance(entry, tuple) else (entry, 0)
             value_type, value = known.get(field_id, (_VALUE_TYPE_DOUBLE, SimpleNamespace(dVal=0.0)))
             status = pynvml.NVML_SUCCESS if field_id in known else nvml_error_code("NOT_SUPPORTED")
             if field_id in self._field_faults:
                 status = nvml_error_code(self._field_faults[field_id])
             out.append(
-                SimpleNamespace(fieldId=field_id, nvmlReturn=status, valueType=value_type, value=value)
+                SimpleNamespace(
+                    fieldId=field_id, scopeId=scope, nvmlReturn=status, valueType=value_type, value=value
+                )
             )
         return out
 
@@ -432,10 +475,9 @@ class FakeNvmlLibrary:
         samples = []
         for k in range(first, k_now + 1):
             stamp = self._sample_us(k)
-            if stamp > since_us:
-                samples.append(
-                    SimpleNamespace(timeStamp=stamp, sampleValue=SimpleNamespace(uiVal=self._percent(gpu, k)))
-                )
+            percent = self._percent(gpu, k)
+            if stamp > since_us and (percent > 0 or gpu.samples_when_idle):
+                samples.append(SimpleNamespace(timeStamp=stamp, sampleValue=SimpleNamespace(uiVal=percent)))
         if not samples:
             raise nvml_error("NOT_FOUND")
         return _VALUE_TYPE_UNSIGNED_INT, samples
@@ -556,11 +598,22 @@ class FakeNvmlLibrary:
             activity = gpu.utilization(second.t) / 100
         else:
             activity = next(m.activity for m in gpu.mig if m.gpu_instance_id == second.gpu_instance)
-        # Graphics engine, SM active, SM occupancy, tensor pipes, DRAM: plausible shares of activity.
-        shares = (1.0, 0.85, 0.45, 0.6, 0.5)
+        # Graphics engine, SM active, SM occupancy, tensor pipes, DRAM: plausible shares of activity
+        # (percent); PCIe TX and RX in MiB/s.
+        values = {
+            pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL: 100 * activity,
+            pynvml.NVML_GPM_METRIC_SM_UTIL: 85 * activity,
+            pynvml.NVML_GPM_METRIC_SM_OCCUPANCY: 45 * activity,
+            pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: 60 * activity,
+            pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL: 50 * activity,
+            pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC: 800 * activity,
+            pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC: 1200 * activity,
+        }
         for slot in range(request.numMetrics):
-            request.metrics[slot].nvmlReturn = pynvml.NVML_SUCCESS
-            request.metrics[slot].value = 100 * activity * shares[slot % len(shares)]
+            metric = request.metrics[slot]
+            known = metric.metricId in values
+            metric.nvmlReturn = pynvml.NVML_SUCCESS if known else pynvml.NVML_ERROR_NOT_SUPPORTED
+            metric.value = values.get(metric.metricId, 0.0)
         return request
 
     # -- events ---------------------------------------------------------------------------------------

@@ -122,6 +122,7 @@ def test_flags_override_environment() -> None:
         pytest.param(["--log-format", "xml"], id="unknown-log-format"),
         pytest.param(["--listen", "nope"], id="bad-listen"),
         pytest.param(["--frobnicate"], id="unknown-option"),
+        pytest.param(["--log-level", "chatty"], id="unknown-log-level"),
     ],
 )
 def test_bad_usage_exits_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -158,7 +159,7 @@ def _wait_healthy(port: int, timeout: float = 90.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            if _get(f"http://127.0.0.1:{port}/healthz")[0] == 200:
+            if _get(f"http://127.0.0.1:{port}/readyz")[0] == 200:
                 return
         except OSError:
             pass
@@ -202,3 +203,33 @@ def test_runs_as_a_process_and_stops_on_sigterm() -> None:
     records = [json.loads(line) for line in stderr.splitlines() if line.strip()]
     assert records and all({"time", "level", "logger", "message"} <= record.keys() for record in records)
     assert any("stopping" in record["message"] for record in records)
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.startswith("gpu-exporter ")
+
+
+def test_log_level_applies_to_the_projects_loggers(free_port: Callable[[], int]) -> None:
+    port = free_port()
+    command = [sys.executable, "-m", "exporter", "--simulate", "idle", "--listen", f"127.0.0.1:{port}"]
+    command += ["--interval", "0.2", "--no-kubernetes", "--log-format", "json", "--log-level", "warning"]
+    process = subprocess.Popen(command, cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_healthy(port)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=15)
+    levels = {json.loads(line)["level"] for line in stderr.splitlines() if line.strip()}
+    assert "info" not in levels  # "serving on port …" and "stopping" are info: not shown
+
+
+def test_a_bad_collectors_file_exits_2_naming_file_and_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    counters = tmp_path / "counters.csv"
+    counters.write_text("# DCGM FIELD, type, help\nDCGM_FI_DEV_GPU_UTIL, gauge, ok\nDCGM_FI_DEV_FB_USED\n")
+    argv = ["--listen", "127.0.0.1:0", "--no-kubernetes", "--simulate", "idle", "-f", str(counters)]
+    with caplog.at_level(logging.ERROR):
+        assert main(argv) == 2
+    assert f"{counters}:3" in caplog.text

@@ -104,10 +104,28 @@ def test_exporter_runs_as_the_architecture_specifies() -> None:
     assert pod["runtimeClassName"] == "nvidia"
     assert pod["automountServiceAccountToken"] is False
     assert "hostPID" not in pod and "hostNetwork" not in pod
-    # Ready while serving, even when NVML fails: gpu_up 0 must still be scraped.
-    assert exporter["readinessProbe"]["httpGet"]["path"] == "/metrics"
+    # Liveness is the loop, readiness is NVML; a not-ready exporter is still scraped (gpu_up 0).
+    assert exporter["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert exporter["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    service = only(RENDERED["default-values"], "Service")
+    assert service["spec"]["publishNotReadyAddresses"] is True
     # Reading every GPU must not take one away from workloads.
     assert "nvidia.com/gpu" not in json.dumps(exporter["resources"])
+
+
+def test_exporter_web_config_mounts_the_secret_and_probes_over_https() -> None:
+    manifests = render({"exporter": {"webConfig": {"secretName": "gpu-exporter-web", "tls": True}}})
+    exporter = _exporter(manifests)
+    pod = only(manifests, "DaemonSet")["spec"]["template"]["spec"]
+    args = exporter["args"]
+    assert args[args.index("--web.config.file") + 1] == "/etc/gpu-exporter/web/web.yml"
+    exporter_args(args[1:])  # the exporter's own parser accepts what the chart passes
+    assert {"name": "web-config", "secret": {"secretName": "gpu-exporter-web"}} in pod["volumes"]
+    assert {"name": "web-config", "mountPath": "/etc/gpu-exporter/web", "readOnly": True} in exporter[
+        "volumeMounts"
+    ]
+    assert exporter["livenessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    assert exporter["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
 
 
 def test_exporter_mounts_only_the_pod_resources_directory_read_only() -> None:

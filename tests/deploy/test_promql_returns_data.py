@@ -51,8 +51,13 @@ STANDARD_CHOICES = {"namespace": "research", "workload": "tokenizer-bench"}
 EXTRAS_CHOICES = {"namespace": "serving", "workload": "legacy-ranker"}
 
 
+#: gpu-exporter's per-pod shares of time-sliced GPUs appear only as an `or` alternative next to the
+#: DCGM series, which carry the data on a fleet without shared GPUs.
+SHARED_GPU_ALTERNATIVES = frozenset({"gpu_pod_sm_utilization_percent", "gpu_pod_memory_used_bytes"})
+
+
 def _on_standard_fleet(expr: str) -> bool:
-    return metric_names(with_placeholders(expr)) <= STANDARD_METRICS
+    return metric_names(with_placeholders(expr)) - SHARED_GPU_ALTERNATIVES <= STANDARD_METRICS
 
 
 @cache

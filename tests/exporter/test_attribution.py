@@ -34,6 +34,7 @@ GIB = 1024**3
         pytest.param("nvidia2/vgpu5", ("index:2", "5"), id="gke-shared-gpu"),
         pytest.param("nvidia0/gi3", ("index:0/gi:3", None), id="gke-mig-partition"),
         pytest.param("nvidia0/gi3/vgpu1", ("index:0/gi:3", "1"), id="gke-shared-mig-partition"),
+        pytest.param("1:2", ("index:1/mig:2", None), id="index-strategy-mig-device"),
     ],
 )
 def test_parse_device_id(device_id: str, expected: tuple[str, str | None]) -> None:

@@ -1,5 +1,5 @@
-"""Collection cycles through the production path (fake only at the NVML boundary), read back from a
-registry the way Prometheus would see them."""
+"""Collection cycles through the production path (fake only at the NVML boundary), read back from the
+encoded exposition through prometheus_client's parser, the way Prometheus would see them."""
 
 from __future__ import annotations
 
@@ -9,18 +9,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.exposition import generate_latest
-from prometheus_client.registry import CollectorRegistry
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 from exporter.cgroups import PodUidResolver
-from exporter.collector import SnapshotCollector
 from exporter.cycle import Cycle
+from exporter.exposition import Exposition
 from exporter.nvml import Nvml
 from exporter.podresources import PodResourcesClient
 from exporter.pods import PodViewRefresher
 from exporter.snapshot import Snapshot, SnapshotBuilder
 from exporter.xid import XidCounter, XidWatcher
-from simulation.fake_nvml import FakeNvmlLibrary
+from simulation.fake_nvml import FakeGpu, FakeNvmlLibrary
+from simulation.gpu_profiles import constant
 
 HOST = "node-a"
 BUCKETS = ("5.0", "10.0", "25.0", "50.0", "75.0", "90.0", "95.0", "+Inf")
@@ -44,8 +45,7 @@ class Harness:
             **cycle_kwargs,
         )
         self.snapshot: Snapshot | None = None
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(SnapshotCollector(lambda: self.snapshot))
+        self.exposition = Exposition(lambda: self.snapshot)
 
     def run(self, advance: float = 0.0) -> Snapshot:
         self.clock.advance(advance)
@@ -65,24 +65,27 @@ class Harness:
             **extra,
         }
 
+    def text(self) -> str:
+        return self.exposition.render()[0].decode()
+
+    def samples(self) -> list[Sample]:
+        # Read through the strict OpenMetrics parser: it checks the encoding as it reads, and (unlike
+        # prometheus_client's text parser) keeps DCGM's counter names as Prometheus stores them.
+        body = self.exposition.render("application/openmetrics-text;version=1.0.0")[0].decode()
+        return [s for family in text_string_to_metric_families(body) for s in family.samples]
+
     def value(self, name: str, labels: dict[str, str]) -> float | None:
-        return self.registry.get_sample_value(name, labels)
+        found = [s.value for s in self.samples() if s.name == name and s.labels == labels]
+        assert len(found) <= 1, f"{name}{labels} appears {len(found)} times"
+        return found[0] if found else None
 
     def series(self, name: str) -> list[dict[str, str]]:
-        return [s.labels for m in self.registry.collect() for s in m.samples if s.name == name]
+        return [s.labels for s in self.samples() if s.name == name]
 
 
 @pytest.fixture
 def harness(clock: Any) -> Callable[..., Harness]:
     return lambda library, **kwargs: Harness(library, clock, **kwargs)
-
-
-def test_registering_never_collects() -> None:
-    def explode() -> Snapshot:
-        raise AssertionError("collect() ran at registration")
-
-    registry = CollectorRegistry()  # auto_describe on: still only describe() is asked
-    registry.register(SnapshotCollector(explode))
 
 
 def test_busy_gpus_in_dcgm_units(
@@ -93,8 +96,14 @@ def test_busy_gpus_in_dcgm_units(
     gpu0 = h.labels(0)
     assert h.value("DCGM_FI_DEV_GPU_UTIL", gpu0) == pytest.approx(97, abs=2)
     assert h.value("DCGM_FI_DEV_FB_USED", gpu0) == 74 * 1024  # MiB
-    assert h.value("DCGM_FI_DEV_FB_FREE", gpu0) == 81559 - 74 * 1024
+    # v2 memory info, as DCGM and nvidia-smi read it: the driver's reservation is neither used nor free.
+    assert h.value("DCGM_FI_DEV_FB_RESERVED", gpu0) == 527
+    assert h.value("DCGM_FI_DEV_FB_FREE", gpu0) == 81559 - 74 * 1024 - 527
     assert h.value("DCGM_FI_DEV_POWER_USAGE", gpu0) == pytest.approx(70 + 630 * 0.97)  # W
+    assert h.value("DCGM_FI_DEV_POWER_USAGE_INSTANT", gpu0) == pytest.approx(70 + 630 * 0.97)
+    assert h.value("DCGM_FI_DEV_MEMORY_TEMP", gpu0) == h.value("DCGM_FI_DEV_GPU_TEMP", gpu0) + 6
+    assert h.value("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", gpu0) == 0
+    assert h.value("DCGM_FI_DEV_ROW_REMAP_FAILURE", gpu0) == 0
     assert h.value("DCGM_FI_DEV_SM_CLOCK", gpu0) == 1980
     assert h.value("DCGM_FI_DEV_XID_ERRORS", gpu0) == 0
     assert h.value("gpu_up", gpu0) == 1
@@ -102,6 +111,8 @@ def test_busy_gpus_in_dcgm_units(
     h.run(advance=5)
     assert h.value("DCGM_FI_PROF_GR_ENGINE_ACTIVE", gpu0) == pytest.approx(0.97)
     assert h.value("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", gpu0) == pytest.approx(0.97 * 0.6)
+    assert h.value("DCGM_FI_PROF_PCIE_TX_BYTES", gpu0) == pytest.approx(800 * 0.97 * 2**20)  # B/s
+    assert h.value("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", gpu0) > 0
     assert h.value("gpu_exporter_build_info", {"version": "test"}) == 1
     assert h.value("gpu_exporter_last_collect_timestamp_seconds", {}) == h.clock.now
 
@@ -116,9 +127,9 @@ def test_unsupported_readings_are_absent_never_nan(
     h.run(advance=5)
     assert h.series("DCGM_FI_DEV_GPU_TEMP") == []
     assert h.series("DCGM_FI_PROF_SM_ACTIVE") == []
-    values = [s.value for m in h.registry.collect() for s in m.samples]
+    values = [s.value for s in h.samples()]
     assert not any(math.isnan(v) for v in values)
-    assert b"# TYPE DCGM_FI_DEV_GPU_TEMP" not in generate_latest(h.registry)
+    assert "# TYPE DCGM_FI_DEV_GPU_TEMP" not in h.text()
     assert (
         h.value(
             "gpu_exporter_nvml_errors_total", {"call": "nvmlDeviceGetTemperature", "code": "NOT_SUPPORTED"}
@@ -142,9 +153,11 @@ def test_throttling_in_dcgm_units(
     assert h.value("DCGM_FI_DEV_THERMAL_VIOLATION", braked) == 0
     assert h.value("DCGM_FI_DEV_GPU_TEMP", hot) == 89
     assert h.value("DCGM_FI_DEV_SM_CLOCK", hot) == 1410
-    exposition = generate_latest(h.registry).decode()
-    assert "# TYPE DCGM_FI_DEV_THERMAL_VIOLATION untyped" in exposition  # DCGM's name, no _total
+    exposition = h.text()
+    # Typed as dcgm-exporter types it, under DCGM's name (no _total); field 112 under both names.
+    assert "# TYPE DCGM_FI_DEV_THERMAL_VIOLATION counter" in exposition
     assert "# TYPE DCGM_FI_DEV_CLOCK_THROTTLE_REASONS gauge" in exposition
+    assert h.value("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", hot) == 0x20 | 0x40
 
 
 def test_throttling_is_read_for_whole_gpus_only(
@@ -200,6 +213,8 @@ def test_lost_gpu_goes_down_alone_and_comes_back(
     up: list[float | None] = []
     gpu0_util: list[float | None] = []
     gpu1_util: list[float | None] = []
+    gpu0_prof: list[float | None] = []
+    gpu1_prof: list[float | None] = []
     counts = []
     for step in range(15):
         snapshot = h.run(advance=0 if step == 0 else 1)
@@ -207,6 +222,8 @@ def test_lost_gpu_goes_down_alone_and_comes_back(
         assert snapshot.ok  # one GPU down is not a failed collection
         up.append(h.value("gpu_up", h.labels(1)))
         gpu0_util.append(h.value("DCGM_FI_DEV_GPU_UTIL", h.labels(0)))
+        gpu0_prof.append(h.value("DCGM_FI_PROF_GR_ENGINE_ACTIVE", h.labels(0)))
+        gpu1_prof.append(h.value("DCGM_FI_PROF_GR_ENGINE_ACTIVE", h.labels(1)))
         gpu1_util.append(h.value("DCGM_FI_DEV_GPU_UTIL", h.labels(1)))
         counts.append(h.value("gpu_utilization_samples_percent_count", h.labels(1)))
     assert up == [1.0] * 4 + [0.0] * 8 + [1.0] * 3
@@ -219,7 +236,51 @@ def test_lost_gpu_goes_down_alone_and_comes_back(
     lost = h.value(
         "gpu_exporter_nvml_errors_total", {"call": "nvmlDeviceGetHandleByIndex", "code": "GPU_IS_LOST"}
     )
-    assert lost == 8  # once per cycle while lost, NVML re-initialised before each
+    assert lost == 8  # once per cycle while lost
+    # GPU_IS_LOST concerns that GPU only: NVML is not re-initialised, so the healthy GPUs keep their
+    # GPM state (every profiling series after the first pair of samples) and the XID set stays.
+    assert h.library.calls_to("nvmlInit") == 1
+    assert all(v is not None for v in gpu0_prof[1:])
+    assert h.library.calls_to("nvmlEventSetCreate") == 1
+    # The lost GPU's own GPM samples were dropped: its ratios restart with a fresh pair rather than
+    # spanning the outage (one cycle back without them, then present again).
+    assert [p is None for p in gpu1_prof[11:]] == [True, True, False, False]
+
+
+def test_an_idle_gpu_without_samples_counts_as_idle_time(
+    fake_gpus: Callable[..., FakeNvmlLibrary], harness: Callable[..., Harness]
+) -> None:
+    """nvmlDeviceGetSamples is reported to answer NOT_FOUND while a GPU sits idle (no samples are
+    recorded). That time is idle, not missing: it must land in the low buckets, or the starvation
+    signal would miss exactly the stalls."""
+    phases = {0: 97.0, 1: 0.0, 2: 97.0}  # busy, then 10 s idle without samples, then busy again
+    gpu = FakeGpu(0, samples_when_idle=False, utilization=lambda t: phases[min(max(int(t // 10), 0), 2)])
+    h = harness(fake_gpus(gpu))
+    h.run()
+    labels = h.labels(0)
+    for _ in range(2):
+        h.run(advance=5)
+    busy_count = h.value("gpu_utilization_samples_percent_count", labels) or 0
+    h.run(advance=5)  # t = 15 and 19.5: the idle stretch, NVML answers NOT_FOUND
+    h.run(advance=4.5)
+    idle = h.value("gpu_utilization_samples_percent_bucket", {**labels, "le": "5.0"}) or 0
+    assert idle == pytest.approx(58, abs=6)  # ~9.7 s since the last busy sample, six a second
+    h.run(advance=5.5)
+    h.run(advance=5)
+    total = h.value("gpu_utilization_samples_percent_count", labels) or 0
+    assert total - busy_count == pytest.approx(120, abs=12)  # idle and busy again, nothing twice
+    assert h.value("gpu_utilization_samples_percent_bucket", {**labels, "le": "5.0"}) == idle
+
+
+def test_no_samples_on_a_busy_gpu_invents_no_idle_time(
+    fake_gpus: Callable[..., FakeNvmlLibrary], harness: Callable[..., Harness]
+) -> None:
+    library = fake_gpus(FakeGpu(0, utilization=constant(97.0)))
+    h = harness(library)
+    h.run()
+    library.fail("nvmlDeviceGetSamples", "NOT_FOUND")
+    h.run(advance=5)
+    assert h.value("gpu_utilization_samples_percent_bucket", {**h.labels(0), "le": "5.0"}) == 0
 
 
 def test_nvml_gone_fails_the_collection_and_keeps_gpus_known(
@@ -257,6 +318,25 @@ def test_mig_instances_carry_instance_labels(
     ]
     assert not [s for s in h.series("gpu_utilization_samples_percent_count") if s["gpu"] == "0"]
     assert h.value("DCGM_FI_DEV_GPU_UTIL", h.labels(1)) is not None
+
+
+def test_mig_devices_named_by_index_are_attributed(
+    scenario: Callable[..., FakeNvmlLibrary], harness: Callable[..., Harness], kubelet: Any
+) -> None:
+    """The NVIDIA device plugin's index strategy names a MIG device "<gpu>:<slot>", the slot being
+    its index on the GPU (nvmlDeviceGetMigDeviceHandleByIndex), not its GPU instance id."""
+    library = scenario("mig", gpus=1)
+    kubelet.assign(("ml", "infer-0", "main", "nvidia.com/mig-1g.10gb", ["0:2"]))
+    pods = PodViewRefresher(PodResourcesClient(kubelet.socket_path), pod_log_dir=None)
+    assert pods.refresh()
+    h = harness(library, pods=pods)
+    h.run()
+    slot2 = h.labels(
+        0, GPU_I_ID="13", GPU_I_PROFILE="1g.10gb", pod="infer-0", namespace="ml", container="main"
+    )
+    assert h.value("DCGM_FI_DEV_FB_USED", slot2) == 8 * 1024
+    holders = {s.get("pod") for s in h.series("DCGM_FI_DEV_FB_USED") if s.get("GPU_I_ID") == "1"}
+    assert holders == {None}  # the other instances stay unattributed
 
 
 POD_UIDS = {
@@ -302,13 +382,24 @@ def test_shared_gpu_gets_per_pod_usage_and_exclusive_gpu_gets_pod_labels(
     def pod(name: str, vgpu: str) -> dict[str, str]:
         return h.labels(0, pod=name, namespace="team-a", container="main", vgpu=vgpu)
 
-    assert h.value("DCGM_FI_DEV_GPU_UTIL", pod("worker-0", "0")) == pytest.approx(48, abs=2)  # 60 % of 80 %
-    assert h.value("DCGM_FI_DEV_GPU_UTIL", pod("worker-1", "1")) == pytest.approx(32, abs=2)
-    assert h.value("DCGM_FI_DEV_GPU_UTIL", pod("worker-2", "2")) == 0  # holds memory, computes nothing
-    assert h.value("DCGM_FI_DEV_FB_USED", pod("worker-0", "0")) == 20 * 1024
-    assert h.value("DCGM_FI_DEV_FB_USED", pod("worker-2", "2")) == 2 * 1024
+    util, memory = "gpu_pod_sm_utilization_percent", "gpu_pod_memory_used_bytes"
+    assert h.value(util, pod("worker-0", "0")) == pytest.approx(48, abs=2)  # 60 % of 80 %
+    assert h.value(util, pod("worker-1", "1")) == pytest.approx(32, abs=2)
+    assert h.value(util, pod("worker-2", "2")) == 0  # holds memory, computes nothing
+    assert h.value(memory, pod("worker-0", "0")) == 20 * 1024**3
+    assert h.value(memory, pod("worker-2", "2")) == 2 * 1024**3
     assert h.value("DCGM_FI_DEV_GPU_UTIL", h.labels(0)) == pytest.approx(80, abs=2)  # whole GPU, unattributed
     assert h.value("DCGM_FI_DEV_POWER_USAGE", pod("worker-0", "0")) is None  # device-level series stay whole
+
+    # `sum by (gpu)` counts the shared GPU once: one DCGM series per family for it, and the pods'
+    # shares add up to no more than the GPU's own numbers.
+    for name in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED"):
+        assert [s for s in h.series(name) if s["gpu"] == "0"] == [h.labels(0)], name
+    gpu_util = h.value("DCGM_FI_DEV_GPU_UTIL", h.labels(0))
+    pods_util = sum(h.value(util, pod(f"worker-{r}", str(r))) or 0 for r in range(3))
+    assert pods_util <= gpu_util + 2
+    pods_mib = sum(h.value(memory, pod(f"worker-{r}", str(r))) or 0 for r in range(3)) / 1024**2
+    assert pods_mib <= h.value("DCGM_FI_DEV_FB_USED", h.labels(0))
 
     solo_labels = h.labels(1, pod="solo", namespace="team-b", container="main")
     for name in (

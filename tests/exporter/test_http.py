@@ -12,10 +12,9 @@ from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from prometheus_client.registry import CollectorRegistry
 
-from exporter.collector import SnapshotCollector
 from exporter.cycle import Cycle
+from exporter.exposition import Exposition
 from exporter.http import MetricsServer
 from exporter.loop import CollectionLoop
 from exporter.nvml import Nvml
@@ -31,10 +30,13 @@ class Served:
     def __init__(self, library: FakeNvmlLibrary, clock: Any) -> None:
         self.clock = clock
         self.cycle = Cycle(Nvml(library), SnapshotBuilder("node-a", version="test"), wall_clock=clock)
-        self.loop = CollectionLoop(self.cycle.run, interval_s=1.0, monotonic=clock)
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(SnapshotCollector(self.loop.latest))
-        self.server = MetricsServer(registry, self.loop.health, "127.0.0.1", 0)
+        self.exposition = Exposition(lambda: self.loop.latest())
+        self.loop = CollectionLoop(
+            self.cycle.run, interval_s=1.0, monotonic=clock, after=self.exposition.prepare
+        )
+        self.server = MetricsServer(
+            self.exposition, self.loop.liveness, "127.0.0.1", 0, readiness=self.loop.health
+        )
         self.server.start()
         self.connection = http.client.HTTPConnection("127.0.0.1", self.server.port, timeout=5)
 
@@ -88,31 +90,47 @@ def test_every_scrape_succeeds_while_a_gpu_is_lost_and_back(
         assert up["1"] == (0 if lost else 1)
         assert ("1" in utils) is not lost
         seen_down |= lost
-        assert s.get("/healthz")[0] == 200  # a lost GPU is reported, not a sick exporter
+        assert s.get("/readyz")[0] == 200  # a lost GPU is reported, not a sick exporter
     assert seen_down
 
 
-def test_healthz_follows_collections(
+def test_readiness_follows_nvml_and_liveness_does_not_restart_a_node_without_a_driver(
     scenario: Callable[..., FakeNvmlLibrary], served: Callable[[FakeNvmlLibrary], Served], clock: Any
 ) -> None:
     library = scenario("busy", gpus=1)
     s = served(library)
-    status, _, body = s.get("/healthz")
+    status, _, body = s.get("/readyz")
     assert (status, body) == (503, b"no collection yet\n")
+    assert s.get("/healthz")[0] == 200  # starting up is alive
     assert s.get("/metrics")[0] == 200  # nothing collected yet is still a valid, empty exposition
     s.loop.run_once()
-    status, _, body = s.get("/healthz")
-    assert (status, body) == (200, b"ok\n")
+    assert s.get("/readyz") == (200, s.get("/readyz")[1], b"ok\n")
     library.fail("nvmlDeviceGetCount", "DRIVER_NOT_LOADED")
     library.fail("nvmlInit", "DRIVER_NOT_LOADED")
-    clock.advance(1)
-    s.loop.run_once()
-    status, _, body = s.get("/healthz")
+    for _ in range(40):  # far past the staleness limit: a driver that stays away
+        clock.advance(1)
+        s.loop.run_once()
+    status, _, body = s.get("/readyz")
     assert status == 503
     assert b"DRIVER_NOT_LOADED" in body
+    assert b"NVIDIA container runtime" in body  # the message says what to check
+    status, _, body = s.get("/healthz")
+    assert status == 200, body  # the kubelet must not restart-loop the pod: a restart loads no driver
     status, _, body = s.get("/metrics")
     assert status == 200
     assert gpu_up_by_gpu(body) == {"0": 0.0}
+
+
+def test_liveness_fails_only_when_the_loop_is_stuck() -> None:
+    now = [0.0]
+    collect = StubCollect()
+    collect.results = [snapshot(False, "nvmlInit: LIBRARY_NOT_FOUND")]
+    loop = CollectionLoop(collect, interval_s=5.0, monotonic=lambda: now[0])
+    loop.run_once()
+    now[0] += 29
+    assert loop.liveness()[0]
+    now[0] += 2  # no cycle finished for 31 s: the loop is stuck
+    assert loop.liveness() == (False, "no collection cycle finished for 31s")
 
 
 def test_metrics_negotiates_openmetrics_and_gzip(
@@ -129,6 +147,43 @@ def test_metrics_negotiates_openmetrics_and_gzip(
     assert b"DCGM_FI_DEV_GPU_UTIL{" in gzip.decompress(body)
 
 
+#: The headers Prometheus 2.x and 3.x send on a scrape (scrape.go's default scrape protocols).
+PROMETHEUS_2 = {
+    "Accept": "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;"
+    "q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+    "Accept-Encoding": "gzip",
+}
+PROMETHEUS_3 = {
+    "Accept": "application/openmetrics-text;version=1.0.0;q=0.5,application/openmetrics-text;"
+    "version=0.0.1;q=0.4,text/plain;version=1.0.0;q=0.3,text/plain;version=0.0.4;q=0.2,*/*;q=0.1",
+    "Accept-Encoding": "gzip",
+}
+
+
+@pytest.mark.parametrize("headers", [PROMETHEUS_2, PROMETHEUS_3], ids=["prometheus-2", "prometheus-3"])
+def test_a_snapshot_is_encoded_once_and_then_served_as_bytes(
+    scenario: Callable[..., FakeNvmlLibrary],
+    served: Callable[[FakeNvmlLibrary], Served],
+    headers: dict[str, str],
+) -> None:
+    s = served(scenario("busy", gpus=2))
+    s.loop.run_once()
+    status, first_headers, first = s.get("/metrics", **headers)
+    assert status == 200
+    assert first_headers["Content-Type"].startswith("application/openmetrics-text; version=1.0.0")
+    assert first_headers["Content-Encoding"] == "gzip"
+    current = s.exposition.current()
+    assert current is not None
+    cached = current.body(openmetrics=True, compressed=True)
+    for _ in range(3):
+        assert s.get("/metrics", **headers)[2] == first == cached  # the very bytes encoded once
+    assert gzip.decompress(first).endswith(b"# EOF\n")
+    s.loop.run_once()  # a new snapshot is encoded in the variant scrapes asked for, off the scrape path
+    fresh = s.exposition.current()
+    assert fresh is not None and fresh is not current
+    assert (True, True) in fresh._variants
+
+
 def test_scrapes_never_call_nvml_or_the_kubelet(
     scenario: Callable[..., FakeNvmlLibrary], kubelet: Any, clock: Any
 ) -> None:
@@ -138,9 +193,7 @@ def test_scrapes_never_call_nvml_or_the_kubelet(
     assert pods.refresh()
     cycle = Cycle(Nvml(library), SnapshotBuilder("node-a", version="test"), pods=pods, wall_clock=clock)
     loop = CollectionLoop(cycle.run, interval_s=1.0, monotonic=clock)
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(loop.latest))
-    server = MetricsServer(registry, loop.health, "127.0.0.1", 0)
+    server = MetricsServer(Exposition(loop.latest), loop.health, "127.0.0.1", 0)
     server.start()
     connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
     try:

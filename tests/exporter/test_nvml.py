@@ -70,8 +70,9 @@ def test_typed_readings_in_nvml_units(nvml: Nvml) -> None:
     assert nvml.utilization(GPU0) == UtilizationRates(gpu=42, memory=14)
     memory = nvml.memory(GPU0)
     assert isinstance(memory, MemoryInfo)
-    assert memory.used == 20 * GIB
-    assert memory.total == memory.used + memory.free
+    assert memory.used == 20 * GIB  # v2: what processes hold, the driver's reservation apart
+    assert memory.reserved == 527 * 2**20
+    assert memory.total == memory.used + memory.free + memory.reserved
     assert nvml.clocks(GPU0) == Clocks(sm=1980, memory=2619)
     assert nvml.temperature_c(GPU0) == 50
     identity = nvml.identity(0, GPU0)
@@ -100,8 +101,8 @@ def test_function_not_found_is_logged_and_counted_once_then_never_called(
     assert library.calls == calls  # the chokepoint no longer calls it
 
 
-@pytest.mark.parametrize("code", ["GPU_IS_LOST", "UNINITIALIZED", "DRIVER_NOT_LOADED"])
-def test_lost_codes_raise_and_ask_for_reinit(nvml: Nvml, library: FakeNvmlLibrary, code: str) -> None:
+@pytest.mark.parametrize("code", ["UNINITIALIZED", "DRIVER_NOT_LOADED"])
+def test_nvml_wide_codes_raise_and_ask_for_reinit(nvml: Nvml, library: FakeNvmlLibrary, code: str) -> None:
     library.fail("nvmlDeviceGetMemoryInfo", code, times=1)
     assert not nvml.needs_init
     with pytest.raises(GpuLost) as raised:
@@ -113,7 +114,32 @@ def test_lost_codes_raise_and_ask_for_reinit(nvml: Nvml, library: FakeNvmlLibrar
     assert not nvml.needs_init
     assert nvml.generation == generation + 1
     assert nvml.memory(GPU0) is not None
-    assert nvml.error_counts() == {("nvmlDeviceGetMemoryInfo", code): 1}
+    assert nvml.error_counts() == {("nvmlDeviceGetMemoryInfo_v2", code): 1}
+
+
+def test_a_lost_gpu_is_marked_down_without_reinitialising_nvml(nvml: Nvml, library: FakeNvmlLibrary) -> None:
+    """GPU_IS_LOST concerns one device: NVML stays up, so every other GPU keeps its state."""
+    library.fail("nvmlDeviceGetMemoryInfo", "GPU_IS_LOST", gpu=0, times=1)
+    with pytest.raises(GpuLost) as raised:
+        nvml.memory(GPU0)
+    assert raised.value.code == "GPU_IS_LOST"
+    assert not nvml.needs_init
+    assert nvml.memory(FakeHandle(1)) is not None
+
+
+def test_memory_falls_back_to_v1_on_a_driver_without_v2(clock: Any) -> None:
+    """v1's "used" includes the driver's reservation: that is what an old driver can tell."""
+    library = FakeNvmlLibrary([FakeGpu(0, memory_v2=False)], clock=clock, sleep=clock.sleep)
+    nvml = Nvml(library)
+    nvml.init()
+    memory = nvml.memory(GPU0)
+    assert memory == MemoryInfo(
+        total=81559 * 2**20, used=20 * GIB + 527 * 2**20, free=81559 * 2**20 - 20 * GIB - 527 * 2**20
+    )
+    calls = library.calls
+    nvml.memory(GPU0)
+    assert library.calls == calls + 1  # v2 is not asked again
+    assert nvml.error_counts() == {}
 
 
 def test_other_errors_are_counted_and_leave_the_reading_out(nvml: Nvml, library: FakeNvmlLibrary) -> None:
@@ -138,10 +164,12 @@ def test_init_failure_is_nvml_unavailable(library: FakeNvmlLibrary, code: str) -
 def test_field_values_batch_power_energy_and_replays(nvml: Nvml, library: FakeNvmlLibrary) -> None:
     calls = library.calls
     readings = nvml.fields(GPU0)
-    assert library.calls == calls + 1  # one call for three readings
-    assert readings.power_mw == pytest.approx((70 + 630 * 0.42) * 1000)
+    assert library.calls == calls + 1  # one call for all the batched readings
+    assert readings.power_instant_mw == pytest.approx((70 + 630 * 0.42) * 1000)
     assert readings.energy_mj is not None and readings.energy_mj > 0
     assert readings.pcie_replays == 0
+    assert readings.memory_temp_c == 50 + 6
+    assert readings.nvlink_kib is not None
 
 
 class NanDriver(FakeNvmlLibrary):
@@ -162,16 +190,24 @@ def test_non_finite_doubles_are_absent_never_nan(clock: Any) -> None:
     nvml.init()
     readings = nvml.fields(GPU0)
     assert readings.energy_mj is None and readings.pcie_replays is None
-    assert readings.power_mw == pytest.approx(70 * 1000)  # the nvmlDeviceGetPowerUsage fallback
+    assert readings.power_instant_mw is None
     assert nvml.utilization_samples(GPU0, 0) == ()
 
 
-def test_power_falls_back_to_power_usage_without_field_values(nvml: Nvml, library: FakeNvmlLibrary) -> None:
+def test_power_usage_is_read_as_dcgm_reads_it_and_instant_power_from_the_field(clock: Any) -> None:
+    """DCGM_FI_DEV_POWER_USAGE comes from nvmlDeviceGetPowerUsage (averaged on recent drivers);
+    the instantaneous field goes to DCGM_FI_DEV_POWER_USAGE_INSTANT."""
+    ramp = FakeGpu(0, utilization=lambda t: min(t * 10, 100.0))  # power climbing ~630 W per 10 s
+    library = FakeNvmlLibrary([ramp], clock=clock, sleep=clock.sleep)
+    nvml = Nvml(library)
+    nvml.init()
+    clock.advance(5)
+    average, instant = nvml.power_mw(GPU0), nvml.fields(GPU0).power_instant_mw
+    assert average == library.nvmlDeviceGetPowerUsage(GPU0)
+    assert instant is not None and average is not None and instant > average
     library.remove_function("nvmlDeviceGetFieldValues")
-    readings = nvml.fields(GPU0)
-    assert readings.power_mw == pytest.approx((70 + 630 * 0.42) * 1000)
-    assert readings.energy_mj is None
-    assert readings.pcie_replays is None
+    assert nvml.fields(GPU0).power_instant_mw is None
+    assert nvml.power_mw(GPU0) == average
 
 
 # -- throttling: clock-event reasons and violation counters ---------------------------------------------
@@ -283,7 +319,7 @@ def test_violation_counters_not_supported_anywhere_are_absent_not_errors(
     hot.fail(VIOLATION_STATUS, "NOT_SUPPORTED")
     readings = hot_nvml.fields(GPU0)
     assert (readings.power_violation_ns, readings.thermal_violation_ns) == (None, None)
-    assert readings.power_mw is not None  # the rest of the batch is unaffected
+    assert readings.power_instant_mw is not None  # the rest of the batch is unaffected
     assert hot_nvml.error_counts() == {}
 
 
@@ -328,7 +364,8 @@ def test_mig_instances_with_profile_names(fake_gpus: Callable[..., FakeNvmlLibra
     instances = nvml.mig_instances(FakeHandle(0))
     assert [(m.gpu_instance_id, m.profile) for m in instances] == [(1, "3g.40gb"), (13, "1g.10gb")]
     assert all(m.uuid.startswith("MIG-") for m in instances)
-    assert nvml.memory(instances[1].handle) == MemoryInfo(9984 * 2**20, GIB, 9984 * 2**20 - GIB)
+    assert [m.slot for m in instances] == [0, 1]  # the device plugin's "<gpu>:<slot>" index ids
+    assert nvml.memory(instances[1].handle) == MemoryInfo(9984 * 2**20, GIB, 9984 * 2**20 - GIB, 0)
 
 
 def test_mig_profile_from_attributes_when_instances_need_privileges(
@@ -353,7 +390,9 @@ def test_gpm_ratios_need_two_samples(nvml: Nvml, clock: Any) -> None:
     assert isinstance(reading, GpmReading)
     assert reading.graphics_active == pytest.approx(0.42)
     assert reading.sm_active == pytest.approx(0.42 * 0.85)
-    assert all(0.0 <= ratio <= 1.0 for ratio in reading if ratio is not None)
+    ratios = reading[:5]
+    assert all(ratio is not None and 0.0 <= ratio <= 1.0 for ratio in ratios)
+    assert reading.pcie_tx_bytes_per_s == pytest.approx(800 * 0.42 * 2**20)  # MiB/s → B/s
 
 
 def test_gpm_absent_where_unsupported(nvml: Nvml) -> None:
@@ -400,3 +439,42 @@ def test_shutdown_frees_gpm_samples(nvml: Nvml, library: FakeNvmlLibrary) -> Non
     nvml.shutdown()
     assert nvml.needs_init
     assert nvml.error_counts() == {}
+
+
+@pytest.mark.parametrize("call", ["nvmlDeviceGetProcessUtilization", "nvmlDeviceGetComputeRunningProcesses"])
+def test_per_process_reads_retry_when_a_process_starts_between_the_two_calls(
+    fake_gpus: Callable[..., FakeNvmlLibrary], clock: Any, call: str
+) -> None:
+    """The binding sizes its buffer, then reads; a process starting in between makes the read answer
+    INSUFFICIENT_SIZE. DCGM retries; so does the adapter, instead of losing the cycle's numbers."""
+    library = fake_gpus(FakeGpu(0, utilization=constant(50.0), processes=(FakeProcess(7, GIB, 1.0),)))
+    nvml = Nvml(library)
+    nvml.init()
+    clock.advance(1)
+    library.fail(call, "INSUFFICIENT_SIZE", times=2)
+    utilization = nvml.process_utilization(GPU0, 0)
+    processes = nvml.processes(GPU0)
+    assert utilization is not None and [s.pid for s in utilization] == [7]
+    assert processes is not None and [p.pid for p in processes] == [7]
+    assert nvml.error_counts() == {}
+    library.fail(call, "INSUFFICIENT_SIZE")  # never settles: counted once per read, reading left out
+    if call.endswith("Utilization"):
+        assert nvml.process_utilization(GPU0, 0) is None
+    else:
+        assert nvml.processes(GPU0) is None
+    assert nvml.error_counts() == {(call, "INSUFFICIENT_SIZE"): 1}
+
+
+def test_without_a_driver_the_real_binding_fails_saying_what_to_check() -> None:
+    """The real pynvml, on a machine without the NVIDIA library: the message points at the fix."""
+    nvml = Nvml()
+    try:
+        nvml.init()
+    except NvmlUnavailable as exc:
+        message = str(exc)
+    else:
+        nvml.shutdown()
+        pytest.skip("an NVIDIA driver is present")
+    assert message.startswith(("nvmlInit: LIBRARY_NOT_FOUND", "nvmlInit: DRIVER_NOT_LOADED"))
+    assert "NVIDIA container runtime" in message
+    assert "--simulate" in message

@@ -47,13 +47,45 @@ def test_event_set_is_rebuilt_after_nvml_reinit(
     assert counter.counts() == {(library.gpus[0].uuid, 48): 1}
 
 
-def test_lost_gpu_during_wait_drops_the_set_until_reinit(fake_gpus: Callable[..., FakeNvmlLibrary]) -> None:
+def test_nvml_gone_during_wait_drops_the_set_until_reinit(fake_gpus: Callable[..., FakeNvmlLibrary]) -> None:
     library = fake_gpus(FakeGpu(0))
     nvml, _, watcher = watched(library, wait_ms=1)
-    library.fail("nvmlEventSetWait", "GPU_IS_LOST", times=1)
+    library.fail("nvmlEventSetWait", "UNINITIALIZED", times=1)
     assert not watcher.poll_once()
     assert nvml.needs_init
+    nvml.init()
+    watcher.watch(nvml.generation, [(FakeHandle(0), library.gpus[0].uuid)])
     assert not watcher.poll_once()  # a fresh set, no error this time
+
+
+def test_a_lost_gpu_keeps_the_event_set(fake_gpus: Callable[..., FakeNvmlLibrary]) -> None:
+    """A GPU that falls off the bus changes nothing for the others: no re-init, no rebuilt set."""
+    library = fake_gpus(FakeGpu(0), FakeGpu(1))
+    nvml, _, watcher = watched(library, wait_ms=1)
+    assert not watcher.poll_once()
+    creates = library.calls_to("nvmlEventSetCreate")
+    watcher.watch(nvml.generation, [(FakeHandle(0), library.gpus[0].uuid)])  # GPU 1 went missing
+    for _ in range(3):
+        watcher.poll_once()
+    watcher.watch(nvml.generation, [(FakeHandle(g.index), g.uuid) for g in library.gpus])  # and is back
+    watcher.poll_once()
+    assert library.calls_to("nvmlEventSetCreate") == creates
+    assert not nvml.needs_init
+
+
+def test_a_failing_wait_backs_off_instead_of_spinning() -> None:
+    """nvmlEventSetWait failing at once (not a timeout) must not turn the thread into a busy loop."""
+    library = FakeNvmlLibrary([FakeGpu(0)])  # real clock: the thread runs freely for a second
+    library.fail("nvmlEventSetWait", "UNKNOWN")
+    _, _, watcher = watched(library, wait_ms=50)
+    watcher.start()
+    try:
+        time.sleep(1.0)
+    finally:
+        watcher.stop()
+    # Backing off from 50 ms and doubling: a handful of attempts; spinning would make thousands.
+    assert 1 <= library.calls_to("nvmlEventSetWait") <= 8
+    assert watcher.failed_waits == library.calls_to("nvmlEventSetWait")
 
 
 def test_paused_keeps_the_thread_out_of_nvml() -> None:

@@ -1,4 +1,5 @@
-"""The metric-name contract: the exporter serves it, the analyzer reads it, the simulator agrees."""
+"""Contracts the exporter keeps with the rest: metric names the analyzer reads and the simulator agrees
+with, and one error root."""
 
 from __future__ import annotations
 
@@ -32,3 +33,26 @@ def test_the_simulators_independent_copy_agrees_with_the_contract() -> None:
     assert written, "the simulator writes DCGM and exporter series"
     unknown = written - _contract() - histogram - {"DCGM_FI_DRIVER_VERSION"}  # a label, not a family
     assert not unknown, f"simulator names missing from the contract: {sorted(unknown)}"
+
+
+def test_every_exporter_error_derives_from_the_projects_one_root() -> None:
+    import importlib
+    import pkgutil
+
+    import exporter
+    from common.errors import GpuToolError
+
+    found = []
+    for module_info in pkgutil.iter_modules(exporter.__path__, "exporter."):
+        if module_info.name.startswith("exporter._proto") or module_info.name == "exporter.__main__":
+            continue
+        module = importlib.import_module(module_info.name)
+        for value in vars(module).values():
+            if (
+                isinstance(value, type)
+                and issubclass(value, Exception)
+                and value.__module__ == module.__name__
+            ):
+                found.append(value)
+    assert found, "the exporter defines its own errors"
+    assert [e.__name__ for e in found if not issubclass(e, GpuToolError)] == []
