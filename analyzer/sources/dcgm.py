@@ -33,6 +33,9 @@ KUBE_REPLICASET_OWNER = "kube_replicaset_owner"
 KUBE_POD_START_TIME = "kube_pod_start_time"
 KUBE_POD_REQUESTS = "kube_pod_container_resource_requests"
 KUBE_POD_LIMITS = "kube_pod_container_resource_limits"
+KUBE_POD_STATUS_PHASE = "kube_pod_status_phase"
+KUBE_POD_STATUS_SCHEDULED = "kube_pod_status_scheduled"
+KUBE_JOB_OWNER = "kube_job_owner"
 CPU_USAGE = "container_cpu_usage_seconds_total"
 CPU_PERIODS = "container_cpu_cfs_periods_total"
 CPU_THROTTLED = "container_cpu_cfs_throttled_periods_total"
@@ -46,6 +49,9 @@ KNOWN_METRICS = (
     KUBE_POD_START_TIME,
     KUBE_POD_REQUESTS,
     KUBE_POD_LIMITS,
+    KUBE_POD_STATUS_PHASE,
+    KUBE_POD_STATUS_SCHEDULED,
+    KUBE_JOB_OWNER,
     CPU_USAGE,
     CPU_PERIODS,
     CPU_THROTTLED,
@@ -94,6 +100,10 @@ class Capabilities:
     cpu_usage: bool = False
     cpu_limits: bool = False
     cpu_throttling: bool = False
+    cpu_requests: bool = False
+    pod_phase: bool = False
+    pod_scheduled: bool = False
+    job_owner: bool = False
     # Per scrape job: multiplier from the DEV gauge's unit to percent, and the sample interval (s).
     dev_scale: Mapping[str, float] = field(default_factory=dict)
     interval_s: Mapping[str, float] = field(default_factory=dict)

@@ -108,6 +108,10 @@ class PrometheusSource:
             cpu_usage=dcgm.CPU_USAGE in present,
             cpu_limits=dcgm.KUBE_POD_LIMITS in present,
             cpu_throttling=dcgm.CPU_THROTTLED in present and dcgm.CPU_PERIODS in present,
+            cpu_requests=ksm and dcgm.KUBE_POD_REQUESTS in present,
+            pod_phase=ksm and dcgm.KUBE_POD_STATUS_PHASE in present,
+            pod_scheduled=ksm and dcgm.KUBE_POD_STATUS_SCHEDULED in present,
+            job_owner=ksm and dcgm.KUBE_JOB_OWNER in present,
         )
         return caps
 
@@ -146,6 +150,7 @@ class PrometheusSource:
                 ("max", q.device_max(metric)),
                 ("q_low", q.device_quantile(metric, q_low)),
                 ("q_high", q.device_quantile(metric, q_high)),
+                ("median", q.device_quantile(metric, 0.5)),
             ):
                 for s in self.client.vector(query, at):
                     key = self._key(s.labels, caps)
@@ -185,6 +190,7 @@ class PrometheusSource:
                     q_low=numbers["q_low"][key] * scale,
                     q_high=numbers["q_high"][key] * scale,
                     q_level=q_low,
+                    median=numbers["median"][key] * scale if key in numbers["median"] else None,
                 ),
                 span_s=span_s,
                 interval_s=intervals.get(job, 0.0),
@@ -197,6 +203,7 @@ class PrometheusSource:
             devices=devices,
             pods=self._pods(q, caps, at) if caps.kube_state_metrics else {},
             replicasets=self._replicasets(q, at) if caps.replicaset_owner else {},
+            jobs=self._jobs(q, at) if caps.job_owner else {},
             cpu=self._cpu(q, caps, at),
         )
 
@@ -267,7 +274,14 @@ class PrometheusSource:
         def rows(query: str) -> list[KsmRow]:
             return [(_pid(s), s.labels, s.value) for s in self.client.vector(query, at)]
 
-        return pod_records(rows(q.pod_owners()), rows(q.pod_start_times()), rows(q.pod_gpu_requests()))
+        return pod_records(
+            rows(q.pod_owners()),
+            rows(q.pod_start_times()),
+            rows(q.pod_gpu_requests()),
+            last_seen=rows(q.pod_last_seen()),
+            scheduled=rows(q.pod_scheduled()) if caps.pod_scheduled else (),
+            pending=rows(q.pod_pending()) if caps.pod_phase else (),
+        )
 
     def _replicasets(self, q: FleetQueries, at: datetime) -> dict[PodId, tuple[str, str]]:
         out: dict[PodId, tuple[str, str]] = {}
@@ -275,6 +289,14 @@ class PrometheusSource:
             rs = (s.labels.get("namespace", ""), s.labels.get("replicaset", ""))
             if s.labels.get("owner_is_controller") == "true" or rs not in out:
                 out[rs] = (s.labels.get("owner_kind", ""), s.labels.get("owner_name", ""))
+        return out
+
+    def _jobs(self, q: FleetQueries, at: datetime) -> dict[PodId, tuple[str, str]]:
+        out: dict[PodId, tuple[str, str]] = {}
+        for s in self.client.vector(q.job_owners(), at):
+            job = (s.labels.get("namespace", ""), s.labels.get("job_name", ""))
+            if s.labels.get("owner_is_controller") == "true" or job not in out:
+                out[job] = (s.labels.get("owner_kind", ""), s.labels.get("owner_name", ""))
         return out
 
     def _cpu(self, q: FleetQueries, caps: Capabilities, at: datetime) -> dict[PodId, CpuUsage]:
@@ -286,11 +308,15 @@ class PrometheusSource:
         usage = values(caps.cpu_usage, q.cpu_usage)
         limits = values(caps.cpu_limits and caps.kube_state_metrics, q.cpu_limits)
         throttled = values(caps.cpu_throttling, q.cpu_throttled_ratio)
+        requests = values(caps.cpu_requests, q.cpu_requests)
         return {
             pid: CpuUsage(
-                usage_cores=usage.get(pid), limit_cores=limits.get(pid), throttled_ratio=throttled.get(pid)
+                usage_cores=usage.get(pid),
+                limit_cores=limits.get(pid),
+                throttled_ratio=throttled.get(pid),
+                request_cores=requests.get(pid),
             )
-            for pid in set(usage) | set(limits) | set(throttled)
+            for pid in set(usage) | set(limits) | set(throttled) | set(requests)
         }
 
     # --- closer looks ---------------------------------------------------------------------------

@@ -106,6 +106,13 @@ class WorkloadKind(StrEnum):
     POD = "Pod"
 
 
+class JobOwner(_Spec):
+    """What created a Job (``kube_job_owner``): a CronJob, a JobSet, or another controller."""
+
+    kind: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+
+
 class WorkloadSpec(_Spec):
     namespace: str = Field(min_length=1)
     name: str = Field(min_length=1)
@@ -120,6 +127,11 @@ class WorkloadSpec(_Spec):
     cpu_limit_cores: float = Field(default=4.0, gt=0)
     memory_fraction: float = Field(default=0.7, gt=0, le=1)  # framebuffer share held once loaded
     container_restarts: tuple[Offset, ...] = ()  # cAdvisor counters reset
+    # Replicas the scheduler never places (no node has room): Pending, holding no GPU.
+    pending_replicas: int = Field(default=0, ge=0)
+    # Each replica's pod is deleted and recreated by its controller at these offsets (same GPUs).
+    replaced_at: tuple[Offset, ...] = ()
+    job_owner: JobOwner | None = None  # Jobs only: the CronJob / JobSet above it
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
 
@@ -127,6 +139,10 @@ class WorkloadSpec(_Spec):
     def _checks(self) -> WorkloadSpec:
         if self.kind is WorkloadKind.POD and self.replicas != 1:
             raise ValueError("a bare Pod has exactly one replica")
+        if self.kind is WorkloadKind.POD and self.replaced_at:
+            raise ValueError("a bare Pod has no controller to recreate it")
+        if self.job_owner is not None and self.kind is not WorkloadKind.JOB:
+            raise ValueError("job_owner is for Jobs only")
         return self
 
 

@@ -58,6 +58,7 @@ class Pod:
     end: float  # unix seconds; the scenario end for pods still running
     slots: tuple[Slot, ...]
     spec: WorkloadSpec
+    pending: bool = False  # never scheduled: no node, no GPU, no start time
 
 
 @dataclass
@@ -92,24 +93,35 @@ def replicaset_name(w: WorkloadSpec) -> str:
     return f"{w.name}-{_k8s_suffix(10, w.namespace, w.name, 'rs')}"
 
 
-def _pod_names(w: WorkloadSpec) -> list[tuple[str, str, str]]:
-    """(pod name, owner kind, owner name) per replica, named the way controllers name them."""
+def _pod_names(w: WorkloadSpec, replicas: int, generation: int = 0) -> list[tuple[str, str, str]]:
+    """(pod name, owner kind, owner name) per replica, named the way controllers name them.
+
+    ``generation`` counts recreations: a recreated pod gets a new name (a StatefulSet's keeps it).
+    """
+    salt = "" if generation == 0 else f"/{generation}"
     match w.kind:
         case WorkloadKind.DEPLOYMENT:
             rs = replicaset_name(w)
             return [
-                (f"{rs}-{_k8s_suffix(5, w.namespace, w.name, str(i))}", "ReplicaSet", rs)
-                for i in range(w.replicas)
+                (f"{rs}-{_k8s_suffix(5, w.namespace, w.name, str(i) + salt)}", "ReplicaSet", rs)
+                for i in range(replicas)
             ]
         case WorkloadKind.STATEFULSET:
-            return [(f"{w.name}-{i}", "StatefulSet", w.name) for i in range(w.replicas)]
+            return [(f"{w.name}-{i}", "StatefulSet", w.name) for i in range(replicas)]
         case WorkloadKind.JOB:
             return [
-                (f"{w.name}-{_k8s_suffix(5, w.namespace, w.name, str(i))}", "Job", w.name)
-                for i in range(w.replicas)
+                (f"{w.name}-{_k8s_suffix(5, w.namespace, w.name, str(i) + salt)}", "Job", w.name)
+                for i in range(replicas)
             ]
         case WorkloadKind.POD:
             return [(w.name, "<none>", "<none>")]
+
+
+def workload_ref(w: WorkloadSpec) -> WorkloadRef:
+    """What a correct analyzer names the workload: the owner above a Job when it has one."""
+    if w.job_owner is not None:
+        return WorkloadRef(kind=w.job_owner.kind, name=w.job_owner.name, namespace=w.namespace)
+    return WorkloadRef(kind=w.kind.value, name=w.name, namespace=w.namespace)
 
 
 def _slots(node: NodeSpec) -> list[Slot]:
@@ -131,39 +143,64 @@ def place(scenario: Scenario) -> list[Pod]:
         stop = scenario.at(w.end).timestamp() if w.end is not None else end_ts
         if stop <= start:
             raise ScenarioError(f"workload {w.namespace}/{w.name}: end is not after start")
-        ref = WorkloadRef(kind=w.kind.value, name=w.name, namespace=w.namespace)
+        ref = workload_ref(w)
         candidates = [w.node] if w.node else [n.name for n in scenario.nodes]
-        for pod_name, owner_kind, owner_name in _pod_names(w):
-            chosen = None
-            for node_name in candidates:
-                free = [
-                    s
-                    for s in slots_by_node[node_name]
-                    if all(stop <= a or start >= b for a, b in taken.get(s, []))
-                ]
-                if len(free) >= w.gpus_per_pod:
-                    chosen = free[: w.gpus_per_pod]
-                    break
-            if chosen is None:
-                raise ScenarioError(
-                    f"workload {w.namespace}/{w.name}: no node has {w.gpus_per_pod} free GPU(s) "
-                    f"for {pod_name}"
+        cuts = sorted(t for r in w.replaced_at if start < (t := scenario.at(r).timestamp()) < stop)
+        lives = list(zip([start, *cuts], [*cuts, stop], strict=True))
+        for generation, (born, died) in enumerate(lives):
+            for pod_name, owner_kind, owner_name in _pod_names(w, w.replicas, generation):
+                chosen = None
+                for node_name in candidates:
+                    free = [
+                        s
+                        for s in slots_by_node[node_name]
+                        if all(died <= a or born >= b for a, b in taken.get(s, []))
+                    ]
+                    if len(free) >= w.gpus_per_pod:
+                        chosen = free[: w.gpus_per_pod]
+                        break
+                if chosen is None:
+                    raise ScenarioError(
+                        f"workload {w.namespace}/{w.name}: no node has {w.gpus_per_pod} free GPU(s) "
+                        f"for {pod_name}"
+                    )
+                for s in chosen:
+                    taken.setdefault(s, []).append((born, died))
+                pods.append(
+                    Pod(
+                        namespace=w.namespace,
+                        name=pod_name,
+                        uid=str(
+                            _stable_id(
+                                "pod", w.namespace, pod_name, *([str(generation)] if generation else [])
+                            )
+                        ),
+                        node=chosen[0].node,
+                        workload=ref,
+                        owner_kind=owner_kind,
+                        owner_name=owner_name,
+                        start=born,
+                        end=died,
+                        slots=tuple(chosen),
+                        spec=w,
+                    )
                 )
-            for s in chosen:
-                taken.setdefault(s, []).append((start, stop))
+        names = _pod_names(w, w.replicas + w.pending_replicas)[w.replicas :]
+        for pod_name, owner_kind, owner_name in names:
             pods.append(
                 Pod(
                     namespace=w.namespace,
                     name=pod_name,
-                    uid=str(_stable_id("pod", w.namespace, pod_name)),
-                    node=chosen[0].node,
+                    uid=str(_stable_id("pod", w.namespace, pod_name, "pending")),
+                    node="",
                     workload=ref,
                     owner_kind=owner_kind,
                     owner_name=owner_name,
-                    start=start,
+                    start=start,  # created then; never started, so no kube_pod_start_time
                     end=stop,
-                    slots=tuple(chosen),
+                    slots=(),
                     spec=w,
+                    pending=True,
                 )
             )
     return pods
@@ -385,6 +422,7 @@ def _sorted(labels: dict[str, str]) -> tuple[tuple[str, str], ...]:
 def _kube_state_series(scenario: Scenario, times: np.ndarray, pods: list[Pod]) -> Iterator[Series]:
     ksm = {"job": "kube-state-metrics", "instance": "kube-state-metrics:8080"}
     seen_rs = set()
+    seen_jobs: set[tuple[str, str]] = set()
     for pod in pods:
         alive = _alive(times, pod)
         t = times[alive]
@@ -405,7 +443,22 @@ def _kube_state_series(scenario: Scenario, times: np.ndarray, pods: list[Pod]) -
             t,
             ones,
         )
-        yield Series("kube_pod_start_time", _sorted(common), t, np.full(t.size, pod.start))
+        if not pod.pending:  # status.startTime is set by the kubelet, so never for an unscheduled pod
+            yield Series("kube_pod_start_time", _sorted(common), t, np.full(t.size, pod.start))
+        phase = "Pending" if pod.pending else "Running"
+        for name in ("Pending", "Running", "Succeeded", "Failed", "Unknown"):
+            value = 1.0 if name == phase else 0.0
+            yield Series(
+                "kube_pod_status_phase", _sorted(common | {"phase": name}), t, np.full(t.size, value)
+            )
+        for condition in ("true", "false", "unknown"):
+            value = 1.0 if condition == ("false" if pod.pending else "true") else 0.0
+            yield Series(
+                "kube_pod_status_scheduled",
+                _sorted(common | {"condition": condition}),
+                t,
+                np.full(t.size, value),
+            )
         yield Series(
             "kube_pod_info",
             _sorted(
@@ -425,7 +478,27 @@ def _kube_state_series(scenario: Scenario, times: np.ndarray, pods: list[Pod]) -
                 metric,
                 _sorted(res | {"resource": "nvidia_com_gpu", "unit": "integer"}),
                 t,
-                np.full(t.size, float(len(pod.slots))),
+                np.full(t.size, float(pod.spec.gpus_per_pod)),
+            )
+        if pod.owner_kind == "Job" and (pod.namespace, pod.owner_name) not in seen_jobs:
+            seen_jobs.add((pod.namespace, pod.owner_name))
+            siblings = [p for p in pods if p.owner_name == pod.owner_name and p.namespace == pod.namespace]
+            job_alive = np.logical_or.reduce([_alive(times, p) for p in siblings])
+            above = pod.spec.job_owner
+            yield Series(
+                "kube_job_owner",
+                _sorted(
+                    ksm
+                    | {
+                        "namespace": pod.namespace,
+                        "job_name": pod.owner_name,
+                        "owner_kind": above.kind if above else "<none>",
+                        "owner_name": above.name if above else "<none>",
+                        "owner_is_controller": "true" if above else "<none>",
+                    }
+                ),
+                times[job_alive],
+                np.ones(int(job_alive.sum())),
             )
         if pod.owner_kind == "ReplicaSet" and (pod.namespace, pod.owner_name) not in seen_rs:
             seen_rs.add((pod.namespace, pod.owner_name))
@@ -458,7 +531,7 @@ def _cadvisor_series(
     step = scenario.step.total_seconds()
     for pod in pods:
         alive = _alive(times, pod)
-        if not alive.any():
+        if not alive.any() or pod.pending:
             continue
         tr = traces[pod.uid]
         t = times[alive]
