@@ -124,9 +124,15 @@ class InMemorySource:
 
     def _dev_scales(self, window: TimeWindow) -> dict[str, float]:
         maxima: dict[str, list[float]] = defaultdict(list)
+        sums: dict[str, float] = defaultdict(float)
+        counts: dict[str, int] = defaultdict(int)
         for s, _, v in self._in_window(dcgm.DEV_GPU_UTIL, window):
-            maxima[s.label(dcgm.JOB) or ""].append(float(v.max()))
-        return dcgm.scales_by_job(maxima)
+            job = s.label(dcgm.JOB) or ""
+            finite = v[np.isfinite(v)]
+            maxima[job].append(float(finite.max()) if finite.size else 0.0)
+            sums[job] += float(finite.sum())
+            counts[job] += int(finite.size)
+        return dcgm.scales_by_job(maxima, {job: sums[job] / counts[job] for job in counts if counts[job]})
 
     def _intervals(self, window: TimeWindow, caps: Capabilities, t: Thresholds) -> dict[str, float]:
         longest: dict[str, np.ndarray] = {}

@@ -164,20 +164,32 @@ def choose_pod_labels(label_names: Collection[str]) -> PodLabels:
     return PodLabels()
 
 
-def decide_scale(max_value: float, has_fraction_below_one: bool) -> float:
-    """Unit of a ``DCGM_FI_DEV_GPU_UTIL`` job from its largest value and whether any value lies in (0, 1).
+# A job whose values are only exactly 0 or 1, with at least this share of them at 1, is a 0-1 gauge:
+# NVML reads an idle GPU at 0 with rare 1 % blips, never at exactly 1 % for half its samples.
+RATIO_ONES_SHARE = 0.5
 
-    Above 1 can only be percent. At or below 1, fractional values mean a 0-1 ratio. A job whose
-    every value is exactly 0 or 1 is read as percent: an idle GPU blipping to 1 % is common, a 0-1
-    series that only ever reads 0 or exactly 100 % is not.
+
+def decide_scale(max_value: float, has_fraction_below_one: bool, ones_share: float = 0.0) -> float:
+    """Unit of a ``DCGM_FI_DEV_GPU_UTIL`` job from its largest value, whether any value lies in (0, 1)
+    and, for a job whose values are only exactly 0 or 1, the share of them at 1.
+
+    Above 1 can only be percent. At or below 1, fractional values mean a 0-1 ratio. A job of only
+    0s and 1s is a ratio when at least ``RATIO_ONES_SHARE`` of its samples read 1 — a GPU fully busy
+    in those samples, which read as percent would look idle — and percent otherwise: an idle GPU
+    blipping to 1 % now and then. ``--util-scale`` settles what lies in between.
     """
     if max_value > 1.0:
         return PERCENT
-    return RATIO if has_fraction_below_one else PERCENT
+    if has_fraction_below_one:
+        return RATIO
+    return RATIO if max_value == 1.0 and ones_share >= RATIO_ONES_SHARE else PERCENT
 
 
-def scales_by_job(device_max: Mapping[str, Collection[float]]) -> dict[str, float]:
-    """``decide_scale`` per scrape job, from the maximum of each of its devices' series.
+def scales_by_job(
+    device_max: Mapping[str, Collection[float]], ones_share: Mapping[str, float] | None = None
+) -> dict[str, float]:
+    """``decide_scale`` per scrape job, from the maximum of each of its devices' series and the job's
+    mean value (which, for a job of only 0s and 1s, is the share of 1s).
 
     A device whose maximum lies strictly between 0 and 1 can only be a 0-1 gauge (NVML's percent
     readings are whole numbers), so one such device settles its job.
@@ -186,7 +198,7 @@ def scales_by_job(device_max: Mapping[str, Collection[float]]) -> dict[str, floa
     for job, maxima in device_max.items():
         top = max(maxima, default=0.0)
         fraction = any(0.0 < m < 1.0 for m in maxima)
-        scales[job] = decide_scale(top, fraction)
+        scales[job] = decide_scale(top, fraction, (ones_share or {}).get(job, 0.0))
     return scales
 
 

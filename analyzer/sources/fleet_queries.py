@@ -70,6 +70,22 @@ class FleetQueries:
             "max", self.caps.device_labels(), self._over("quantile_over_time", metric, param=q)
         )
 
+    def device_series_count(self, metric: str) -> str:
+        """Series per device holder: more than one when its exporter pod moved (a new `instance`)."""
+        return promql.aggregate("count", self.caps.device_labels(), self._over("count_over_time", metric))
+
+    def device_quantile_union(self, metric: str, q: float, uuids: Sequence[str], step: timedelta) -> str:
+        """Quantile over the union of a device's series, for the few devices split over several.
+
+        Per-series quantiles cannot be combined into the union's; merging the series first (``max``
+        at each step of a subquery as fine as the scrape interval) can. Counts and sums stay exact
+        elsewhere: only the quantiles go through the subquery.
+        """
+        labels = self.caps.device_labels()
+        merged = promql.aggregate("max", labels, promql.selector(metric, [one_of(dcgm.UUID, uuids)]))
+        sub = f"({merged})[{promql.duration(self.window)}:{promql.duration(step)}]"
+        return promql.aggregate("max", labels, f"quantile_over_time({promql.number(q)}, {sub})")
+
     def histogram_increase(self) -> str:
         labels = (*self.caps.device_labels(), dcgm.LE)
         matchers = [one_of(dcgm.LE, self.caps.histogram_le)]

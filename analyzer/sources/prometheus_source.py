@@ -1,13 +1,13 @@
 """``MetricsSource`` over the Prometheus query API: the TSDB computes, the analyzer reads numbers.
 
 One run costs a fixed number of queries whatever the fleet size: discovery (three or four label
-API calls), one raw series per scrape job to measure its interval, five aggregates per
-utilization metric (sample count with the device's labels, sum, max, two quantiles; the unit of
-``DCGM_FI_DEV_GPU_UTIL`` follows from the maxima), one histogram query, four kube-state-metrics
-queries and three cAdvisor queries. Raw samples are pulled later only for the few devices the
-pipeline asks about, in chunks that stay under the server's per-series point limit and a
-per-query sample budget.
-"""
+API calls), one raw series per scrape job to measure its interval, six aggregates per
+utilization metric (sample count with the device's labels, sum, max, three quantiles; the unit of
+``DCGM_FI_DEV_GPU_UTIL`` follows from the maxima and sums) and a series count per device that
+finds devices split over several series (their quantiles are then taken over the union, three
+subqueries), one histogram query, up to eight kube-state-metrics queries and four CPU queries.
+Raw samples are pulled later only for the few devices the pipeline asks about, in chunks that stay
+under the server's per-series point limit and a per-query sample budget."""
 
 from __future__ import annotations
 
@@ -115,12 +115,14 @@ class PrometheusSource:
         )
         return caps
 
-    def _dev_scales(self, device_max: Mapping[str, list[float]]) -> dict[str, float]:
-        """Unit of DCGM_FI_DEV_GPU_UTIL per scrape job, from its devices' maxima (or as forced)."""
+    def _dev_scales(
+        self, device_max: Mapping[str, list[float]], mean: Mapping[str, float]
+    ) -> dict[str, float]:
+        """Unit of DCGM_FI_DEV_GPU_UTIL per scrape job, from its devices' maxima and mean (or as forced)."""
         if self.util_scale != "auto":
             forced = dcgm.RATIO if self.util_scale == "ratio" else dcgm.PERCENT
             return dict.fromkeys(device_max, forced)
-        return dcgm.scales_by_job(device_max)
+        return dcgm.scales_by_job(device_max, mean)
 
     # --- the snapshot ---------------------------------------------------------------------------
 
@@ -157,12 +159,20 @@ class PrometheusSource:
                     if key is not None and key in counts and counts[key][0] == metric:
                         numbers[name][key] = s.value
 
-        # The DEV gauge's unit per scrape job follows from the per-device maxima just read.
+        self._union_quantiles(q, caps, counts, numbers, intervals, (q_low, q_high), at)
+
+        # The DEV gauge's unit per scrape job follows from the per-device maxima and sums just read.
         dev_max: dict[str, list[float]] = defaultdict(list)
+        job_sum: dict[str, float] = defaultdict(float)
+        job_count: dict[str, float] = defaultdict(float)
         for key, (metric, sample) in counts.items():
             if metric == dcgm.DEV_GPU_UTIL and key in numbers["max"]:
-                dev_max[sample.labels.get(dcgm.JOB, "")].append(numbers["max"][key])
-        caps = replace(caps, interval_s=intervals, dev_scale=self._dev_scales(dev_max))
+                job = sample.labels.get(dcgm.JOB, "")
+                dev_max[job].append(numbers["max"][key])
+                job_sum[job] += numbers["sum"].get(key, 0.0)
+                job_count[job] += sample.value
+        mean = {job: job_sum[job] / job_count[job] for job in job_count if job_count[job] > 0}
+        caps = replace(caps, interval_s=intervals, dev_scale=self._dev_scales(dev_max, mean))
 
         devices: dict[DeviceKey, DeviceAggregate] = {}
         for key, (metric, sample) in counts.items():
@@ -206,6 +216,35 @@ class PrometheusSource:
             jobs=self._jobs(q, at) if caps.job_owner else {},
             cpu=self._cpu(q, caps, at),
         )
+
+    def _union_quantiles(
+        self,
+        q: FleetQueries,
+        caps: Capabilities,
+        counts: Mapping[DeviceKey, tuple[str, VectorSample]],
+        numbers: dict[str, dict[DeviceKey, float]],
+        intervals: Mapping[str, float],
+        levels: tuple[float, float],
+        at: datetime,
+    ) -> None:
+        """Replace per-series quantiles by the union's for devices whose samples span several series."""
+        for metric in caps.util_metrics:
+            split = set()
+            for s in self.client.vector(q.device_series_count(metric), at):
+                key = self._key(s.labels, caps)
+                if key is not None and s.value > 1 and key in counts and counts[key][0] == metric:
+                    split.add(key)
+            if not split:
+                continue
+            jobs = {counts[k][1].labels.get(dcgm.JOB, "") for k in split}
+            step = min((intervals[j] for j in jobs if j in intervals), default=15.0)
+            uuids = sorted({k.uuid for k in split})
+            for name, level in (("q_low", levels[0]), ("q_high", levels[1]), ("median", 0.5)):
+                query = q.device_quantile_union(metric, level, uuids, timedelta(seconds=step))
+                for s in self.client.vector(query, at):
+                    key = self._key(s.labels, caps)
+                    if key in split:
+                        numbers[name][key] = s.value
 
     def _key(self, labels: Mapping[str, str], caps: Capabilities) -> DeviceKey | None:
         uuid = labels.get(dcgm.UUID)

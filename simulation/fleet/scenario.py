@@ -82,6 +82,8 @@ class NodeSpec(_Spec):
     mig_instances: int = Field(default=2, ge=1, le=7)
     gaps: tuple[Interval, ...] = ()  # the exporter on this node was down
     exporter_restarts: tuple[Offset, ...] = ()  # counters the exporter owns start again from zero
+    # The exporter pod is rescheduled: from each offset on, its series carry a new `instance`.
+    exporter_moves: tuple[Offset, ...] = ()
     gpu_losses: tuple[GpuLoss, ...] = ()
 
     @model_validator(mode="after")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -216,7 +216,9 @@ def simulate(scenario: Scenario) -> Fleet:
     rng = np.random.default_rng(scenario.seed)
     traces = {p.uid: _pod_trace(scenario, p, times, rng) for p in pods}
     for node in scenario.nodes:
-        fleet.series.extend(_gpu_series(scenario, node, times, pods, traces, rng))
+        series = _gpu_series(scenario, node, times, pods, traces, rng)
+        moves = sorted(scenario.at(m).timestamp() for m in node.exporter_moves)
+        fleet.series.extend(_relocated(series, moves) if moves else series)
     fleet.series.extend(_kube_state_series(scenario, times, pods))
     fleet.series.extend(_cadvisor_series(scenario, times, pods, traces))
     return fleet
@@ -387,6 +389,20 @@ def _gpu_series(
             }
             for name, values in whole.items():
                 yield Series(name, _sorted(base), times[present], values[present])
+
+
+def _relocated(series: Iterable[Series], moves: list[float]) -> Iterator[Series]:
+    """Each series cut at the exporter's moves, every piece with the new pod's `instance`."""
+    bounds = [-np.inf, *moves, np.inf]
+    for s in series:
+        labels = dict(s.labels)
+        for k in range(len(bounds) - 1):
+            mask = (s.timestamps > bounds[k]) & (s.timestamps <= bounds[k + 1])
+            if not mask.any():
+                continue
+            instance = labels.get("instance", "")
+            moved = labels | ({"instance": instance.replace(":", f"-{k}:", 1)} if k else {})
+            yield Series(s.name, _sorted(moved), s.timestamps[mask], s.values[mask])
 
 
 def _split_by_owner(

@@ -70,6 +70,17 @@ def test_unit_decision(max_value: float, fraction: bool, scale: float) -> None:
 
 
 @pytest.mark.parametrize(
+    ("ones_share", "scale"),
+    [
+        pytest.param(0.05, dcgm.PERCENT, id="rare-1-percent-blips-are-an-idle-gpu"),
+        pytest.param(0.6, dcgm.RATIO, id="mostly-exactly-1-is-a-busy-0-1-gauge-never-read-as-idle"),
+    ],
+)
+def test_a_job_of_only_zeros_and_ones(ones_share: float, scale: float) -> None:
+    assert dcgm.decide_scale(1.0, False, ones_share) == scale
+
+
+@pytest.mark.parametrize(
     ("stamps", "expected"),
     [
         pytest.param(np.arange(0, 600, 15.0), 15.0, id="regular"),
@@ -298,3 +309,5 @@ def test_units_per_scrape_job_follow_device_maxima() -> None:
         }
     )
     assert scales == {"dcgm-exporter": dcgm.PERCENT, "recording-rule": dcgm.RATIO, "idle-pool": dcgm.PERCENT}
+    busy = dcgm.scales_by_job({"binary": [1.0, 1.0]}, {"binary": 0.8})
+    assert busy == {"binary": dcgm.RATIO}

@@ -126,6 +126,18 @@ def test_pods_that_come_and_go_are_judged_over_the_whole_window(
     assert found["research/CronJob/nightly"].evidence.reason == "too_young"
     assert found["research/JobSet/trainer"].kind is FindingKind.DATALOADER_STARVATION
     assert source.client.stats.requests <= MAX_QUERIES
+    # gpu-a's exporter moved: its devices' quantiles are over the union of their two series, as
+    # numpy computes them over all samples.
+    ours = analyze_in_detail(SimulatedSource(fleet), window, Thresholds(), now=window.end).snapshot.devices
+    moved = [k for k, d in analysis.snapshot.devices.items() if d.info.node == "gpu-a" and k in ours]
+    assert moved
+    for key in moved:
+        tsdb_stats, numpy_stats = analysis.snapshot.devices[key].stats, ours[key].stats
+        for name in ("q_low", "q_high", "median"):
+            assert getattr(tsdb_stats, name) == pytest.approx(getattr(numpy_stats, name), abs=2.0), (
+                key,
+                name,
+            )
 
 
 def test_simulated_lifecycle_fleet_matches_ground_truth(
