@@ -247,10 +247,23 @@ class InMemorySource:
             owners,
             rows(dcgm.KUBE_POD_START_TIME),
             gpu_requests,
-            last_seen=_latest(rows(dcgm.KUBE_POD_OWNER, "seen")),
+            last_seen=_latest(
+                self._last_running(window, caps) if caps.pod_phase else rows(dcgm.KUBE_POD_OWNER, "seen")
+            ),
             scheduled=scheduled,
             pending=pending,
+            phases_known=caps.pod_phase,
         )
+
+    def _last_running(self, window: TimeWindow, caps: Capabilities) -> list[KsmRow]:
+        """When each pod was last reported ``Running`` (a finished Job's pod stays, ``Succeeded``)."""
+        out: list[KsmRow] = []
+        for s, t, v in self._in_window(dcgm.KUBE_POD_STATUS_PHASE, window):
+            running = t[v >= 1]
+            if s.label("phase") == "Running" and running.size:
+                pid = (s.label(caps.ksm_pod.namespace) or "", s.label(caps.ksm_pod.pod) or "")
+                out.append((pid, dict(s.labels), float(running[-1])))
+        return out
 
     def _held_at_end(self, window: TimeWindow, caps: Capabilities) -> set[PodId]:
         """Pods a GPU series names at the window's end (the Prometheus source's instant join)."""

@@ -143,7 +143,8 @@ def plan(snapshot: FleetSnapshot, thresholds: Thresholds, now: datetime) -> Plan
     grouped: dict[WorkloadRef, list[PodRecord]] = defaultdict(list)
     for pid, pod in pods.items():
         # A pod the scheduler never placed holds no GPU: it can neither be judged nor be missing one.
-        if by_pod.get(pid) or ((pod.gpu_requests or 0) > 0 and not pod.never_scheduled):
+        # Nor can one that finished before the window (a done Job's pod, still in the API).
+        if by_pod.get(pid) or ((pod.gpu_requests or 0) > 0 and not pod.never_scheduled and not pod.finished):
             grouped[owners[pid]].append(pod)
 
     drafts = []
@@ -185,7 +186,7 @@ def plan(snapshot: FleetSnapshot, thresholds: Thresholds, now: datetime) -> Plan
 
     # A node counts as unallocated only if no pod held any of its GPUs during the window, and no
     # pod requesting GPUs ran there (GPU series without pod labels must not empty a node).
-    requesting = {p.node for p in pods.values() if p.node and (p.gpu_requests or 0) > 0}
+    requesting = {p.node for p in pods.values() if p.node and (p.gpu_requests or 0) > 0 and not p.finished}
     nodes = {
         name: tuple(sorted(devs, key=_order))
         for name, devs in sorted(by_node.items())

@@ -121,9 +121,10 @@ class PodRecord:
     starts: tuple[float, ...] = ()
     gpu_requests: int | None = None
     node: str | None = None  # where kube-state-metrics says it runs
-    last_seen: float | None = None  # unix seconds of its last report in the window; None: not known
+    last_seen: float | None = None  # unix seconds it was last reported running in the window; None: not known
     scheduled: bool | None = None  # PodScheduled was true at some time in the window; None: not reported
     pending: bool = False  # phase Pending at its last report
+    finished: bool = False  # reported, but never Running in the window: ended before it (a done Job's pod)
 
     @property
     def never_scheduled(self) -> bool:
@@ -147,12 +148,15 @@ def pod_records(
     last_seen: Iterable[KsmRow] = (),
     scheduled: Iterable[KsmRow] = (),
     pending: Iterable[KsmRow] = (),
+    phases_known: bool = False,
 ) -> dict[PodId, PodRecord]:
     """Pods from ``kube_pod_owner``, ``kube_pod_start_time``, GPU ``resource_requests`` and status rows.
 
     A controller owner reference wins over any other; GPU requests are summed over containers. A pod
     scheduled during the window has request rows both without and with its node: the rows with the
     node win. A pod recreated under its name (a new ``uid``) requests what one incarnation does.
+    With phases known, ``last_seen`` rows are the last ``Running`` reports: a pod without one, and
+    not Pending, ran before the window only (a finished Job's pod stays in the API).
     """
     owner_of: dict[PodId, tuple[str, str]] = {}
     for pid, labels, _ in owners:
@@ -196,6 +200,7 @@ def pod_records(
             last_seen=seen_at.get(pid),
             scheduled=scheduled_of.get(pid),
             pending=pid in pending_of,
+            finished=phases_known and pid not in seen_at and pid not in pending_of,
         )
         for pid, (kind, name) in owner_of.items()
     }

@@ -158,12 +158,22 @@ class FleetQueries:
         )
 
     def pod_last_seen(self) -> str:
-        """When kube-state-metrics last reported each pod in the window (unix seconds).
+        """When each pod was last reported running in the window (unix seconds).
 
-        A subquery at a one-minute step: a pod gone before the window's end was judged over its own
-        life, and its GPUs' coverage is counted against that life, not the whole window.
+        A subquery at a one-minute step: a pod gone or finished before the window's end is judged
+        over its own life, and its GPUs' coverage is counted against that life, not the whole
+        window. A Job's finished pod stays in the API (phase ``Succeeded``) until it is deleted, so
+        the last ``Running`` report counts, not the last report; without phase series, the last
+        report.
         """
-        seen = f"max_over_time(timestamp({dcgm.KUBE_POD_OWNER})[{promql.duration(self.window)}:1m])"
+        if self.caps.pod_phase:
+            running = promql.selector(dcgm.KUBE_POD_STATUS_PHASE, [eq("phase", "Running")])
+            # timestamp() of the plain selector is the sample's own time (a filtered expression's is
+            # the evaluation time, which a series without staleness markers stretches by the lookback).
+            stamp = f"(timestamp({running}) and ({running} == 1))"
+        else:
+            stamp = f"timestamp({dcgm.KUBE_POD_OWNER})"
+        seen = f"max_over_time({stamp}[{promql.duration(self.window)}:1m])"
         return promql.aggregate("max", CANONICAL.names, self._ksm(seen))
 
     def pod_scheduled(self) -> str:

@@ -320,6 +320,7 @@ class PrometheusSource:
             last_seen=rows(q.pod_last_seen()),
             scheduled=rows(q.pod_scheduled()) if caps.pod_scheduled else (),
             pending=rows(q.pod_pending()) if caps.pod_phase else (),
+            phases_known=caps.pod_phase,
         )
 
     def _replicasets(self, q: FleetQueries, at: datetime) -> dict[PodId, tuple[str, str]]:

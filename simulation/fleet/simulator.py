@@ -440,7 +440,11 @@ def _kube_state_series(scenario: Scenario, times: np.ndarray, pods: list[Pod]) -
     seen_rs = set()
     seen_jobs: set[tuple[str, str]] = set()
     for pod in pods:
-        alive = _alive(times, pod)
+        running = _alive(times, pod)
+        alive = running
+        if pod.owner_kind == "Job" and not pod.pending:
+            # A Job's finished pod stays in the API, phase Succeeded, until something deletes it.
+            alive = times > pod.start
         t = times[alive]
         if t.size == 0:
             continue
@@ -461,12 +465,16 @@ def _kube_state_series(scenario: Scenario, times: np.ndarray, pods: list[Pod]) -
         )
         if not pod.pending:  # status.startTime is set by the kubelet, so never for an unscheduled pod
             yield Series("kube_pod_start_time", _sorted(common), t, np.full(t.size, pod.start))
-        phase = "Pending" if pod.pending else "Running"
-        for name in ("Pending", "Running", "Succeeded", "Failed", "Unknown"):
-            value = 1.0 if name == phase else 0.0
-            yield Series(
-                "kube_pod_status_phase", _sorted(common | {"phase": name}), t, np.full(t.size, value)
-            )
+        is_running = running[alive]
+        phases = {
+            "Pending": np.full(t.size, 1.0 if pod.pending else 0.0),
+            "Running": np.where(is_running & (not pod.pending), 1.0, 0.0),
+            "Succeeded": np.where(~is_running, 1.0, 0.0),
+            "Failed": np.zeros(t.size),
+            "Unknown": np.zeros(t.size),
+        }
+        for name, values in phases.items():
+            yield Series("kube_pod_status_phase", _sorted(common | {"phase": name}), t, values)
         for condition in ("true", "false", "unknown"):
             value = 1.0 if condition == ("false" if pod.pending else "true") else 0.0
             yield Series(
