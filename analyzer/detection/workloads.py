@@ -53,6 +53,10 @@ class Holder:
     device: DeviceAggregate
     span: TimeWindow | None
     cut: bool  # the pod's warm-up lies inside the window: numbers come from raw samples cut to `span`
+    # A Job pod's warm-up ends at its first busy sample, at the latest after the grace: `span` then
+    # starts at the incarnation's start and `born` is when it started.
+    until_busy: bool = False
+    born: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -60,8 +64,7 @@ class WorkloadDraft:
     ref: WorkloadRef
     pods: tuple[PodRecord, ...]
     holders: tuple[Holder, ...]
-    judged: TimeWindow | None
-    judged_seconds: float
+    spans: tuple[TimeWindow, ...]  # judged spans of pods that requested GPUs none of which reported
     missing_devices: int
 
 
@@ -76,26 +79,41 @@ class Plan:
     young_keys: frozenset[DeviceKey] = field(default_factory=frozenset)
 
 
-def pod_lives(pod: PodRecord, window: TimeWindow, grace: timedelta, now: datetime) -> list[TimeWindow]:
-    """The parts of the window a pod is judged over: each incarnation's life past its warm-up.
+def incarnations(
+    pod: PodRecord, window: TimeWindow, now: datetime
+) -> list[tuple[datetime | None, TimeWindow]]:
+    """Each incarnation of a pod: when it started (None: unknown) and its life inside the window.
 
     An incarnation runs from its start to the next one's start (a StatefulSet's pod recreated under
     the same name), the last to the earliest of the window's end, ``now`` and the pod's last report
-    (when it was gone before the end). Its first ``grace`` is model loading and never judged. A pod
-    whose start time is unknown is taken to have started before the window.
+    running (when it was gone or done before the end). A pod whose start time is unknown is taken
+    to have started before the window.
     """
     end = min(window.end, now)
     if pod.last_seen is not None and _utc(pod.last_seen) < end - _STILL_THERE:
         end = _utc(pod.last_seen)
     starts = [_utc(s) for s in (pod.starts or ((pod.start,) if pod.start is not None else ()))]
     if not starts:
-        return [TimeWindow(start=window.start, end=end)] if end > window.start else []
-    lives = []
+        return [(None, TimeWindow(start=window.start, end=end))] if end > window.start else []
+    out: list[tuple[datetime | None, TimeWindow]] = []
     for i, born in enumerate(starts):
         until = min(end, starts[i + 1]) if i + 1 < len(starts) else end
-        begin = max(window.start, born + grace)
+        begin = max(window.start, born)
         if until > begin:
-            lives.append(TimeWindow(start=begin, end=until))
+            out.append((born, TimeWindow(start=begin, end=until)))
+    return out
+
+
+def pod_lives(pod: PodRecord, window: TimeWindow, grace: timedelta, now: datetime) -> list[TimeWindow]:
+    """The parts of the window a pod is judged over: each incarnation's life past its warm-up.
+
+    Its first ``grace`` is model loading and never judged (see ``incarnations``).
+    """
+    lives = []
+    for born, life in incarnations(pod, window, now):
+        begin = life.start if born is None else max(life.start, born + grace)
+        if life.end > begin:
+            lives.append(TimeWindow(start=begin, end=life.end))
     return lives
 
 
@@ -156,23 +174,25 @@ def plan(snapshot: FleetSnapshot, thresholds: Thresholds, now: datetime) -> Plan
         spans: list[TimeWindow] = []
         missing = 0
         for pod in members:
-            lives = pod_lives(pod, window, grace, now)
             devices = sorted(by_pod.get((pod.namespace, pod.name), []), key=_order)
+            lives = pod_lives(pod, window, grace, now)
+            if lives and len(devices) < (pod.gpu_requests or 0):
+                missing += (pod.gpu_requests or 0) - len(devices)
+                if not devices:
+                    spans += lives
+            if devices and pod.owner_kind == "Job":
+                # A Job computes as soon as its data is in: its warm-up ends at its first busy sample.
+                for born, life in incarnations(pod, window, now):
+                    early = born is not None and born + grace > life.start
+                    holders += [Holder(d, life, cut=early, until_busy=early, born=born) for d in devices]
+                continue
             # Some incarnation's warm-up lies inside the window: the aggregates include it.
             warm_in_window = any(_utc(s) + grace > window.start for s in pod.starts) or (
                 pod.start is not None and _utc(pod.start) + grace > window.start
             )
             holders += [Holder(d, life, cut=warm_in_window) for d in devices for life in lives]
             holders += [Holder(d, None, cut=False) for d in devices if not lives]
-            spans += lives
-            if lives:
-                missing += max(0, (pod.gpu_requests or 0) - len(devices))
-        judged = (
-            TimeWindow(start=min(s.start for s in spans), end=max(s.end for s in spans)) if spans else None
-        )
-        drafts.append(
-            WorkloadDraft(ref, tuple(members), tuple(holders), judged, union_seconds(spans), missing)
-        )
+        drafts.append(WorkloadDraft(ref, tuple(members), tuple(holders), tuple(spans), missing))
         for h in holders:
             if h.span is None:
                 continue
@@ -223,11 +243,17 @@ def finalize(
     snap = planned.snapshot
     views = []
     for draft in planned.workloads:
-        devices = tuple(
-            _device_view(h.device, h.span, samples.get(h.device.key), planned, thresholds)
-            for h in draft.holders
-            if h.span is not None
-        )
+        devices = []
+        spans = list(draft.spans)
+        for h in draft.holders:
+            span = h.span
+            raw = samples.get(h.device.key)
+            if span is not None and h.until_busy:
+                span = _past_first_busy(h, span, raw, thresholds)
+            if span is None:
+                continue
+            devices.append(_device_view(h.device, span, raw, planned, thresholds))
+            spans.append(span)
         pods = tuple(
             PodView(
                 namespace=p.namespace,
@@ -241,10 +267,14 @@ def finalize(
             WorkloadView(
                 ref=draft.ref,
                 pods=pods,
-                devices=devices,
+                devices=tuple(devices),
                 window=planned.window,
-                judged=draft.judged,
-                judged_seconds=draft.judged_seconds,
+                judged=(
+                    TimeWindow(start=min(s.start for s in spans), end=max(s.end for s in spans))
+                    if spans
+                    else None
+                ),
+                judged_seconds=union_seconds(spans),
                 missing_devices=draft.missing_devices,
             )
         )
@@ -257,6 +287,22 @@ def finalize(
         for name, devs in planned.nodes.items()
     ]
     return views, nodes
+
+
+def _past_first_busy(
+    h: Holder, life: TimeWindow, raw: DeviceSamples | None, t: Thresholds
+) -> TimeWindow | None:
+    """A Job's life from its first sample above ``idle_percent``, at the latest from its grace's end."""
+    grace_end = life.start if h.born is None else h.born + t.warmup_grace
+    begin = max(life.start, grace_end)
+    if raw is not None:
+        cut = raw.between(life)
+        busy = cut.timestamps[cut.values > t.idle_percent]
+        if busy.size:
+            # The span is (start, end]: start just before the first busy sample so that it counts.
+            first = _utc(float(busy[0]) - 1e-3)
+            begin = max(life.start, min(grace_end, first))
+    return TimeWindow(start=begin, end=life.end) if life.end > begin else None
 
 
 def _device_view(

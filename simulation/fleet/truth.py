@@ -6,8 +6,9 @@ The rules mirror the detectors' contract (docs/detectors.md), stated from what t
 * Every workload with a scheduled pod in the window is judged, over the union of its pods' lives
   in the window past each pod's own warm-up grace (a pod's start + grace). Less than half the
   window judged is ``unknown`` (too young); a Pending pod the scheduler never placed holds no GPU
-  and counts for nothing. Jobs with an owner (``job_owner``: a CronJob, a JobSet) are judged as
-  that owner.
+  and counts for nothing. A Job's warm-up ends at its first busy sample (its own ``warmup``),
+  at the latest after the grace; an idle Job's never does before the grace. Jobs with an owner
+  (``job_owner``: a CronJob, a JobSet) are judged as that owner.
 * ``unknown`` when any of its GPU devices delivered fewer than ``min_coverage`` of the samples
   expected over its pod's judged span (exporter gaps, lost GPUs).
 * Otherwise by behaviour: ``idle`` → ``idle_endpoint`` for long-running kinds (Deployment,
@@ -63,9 +64,9 @@ def expected_findings(
     out: dict[WorkloadRef, Expected] = {}
     for ref, pods in by_workload.items():
         spans = {
-            p.uid: (max(ws, p.start + grace.total_seconds()), min(we, p.end))
+            p.uid: (max(ws, p.start + _warmup_s(p, grace)), min(we, p.end))
             for p in pods
-            if min(we, p.end) > max(ws, p.start + grace.total_seconds())
+            if min(we, p.end) > max(ws, p.start + _warmup_s(p, grace))
         }
         judged = _union(list(spans.values()))
         if judged < (we - ws) / 2:
@@ -94,6 +95,13 @@ def expected_findings(
         kind = FindingKind.LOW_UTILIZATION if cov >= min_coverage else FindingKind.UNKNOWN
         out[ref] = Expected(ref, kind, f"no GPU allocated on the node all window (coverage {cov:.2f})")
     return out
+
+
+def _warmup_s(pod: Pod, grace: timedelta) -> float:
+    """A pod's unjudged start: the grace, or for a Job that computes, until its first busy sample."""
+    if pod.spec.kind is WorkloadKind.JOB and pod.spec.behaviour is not Behaviour.IDLE:
+        return min(grace, pod.spec.warmup).total_seconds()
+    return grace.total_seconds()
 
 
 def _union(spans: list[tuple[float, float]]) -> float:
