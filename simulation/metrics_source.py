@@ -115,6 +115,7 @@ class InMemorySource:
             pod_phase=ksm and dcgm.KUBE_POD_STATUS_PHASE in present,
             pod_scheduled=ksm and dcgm.KUBE_POD_STATUS_SCHEDULED in present,
             job_owner=ksm and dcgm.KUBE_JOB_OWNER in present,
+            pod_labels=ksm and dcgm.KUBE_POD_LABELS in present,
         )
         return replace(
             caps,
@@ -253,6 +254,7 @@ class InMemorySource:
             scheduled=scheduled,
             pending=pending,
             phases_known=caps.pod_phase,
+            groups=[r for r in rows(dcgm.KUBE_POD_LABELS) if r[1].get(dcgm.JOB_GROUP_LABEL)],
         )
 
     def _last_running(self, window: TimeWindow, caps: Capabilities) -> list[KsmRow]:

@@ -2,10 +2,12 @@
 
 ``kube_pod_owner`` names a pod's direct owner; for a ReplicaSet, ``kube_replicaset_owner`` names
 its Deployment; for a Job, ``kube_job_owner`` names what created it (a CronJob, a JobSet, any
-controller), so the short Jobs of one schedule or sweep are judged as one workload. Jobs without
-an owner, StatefulSets, DaemonSets and custom controllers are reported as themselves; pods without
-an owner as ``Pod``. The reaper scales what this returns, so an unresolvable owner
-never guesses its way to a Deployment unless the ReplicaSet's name carries a pod-template hash.
+controller), so the short Jobs of one schedule or sweep are judged as one workload; Jobs without
+an owner whose pods carry ``app.kubernetes.io/name`` (``kube_pod_labels``, where allowed) are
+grouped under that label as a ``JobGroup``. Other Jobs, StatefulSets, DaemonSets and custom
+controllers are reported as themselves; pods without an owner as ``Pod``. The reaper scales what
+this returns, so an unresolvable owner never guesses its way to a Deployment unless the
+ReplicaSet's name carries a pod-template hash.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from analyzer.sources.aggregates import PodId, PodRecord
 from common.model import WorkloadRef
 
 NO_OWNER = "<none>"
+# Ownerless Jobs sharing an app.kubernetes.io/name label: one workload, named by the label.
+JOB_GROUP = "JobGroup"
 # Deployment controllers name ReplicaSets <deployment>-<pod-template-hash>; the hash uses this alphabet.
 _TEMPLATE_HASH = re.compile(r"^(?P<deployment>.+)-[bcdfghjklmnpqrstvwxz2456789]{6,10}$")
 
@@ -35,10 +39,12 @@ def resolve(
     if not _named(kind, name):
         return WorkloadRef(kind="Pod", name=pod.name, namespace=pod.namespace)
     assert kind is not None and name is not None  # for mypy: _named checked both
-    if kind == "Job" and jobs:
-        above = jobs.get((pod.namespace, name))
+    if kind == "Job":
+        above = (jobs or {}).get((pod.namespace, name))
         if above is not None and _named(*above):
             return WorkloadRef(kind=above[0], name=above[1], namespace=pod.namespace)
+        if pod.group:
+            return WorkloadRef(kind=JOB_GROUP, name=pod.group, namespace=pod.namespace)
     if kind == "ReplicaSet":
         owner = replicasets.get((pod.namespace, name))
         if owner is not None:

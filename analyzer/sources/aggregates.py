@@ -125,6 +125,7 @@ class PodRecord:
     scheduled: bool | None = None  # PodScheduled was true at some time in the window; None: not reported
     pending: bool = False  # phase Pending at its last report
     finished: bool = False  # reported, but never Running in the window: ended before it (a done Job's pod)
+    group: str | None = None  # its app.kubernetes.io/name label, where kube-state-metrics exports it
 
     @property
     def never_scheduled(self) -> bool:
@@ -149,6 +150,7 @@ def pod_records(
     scheduled: Iterable[KsmRow] = (),
     pending: Iterable[KsmRow] = (),
     phases_known: bool = False,
+    groups: Iterable[KsmRow] = (),
 ) -> dict[PodId, PodRecord]:
     """Pods from ``kube_pod_owner``, ``kube_pod_start_time``, GPU ``resource_requests`` and status rows.
 
@@ -185,6 +187,9 @@ def pod_records(
                 per_uid.append(nodes[""])
         requested[pid] = max(per_uid)
     seen_at = {pid: value for pid, _, value in last_seen}
+    group_of = {
+        pid: name for pid, labels, _ in groups if (name := labels.get("label_app_kubernetes_io_name"))
+    }
     scheduled_of = {pid: value >= 1 for pid, _, value in scheduled}
     pending_of = {pid for pid, _, value in pending if value >= 1}
     return {
@@ -201,6 +206,7 @@ def pod_records(
             scheduled=scheduled_of.get(pid),
             pending=pid in pending_of,
             finished=phases_known and pid not in seen_at and pid not in pending_of,
+            group=group_of.get(pid),
         )
         for pid, (kind, name) in owner_of.items()
     }

@@ -36,6 +36,10 @@ KUBE_POD_LIMITS = "kube_pod_container_resource_limits"
 KUBE_POD_STATUS_PHASE = "kube_pod_status_phase"
 KUBE_POD_STATUS_SCHEDULED = "kube_pod_status_scheduled"
 KUBE_JOB_OWNER = "kube_job_owner"
+KUBE_POD_LABELS = "kube_pod_labels"
+# The label that groups ownerless Jobs into one workload (a sweep's runs), as kube-state-metrics
+# exports it when allowed (--metric-labels-allowlist=pods=[app.kubernetes.io/name]).
+JOB_GROUP_LABEL = "label_app_kubernetes_io_name"
 CPU_USAGE = "container_cpu_usage_seconds_total"
 CPU_PERIODS = "container_cpu_cfs_periods_total"
 CPU_THROTTLED = "container_cpu_cfs_throttled_periods_total"
@@ -52,6 +56,7 @@ KNOWN_METRICS = (
     KUBE_POD_STATUS_PHASE,
     KUBE_POD_STATUS_SCHEDULED,
     KUBE_JOB_OWNER,
+    KUBE_POD_LABELS,
     CPU_USAGE,
     CPU_PERIODS,
     CPU_THROTTLED,
@@ -104,6 +109,7 @@ class Capabilities:
     pod_phase: bool = False
     pod_scheduled: bool = False
     job_owner: bool = False
+    pod_labels: bool = False
     # Per scrape job: multiplier from the DEV gauge's unit to percent, and the sample interval (s).
     dev_scale: Mapping[str, float] = field(default_factory=dict)
     interval_s: Mapping[str, float] = field(default_factory=dict)

@@ -211,6 +211,12 @@ class FleetQueries:
         joined = f"({copy_label(above, 'namespace', ns)}) and on (namespace, job_name) ({gpu_jobs})"
         return promql.aggregate("max", labels, joined)
 
+    def pod_groups(self) -> str:
+        """The ``app.kubernetes.io/name`` label of GPU pods, where kube-state-metrics exports it."""
+        labelled = promql.selector(dcgm.KUBE_POD_LABELS, [ne(dcgm.JOB_GROUP_LABEL, "")])
+        labels = (*CANONICAL.names, dcgm.JOB_GROUP_LABEL)
+        return promql.aggregate("max", labels, self._ksm(self._last(labelled)))
+
     def cpu_usage(self) -> str:
         rate = self._over("rate", dcgm.CPU_USAGE, _REAL_CONTAINERS)
         return promql.aggregate("sum", CANONICAL.names, f"{rate} and on (namespace, pod) ({self.gpu_pods()})")

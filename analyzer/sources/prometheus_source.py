@@ -112,6 +112,7 @@ class PrometheusSource:
             pod_phase=ksm and dcgm.KUBE_POD_STATUS_PHASE in present,
             pod_scheduled=ksm and dcgm.KUBE_POD_STATUS_SCHEDULED in present,
             job_owner=ksm and dcgm.KUBE_JOB_OWNER in present,
+            pod_labels=ksm and dcgm.KUBE_POD_LABELS in present,
         )
         return caps
 
@@ -321,6 +322,7 @@ class PrometheusSource:
             scheduled=rows(q.pod_scheduled()) if caps.pod_scheduled else (),
             pending=rows(q.pod_pending()) if caps.pod_phase else (),
             phases_known=caps.pod_phase,
+            groups=rows(q.pod_groups()) if caps.pod_labels else (),
         )
 
     def _replicasets(self, q: FleetQueries, at: datetime) -> dict[PodId, tuple[str, str]]:

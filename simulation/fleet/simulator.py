@@ -117,10 +117,16 @@ def _pod_names(w: WorkloadSpec, replicas: int, generation: int = 0) -> list[tupl
             return [(w.name, "<none>", "<none>")]
 
 
+GROUP_LABEL = "app.kubernetes.io/name"
+
+
 def workload_ref(w: WorkloadSpec) -> WorkloadRef:
-    """What a correct analyzer names the workload: the owner above a Job when it has one."""
+    """What a correct analyzer names the workload: the owner above a Job when it has one, else
+    for a Job whose pods carry ``app.kubernetes.io/name``, the group of Jobs sharing it."""
     if w.job_owner is not None:
         return WorkloadRef(kind=w.job_owner.kind, name=w.job_owner.name, namespace=w.namespace)
+    if w.kind is WorkloadKind.JOB and GROUP_LABEL in w.labels:
+        return WorkloadRef(kind="JobGroup", name=w.labels[GROUP_LABEL], namespace=w.namespace)
     return WorkloadRef(kind=w.kind.value, name=w.name, namespace=w.namespace)
 
 
@@ -463,6 +469,10 @@ def _kube_state_series(scenario: Scenario, times: np.ndarray, pods: list[Pod]) -
             t,
             ones,
         )
+        if GROUP_LABEL in pod.spec.labels:
+            # kube-state-metrics exports a pod label only when allowed (--metric-labels-allowlist).
+            labelled = common | {"label_app_kubernetes_io_name": pod.spec.labels[GROUP_LABEL]}
+            yield Series("kube_pod_labels", _sorted(labelled), t, ones)
         if not pod.pending:  # status.startTime is set by the kubelet, so never for an unscheduled pod
             yield Series("kube_pod_start_time", _sorted(common), t, np.full(t.size, pod.start))
         is_running = running[alive]

@@ -185,6 +185,16 @@ def test_jobs_resolve_to_the_owner_above_them(
     )
 
 
+def test_ownerless_jobs_sharing_a_name_label_are_one_group() -> None:
+    pod = PodRecord("ns", "eval-a-x1", owner_kind="Job", owner_name="eval-a", group="eval-sweep")
+    assert resolve(pod, {}, {}) == WorkloadRef(kind="JobGroup", name="eval-sweep", namespace="ns")
+    # An owner above the Job wins over the label.
+    assert resolve(pod, {}, {("ns", "eval-a"): ("CronJob", "nightly")}).kind == "CronJob"
+    # A Deployment's pods are never regrouped by their label.
+    rs = PodRecord("ns", "web-1", owner_kind="ReplicaSet", owner_name="web-7d9f8c6b5x", group="web")
+    assert resolve(rs, {("ns", "web-7d9f8c6b5x"): ("Deployment", "web")}).kind == "Deployment"
+
+
 def _row(pod: str, value: float, **labels: str) -> tuple[tuple[str, str], dict[str, str], float]:
     return (("ns", pod), labels, value)
 

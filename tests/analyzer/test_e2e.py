@@ -127,6 +127,8 @@ def test_pods_that_come_and_go_are_judged_over_the_whole_window(
     assert found["research/JobSet/trainer"].kind is FindingKind.DATALOADER_STARVATION
     # A sweep of 40-minute runs, each judged from its first busy sample: one judged workload.
     assert found["research/CronJob/rag-sweep"].kind is FindingKind.LOW_UTILIZATION
+    # Ownerless Jobs sharing app.kubernetes.io/name (kube_pod_labels) are one group.
+    assert found["research/JobGroup/eval-sweep"].kind is FindingKind.LOW_UTILIZATION
     assert source.client.stats.requests <= MAX_QUERIES
     # gpu-a's exporter moved: its devices' quantiles are over the union of their two series, as
     # numpy computes them over all samples.
