@@ -397,6 +397,9 @@ def test_classify(case: Case) -> None:
     if finding is not None:
         for key, value in case.evidence.items():
             assert finding.evidence.to_json().get(key) == value, key
+        # Every number the detectors give is a declared field of its kind's evidence: none is stored
+        # under a key the evidence model does not know (a misspelt one would be).
+        assert not finding.evidence.model_extra
         assert finding.window == WINDOW
         assert finding.gpus == tuple(sorted(d.key.device_id for d in view(case).devices))
 
