@@ -171,8 +171,9 @@ def choose_pod_labels(label_names: Collection[str]) -> PodLabels:
 
 
 # A job whose values are only exactly 0 or 1, with at least this share of them at 1, is a 0-1 gauge:
-# NVML reads an idle GPU at 0 with rare 1 % blips, never at exactly 1 % for half its samples.
-RATIO_ONES_SHARE = 0.5
+# NVML reads an idle GPU at 0 with rare 1 % blips (a health check now and then), not at exactly 1 %
+# in one sample of five.
+RATIO_ONES_SHARE = 0.2
 
 
 def decide_scale(max_value: float, has_fraction_below_one: bool, ones_share: float = 0.0) -> float:

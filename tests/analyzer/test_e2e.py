@@ -6,16 +6,18 @@ Every run's precision and recall per kind lands in the terminal summary (see con
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from analyzer.pipeline import Analysis, analyze_in_detail
 from analyzer.sources.prometheus_api import PrometheusConfig
 from analyzer.sources.prometheus_source import PrometheusSource
-from common.model import Finding, FindingKind, LowUtilizationEvidence
+from common.model import Finding, FindingKind, LowUtilizationEvidence, TimeWindow
 from common.thresholds import Thresholds
+from harness.recordings import JobPod, Readings, cluster_series
 from harness.servers import PrometheusServer, VictoriaMetricsServer, backfill_blocks
 from simulation.fleet import (
     Behaviour,
@@ -286,3 +288,30 @@ def test_randomized_fleet_in_victoriametrics_matches_ground_truth(
         and held < Thresholds().idle_min_memory_mib
     ]
     assert unloaded
+
+
+@pytest.mark.victoriametrics
+@pytest.mark.parametrize(
+    ("ones_share", "unit", "mean"),
+    [
+        pytest.param(0.4, 100.0, 40.0, id="zeros-and-ones-often-1-is-a-0-1-gauge"),
+        pytest.param(0.05, 1.0, 0.05, id="rare-1-percent-blips-are-percent"),
+    ],
+)
+def test_a_job_of_only_zeros_and_ones_through_a_tsdb(
+    ones_share: float, unit: float, mean: float, tmp_path: Path
+) -> None:
+    """The unit of a DCGM_FI_DEV_GPU_UTIL job of only exact 0s and 1s follows from the TSDB's sums."""
+    end = datetime(2026, 1, 5, tzinfo=UTC)
+    t = end.timestamp() - 15.0 * np.arange(4 * 240, 0, -1)  # four hours every 15 s
+    values = (np.arange(t.size) % 20 < ones_share * 20).astype(float)  # evenly spread 1s
+    series = list(cluster_series(Readings(t, values), JobPod(namespace="ml", job="binary"), 15.0))
+    window = TimeWindow.ending(end, timedelta(hours=6))
+    with VictoriaMetricsServer(tmp_path / "tsdb") as server:
+        server.import_series(series)
+        analysis = analyze_in_detail(
+            PrometheusSource(PrometheusConfig(server.url)), window, Thresholds(), now=window.end
+        )
+    assert analysis.snapshot.capabilities.dev_scale == {"dcgm-exporter": unit}
+    (device,) = analysis.snapshot.devices.values()
+    assert device.stats.mean == pytest.approx(mean, rel=0.05)
