@@ -36,8 +36,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # The repository root first (tests/analyzer must not shadow the package), then the test harness.
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from analyzer import promql  # noqa: E402
 from analyzer.pipeline import analyze  # noqa: E402
+from analyzer.sources import promql  # noqa: E402
 from analyzer.sources.prometheus_api import PrometheusClient, PrometheusConfig  # noqa: E402
 from analyzer.sources.prometheus_source import PrometheusSource  # noqa: E402
 from common.model import FindingKind, FindingsReport, TimeWindow, WorkloadRef  # noqa: E402

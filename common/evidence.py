@@ -129,6 +129,9 @@ class DataloaderStarvationEvidence(UtilizationEvidence):
     shares_from: Literal["histogram", "samples"] | None = None
     cpu_saturation: float | None = None
     cpu_throttled_ratio: float | None = None
+    cpu_saturation_of: Literal["limit", "request"] | None = None  # what cpu_saturation divides by
+    stall_seconds: float | None = None  # median length of a stalled stretch (raw samples)
+    busy_seconds: float | None = None  # median length of a busy stretch (raw samples)
     request_rate: float | None = None
     request_rate_query: str | None = None
 
@@ -137,6 +140,11 @@ class LowUtilizationEvidence(UtilizationEvidence):
     low_utilization_threshold_percent: float | None = None
     min_memory_used_mib: float | None = None
     unallocated: bool | None = None  # a node none of whose GPUs any pod held
+    near_miss: bool | None = None  # the mean lies just above the line: reported with lower confidence
+    cpu_saturation: float | None = None
+    cpu_throttled_ratio: float | None = None
+    cpu_saturation_of: Literal["limit", "request"] | None = None
+    cpu_pressed: bool | None = None  # a pod at its CPU bound: the recommendation starts with CPU
     request_rate: float | None = None
     request_rate_query: str | None = None
 
@@ -151,6 +159,7 @@ class UnknownEvidence(Evidence):
     judged_from: AwareDatetime | None = None
     judged_hours: float | None = None
     unallocated: bool | None = None
+    reason: str | None = None  # too_young or low_coverage
     request_rate: float | None = None
     request_rate_query: str | None = None
 

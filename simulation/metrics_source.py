@@ -97,6 +97,7 @@ class InMemorySource:
                 histogram_le = dcgm.pick_buckets(bounds, t.starvation_idle_percent, t.starvation_busy_percent)
             except ValueError:
                 histogram_le = ()
+        ksm = dcgm.KUBE_POD_OWNER in present
         caps = Capabilities(
             util_metrics=util,
             host_label=dcgm.choose_host_label(gpu_labels),
@@ -104,12 +105,17 @@ class InMemorySource:
             mig=dcgm.MIG_INSTANCE in gpu_labels,
             histogram_le=histogram_le,
             memory=dcgm.DEV_FB_USED in present,
-            kube_state_metrics=dcgm.KUBE_POD_OWNER in present,
+            kube_state_metrics=ksm,
             replicaset_owner=dcgm.KUBE_REPLICASET_OWNER in present,
             ksm_pod=dcgm.choose_pod_labels(ksm_labels) if ksm_labels else PodLabels(),
             cpu_usage=dcgm.CPU_USAGE in present,
             cpu_limits=dcgm.KUBE_POD_LIMITS in present,
             cpu_throttling=dcgm.CPU_THROTTLED in present and dcgm.CPU_PERIODS in present,
+            cpu_requests=ksm and dcgm.KUBE_POD_REQUESTS in present,
+            pod_phase=ksm and dcgm.KUBE_POD_STATUS_PHASE in present,
+            pod_scheduled=ksm and dcgm.KUBE_POD_STATUS_SCHEDULED in present,
+            job_owner=ksm and dcgm.KUBE_JOB_OWNER in present,
+            pod_labels=ksm and dcgm.KUBE_POD_LABELS in present,
         )
         return replace(
             caps,
@@ -119,9 +125,15 @@ class InMemorySource:
 
     def _dev_scales(self, window: TimeWindow) -> dict[str, float]:
         maxima: dict[str, list[float]] = defaultdict(list)
+        sums: dict[str, float] = defaultdict(float)
+        counts: dict[str, int] = defaultdict(int)
         for s, _, v in self._in_window(dcgm.DEV_GPU_UTIL, window):
-            maxima[s.label(dcgm.JOB) or ""].append(float(v.max()))
-        return dcgm.scales_by_job(maxima)
+            job = s.label(dcgm.JOB) or ""
+            finite = v[np.isfinite(v)]
+            maxima[job].append(float(finite.max()) if finite.size else 0.0)
+            sums[job] += float(finite.sum())
+            counts[job] += int(finite.size)
+        return dcgm.scales_by_job(maxima, {job: sums[job] / counts[job] for job in counts if counts[job]})
 
     def _intervals(self, window: TimeWindow, caps: Capabilities, t: Thresholds) -> dict[str, float]:
         longest: dict[str, np.ndarray] = {}
@@ -190,6 +202,7 @@ class InMemorySource:
             devices=devices,
             pods=pods,
             replicasets=self._replicasets(window) if caps.replicaset_owner else {},
+            jobs=self._jobs(window) if caps.job_owner else {},
             cpu=self._cpu(window, caps),
         )
 
@@ -210,18 +223,68 @@ class InMemorySource:
         return out
 
     def _pods(self, window: TimeWindow, caps: Capabilities) -> dict[PodId, PodRecord]:
+        """Every pod reported in the window, as last reported (``last_over_time`` over the window)."""
         ns_label, pod_label = caps.ksm_pod.namespace, caps.ksm_pod.pod
 
-        def rows(name: str) -> list[KsmRow]:
-            return [
-                ((s.label(ns_label) or "", s.label(pod_label) or ""), dict(s.labels), v)
-                for s, v in self._at_end(name, window.end)
-            ]
+        def rows(name: str, value: str = "last") -> list[KsmRow]:
+            out: list[KsmRow] = []
+            for s, t, v in self._in_window(name, window):
+                pid = (s.label(ns_label) or "", s.label(pod_label) or "")
+                picked = {"last": v[-1], "max": v.max(), "seen": t[-1]}[value]
+                out.append((pid, dict(s.labels), float(picked)))
+            return out
 
         gpu_requests = [
             r for r in rows(dcgm.KUBE_POD_REQUESTS) if r[1].get("resource", "").startswith(_GPU_RESOURCE)
         ]
-        return pod_records(rows(dcgm.KUBE_POD_OWNER), rows(dcgm.KUBE_POD_START_TIME), gpu_requests)
+        requesting = {pid for pid, _, v in gpu_requests if v > 0}
+        scheduled = [
+            r for r in rows(dcgm.KUBE_POD_STATUS_SCHEDULED, "max") if r[1].get("condition") == "true"
+        ]
+        pending = [r for r in rows(dcgm.KUBE_POD_STATUS_PHASE) if r[1].get("phase") == "Pending"]
+        held = self._held_at_end(window, caps)
+        owners = [r for r in rows(dcgm.KUBE_POD_OWNER) if r[0] in requesting or r[0] in held]
+        return pod_records(
+            owners,
+            rows(dcgm.KUBE_POD_START_TIME),
+            gpu_requests,
+            last_seen=_latest(
+                self._last_running(window, caps) if caps.pod_phase else rows(dcgm.KUBE_POD_OWNER, "seen")
+            ),
+            scheduled=scheduled,
+            pending=pending,
+            phases_known=caps.pod_phase,
+            groups=[r for r in rows(dcgm.KUBE_POD_LABELS) if r[1].get(dcgm.JOB_GROUP_LABEL)],
+        )
+
+    def _last_running(self, window: TimeWindow, caps: Capabilities) -> list[KsmRow]:
+        """When each pod was last reported ``Running`` (a finished Job's pod stays, ``Succeeded``)."""
+        out: list[KsmRow] = []
+        for s, t, v in self._in_window(dcgm.KUBE_POD_STATUS_PHASE, window):
+            running = t[v >= 1]
+            if s.label("phase") == "Running" and running.size:
+                pid = (s.label(caps.ksm_pod.namespace) or "", s.label(caps.ksm_pod.pod) or "")
+                out.append((pid, dict(s.labels), float(running[-1])))
+        return out
+
+    def _held_at_end(self, window: TimeWindow, caps: Capabilities) -> set[PodId]:
+        """Pods a GPU series names at the window's end (the Prometheus source's instant join)."""
+        held = set()
+        for metric in caps.util_metrics:
+            for s, _ in self._at_end(metric, window.end):
+                if pod := s.label(caps.gpu_pod.pod):
+                    held.add((s.label(caps.gpu_pod.namespace) or "", pod))
+        return held
+
+    def _jobs(self, window: TimeWindow) -> dict[PodId, tuple[str, str]]:
+        out: dict[PodId, tuple[str, str]] = {}
+        for s, _, _ in self._in_window(dcgm.KUBE_JOB_OWNER, window):
+            if s.label("owner_kind") in (None, "", "<none>"):
+                continue
+            job = (s.label("namespace") or "", s.label("job_name") or "")
+            if s.label("owner_is_controller") == "true" or job not in out:
+                out[job] = (s.label("owner_kind") or "", s.label("owner_name") or "")
+        return out
 
     def _replicasets(self, window: TimeWindow) -> dict[PodId, tuple[str, str]]:
         out: dict[PodId, tuple[str, str]] = {}
@@ -234,6 +297,7 @@ class InMemorySource:
     def _cpu(self, window: TimeWindow, caps: Capabilities) -> dict[PodId, CpuUsage]:
         usage: dict[PodId, float] = defaultdict(float)
         limit: dict[PodId, float] = defaultdict(float)
+        request: dict[PodId, float] = defaultdict(float)
         periods: dict[PodId, float] = defaultdict(float)
         throttled: dict[PodId, float] = defaultdict(float)
 
@@ -251,17 +315,23 @@ class InMemorySource:
                 limit[(s.label(caps.ksm_pod.namespace) or "", s.label(caps.ksm_pod.pod) or "")] += float(
                     v.max()
                 )
+        for s, _, v in self._in_window(dcgm.KUBE_POD_REQUESTS, window):
+            if s.label("resource") == "cpu":
+                request[(s.label(caps.ksm_pod.namespace) or "", s.label(caps.ksm_pod.pod) or "")] += float(
+                    v.max()
+                )
         for s, _, v in self._in_window(dcgm.CPU_PERIODS, window):
             if (p := pid(s)) is not None:
                 periods[p] += counter_increase(v)
         for s, _, v in self._in_window(dcgm.CPU_THROTTLED, window):
             if (p := pid(s)) is not None:
                 throttled[p] += counter_increase(v)
-        pods = set(usage) | set(limit) | set(periods)
+        pods = set(usage) | set(limit) | set(periods) | set(request)
         return {
             p: CpuUsage(
                 usage_cores=usage.get(p),
                 limit_cores=limit.get(p),
+                request_cores=request.get(p),
                 throttled_ratio=throttled.get(p, 0.0) / periods[p] if periods.get(p) else None,
             )
             for p in pods
@@ -319,6 +389,15 @@ class SimulatedSource(InMemorySource):
     def __init__(self, fleet: Fleet) -> None:
         super().__init__(fleet.series, f"simulated:{fleet.scenario.name}")
         self.fleet = fleet
+
+
+def _latest(rows: list[KsmRow]) -> list[KsmRow]:
+    """One row per pod: the latest value (a pod has one owner series per owner reference)."""
+    best: dict[PodId, KsmRow] = {}
+    for row in rows:
+        if row[0] not in best or row[2] > best[row[0]][2]:
+            best[row[0]] = row
+    return list(best.values())
 
 
 def _info(s: Series, metric: str, caps: Capabilities) -> DeviceInfo:

@@ -30,33 +30,27 @@ from common.timeutil import format_duration
 
 LONG_RUNNING_KINDS = frozenset({"Deployment", "StatefulSet"})
 _EPSILON = 1e-9
+# Stalls between batches last seconds; a scrape sees them as stalled samples interleaved with busy
+# ones. Stretches longer than this, stalled or busy, are pauses between runs, evaluation or
+# checkpoints: a different time scale, not a GPU waiting on its input pipeline.
+MAX_BATCH_PHASE = timedelta(minutes=5)
+# A mean this close above the low-utilization line is still reported, with lower confidence.
+NEAR_MISS_MARGIN = 0.1
+NEAR_MISS_CONFIDENCE = 0.5
 
 
-def judged_span(
-    window: TimeWindow, pod_starts: Sequence[datetime | None], grace: timedelta, now: datetime
-) -> TimeWindow | None:
-    """The part of the window a workload is judged on, or None when it is too young to judge.
+def judged_enough(w: WorkloadView) -> bool:
+    """At least half the window was judged (the union of its pods' spans past their warm-up).
 
-    Rule: from the later of the window's start and the youngest pod's start plus the warm-up
-    grace, to the earlier of the window's end and ``now``. Less than half the window left means no
-    verdict at all: model loading and first traffic would dominate the numbers. A pod whose start
-    time is unknown is taken to have started before the window.
+    Less, and model loading, first traffic or a pod's last minutes would dominate the numbers:
+    the workload is reported ``unknown`` (``too_young``) instead.
     """
-    end = min(window.end, now)
-    begin = window.start
-    known = [s for s in pod_starts if s is not None]
-    if known:
-        begin = max(begin, max(known) + grace)
-    if end - begin < window.duration / 2:
-        return None
-    if begin == window.start and end == window.end:
-        return window
-    return TimeWindow(start=begin, end=end)
+    return w.judged is not None and w.judged_seconds >= w.window.duration.total_seconds() / 2
 
 
 @dataclass(frozen=True)
 class _Numbers:
-    """A workload's devices summed up."""
+    """A workload's device holders summed up."""
 
     mean: float
     max: float
@@ -68,26 +62,32 @@ class _Numbers:
     q_high: float
     q_level: float
     widest_spread: float
+    widest_upper_spread: float  # highest quantile minus median: start-up zeros do not move it
 
 
-def _numbers(devices: Sequence[DeviceView], span: TimeWindow, missing: int = 0) -> _Numbers | None:
+def _numbers(devices: Sequence[DeviceView], hours: float, missing: int = 0) -> _Numbers | None:
     judged = [d for d in devices if d.stats is not None]
     if not judged:
         return None
     stats = [d.stats for d in judged if d.stats is not None]
     coverage = 0.0 if missing or len(judged) < len(devices) else min(d.coverage for d in judged)
-    hours = span.hours
+    # Holders count for the time they held their GPU: a pod replaced mid-window weighs its share.
+    weights = [max(d.span.duration.total_seconds(), _EPSILON) for d in judged]
+    total = sum(weights)
     return _Numbers(
-        mean=sum(s.mean for s in stats) / len(stats),
+        mean=sum(s.mean * w for s, w in zip(stats, weights, strict=True)) / total,
         max=max(s.max for s in stats),
         coverage=coverage,
         samples=sum(s.samples for s in stats),
         hours=hours,
-        wasted_gpu_hours=sum(max(0.0, 1.0 - s.mean / 100.0) * hours for s in stats),
+        wasted_gpu_hours=sum(
+            max(0.0, 1.0 - s.mean / 100.0) * d.span.hours for s, d in zip(stats, judged, strict=True)
+        ),
         q_low=min(s.q_low for s in stats),
         q_high=max(s.q_high for s in stats),
         q_level=stats[0].q_level,
         widest_spread=max(s.spread for s in stats),
+        widest_upper_spread=max(s.q_high - (s.median if s.median is not None else s.q_low) for s in stats),
     )
 
 
@@ -95,7 +95,7 @@ def _r(value: float) -> float:
     return round(value, 4)
 
 
-def _base_evidence(n: _Numbers, devices: Sequence[DeviceView], span: TimeWindow) -> dict[str, Any]:
+def _base_evidence(n: _Numbers, devices: Sequence[DeviceView], judged_from: datetime) -> dict[str, Any]:
     """The utilization fields every verdict carries, as keyword arguments of its evidence class."""
     evidence: dict[str, Any] = {
         "util_metric": ",".join(sorted({d.info.metric for d in devices})),
@@ -107,7 +107,7 @@ def _base_evidence(n: _Numbers, devices: Sequence[DeviceView], span: TimeWindow)
         ),
         "coverage": _r(n.coverage),
         "samples": n.samples,
-        "judged_from": span.start,
+        "judged_from": judged_from,
         "judged_hours": _r(n.hours),
     }
     memory = [d.memory_used_mib for d in devices if d.memory_used_mib is not None]
@@ -172,33 +172,59 @@ def _workload_finding(
     )
 
 
-def _span(w: WorkloadView, t: Thresholds, now: datetime) -> TimeWindow | None:
-    return judged_span(w.window, [p.start for p in w.pods], t.warmup_grace, now)
+def _judged(w: WorkloadView) -> TimeWindow | None:
+    return w.judged if judged_enough(w) else None
 
 
 def unknown(w: WorkloadView, t: Thresholds, now: datetime) -> Finding | None:
-    """Too little data to judge: reported so people can fix collection, never acted on.
+    """Too little data to judge: reported so people can act on collection, never acted on.
 
-    Rule: the workload is old enough to judge (see ``judged_span``) and some GPU it holds delivered
-    fewer than ``min_coverage`` of the samples expected over the judged span — an exporter gap, a
-    GPU that fell off the bus, or GPUs the pods requested that never reported at all.
-    Evidence: ``coverage``, ``min_coverage``, ``gpus_missing``, ``gpus_low_coverage``.
+    Rule, either reason (``reason`` in the evidence):
+
+    * ``too_young`` — less than half the window was judged: the union of its pods' spans past
+      each pod's own warm-up grace (see ``judged_enough``). A workload that held GPUs in the window
+      is never silently left out of the report.
+    * ``low_coverage`` — some GPU it holds delivered fewer than ``min_coverage`` of the samples
+      expected over its pod's judged span — an exporter gap, a GPU that fell off the bus, or GPUs
+      its scheduled pods requested that never reported at all.
+
+    Evidence: ``coverage``, ``min_coverage``, ``gpus_missing``, ``gpus_low_coverage``,
+    ``judged_from``, ``judged_hours``, ``reason``.
     """
-    span = _span(w, t, now)
-    if span is None:
-        return None
-    n = _numbers(w.devices, span, w.missing_devices)
+    del now  # the views already stop at `now`
+    judged = _judged(w)
+    if judged is None:
+        evidence: dict[str, Any] = {"judged_hours": _r(w.judged_hours), "reason": "too_young"}
+        if w.judged is not None:
+            evidence["judged_from"] = w.judged.start
+        seconds = round(w.judged_seconds)
+        judged_text = f"only {format_duration(timedelta(seconds=seconds))}" if seconds >= 1 else "none"
+        return _workload_finding(
+            FindingKind.UNKNOWN,
+            w,
+            evidence,
+            confidence=0.0,
+            wasted=0.0,
+            t=t,
+            recommendation=(
+                f"Too young to judge: {judged_text} of the {format_duration(w.window.duration)} window "
+                f"lies past its pods' {format_duration(t.warmup_grace)} warm-up, and half is needed. "
+                "Take no action on it; judge it over a later or longer window."
+            ),
+        )
+    n = _numbers(w.devices, w.judged_hours, w.missing_devices)
     coverage = 0.0 if n is None else n.coverage
     if coverage >= t.min_coverage:
         return None
     low = [d.key.device_id for d in w.devices if d.stats is None or d.coverage < t.min_coverage]
-    evidence: dict[str, Any] = {
+    evidence = {
         "coverage": _r(coverage),
         "min_coverage": t.min_coverage,
         "gpus_missing": w.missing_devices,
         "gpus_low_coverage": ",".join(sorted(low)),
-        "judged_from": span.start,
-        "judged_hours": _r(span.hours),
+        "judged_from": judged.start,
+        "judged_hours": _r(w.judged_hours),
+        "reason": "low_coverage",
     }
     where = ", ".join(w.nodes) or "its node"
     return _workload_finding(
@@ -216,11 +242,22 @@ def unknown(w: WorkloadView, t: Thresholds, now: datetime) -> Finding | None:
     )
 
 
+def _judged_numbers(w: WorkloadView, t: Thresholds) -> tuple[TimeWindow, _Numbers] | None:
+    """The judged span and numbers of a workload fit for a verdict (old enough, fully covered)."""
+    judged = _judged(w)
+    if judged is None or w.missing_devices:
+        return None
+    n = _numbers(w.devices, w.judged_hours)
+    if n is None or n.coverage < t.min_coverage:
+        return None
+    return judged, n
+
+
 def idle_endpoint(w: WorkloadView, t: Thresholds, now: datetime) -> Finding | None:
     """A serving workload holding GPUs it does not use.
 
-    Rule: a long-running kind (Deployment, StatefulSet) past its warm-up grace, with enough coverage,
-    whose every GPU stayed at or below ``idle_percent`` in every sample of the judged span, with memory
+    Rule: a long-running kind (Deployment, StatefulSet) judged long enough, with enough coverage,
+    whose every GPU stayed at or below ``idle_percent`` in every sample of its judged span, with memory
     held: every GPU that reports framebuffer use averaged at least ``idle_min_memory_mib`` over the
     window (a GPU without memory data does not block the verdict; one holding less has nothing
     loaded and is left to ``low_utilization``). When the policy has a request-rate query, it must
@@ -228,22 +265,23 @@ def idle_endpoint(w: WorkloadView, t: Thresholds, now: datetime) -> Finding | No
     Evidence: ``max_util_percent``, ``mean_util_percent``, ``idle_share`` (1.0), ``coverage``,
     ``memory_used_mib`` (mean held per GPU) and ``min_memory_used_mib`` when reported,
     ``idle_min_memory_mib``, ``request_rate``.
-    Wasted GPU-hours: ``(1 - mean) × GPUs × judged hours``.
+    Wasted GPU-hours: ``Σ over GPU holders (1 - mean) × judged hours``.
     """
+    del now
     if w.ref.kind not in LONG_RUNNING_KINDS:
         return None
-    span = _span(w, t, now)
-    if span is None or w.missing_devices:
+    judged_numbers = _judged_numbers(w, t)
+    if judged_numbers is None:
         return None
-    n = _numbers(w.devices, span)
-    if n is None or n.coverage < t.min_coverage or n.max > t.idle_percent + _EPSILON:
+    judged, n = judged_numbers
+    if n.max > t.idle_percent + _EPSILON:
         return None
     least_memory = _least_memory(w.devices)
     if least_memory is not None and least_memory < t.idle_min_memory_mib:
         return None
     if w.request_rate is not None and (w.request_rate.value is None or abs(w.request_rate.value) > _EPSILON):
         return None
-    evidence = _base_evidence(n, w.devices, span)
+    evidence = _base_evidence(n, w.devices, judged.start)
     evidence |= {
         "idle_threshold_percent": t.idle_percent,
         "idle_share": 1.0,
@@ -251,7 +289,7 @@ def idle_endpoint(w: WorkloadView, t: Thresholds, now: datetime) -> Finding | No
     }
     if least_memory is not None:
         evidence["min_memory_used_mib"] = _r(least_memory)
-    gpus = len(w.devices)
+    gpus = len({d.key.device_id for d in w.devices})
     memory = evidence.get("memory_used_mib")
     held = f", holding {memory:,.0f} MiB each" if memory is not None else ""
     return _workload_finding(
@@ -263,7 +301,7 @@ def idle_endpoint(w: WorkloadView, t: Thresholds, now: datetime) -> Finding | No
         t=t,
         recommendation=(
             f"Scale {w.ref.kind} {w.ref.namespace}/{w.ref.name} to zero: its {gpus} GPU(s) stayed at or "
-            f"below {t.idle_percent:g} % for {format_duration(span.duration)}{held}. If it must answer "
+            f"below {t.idle_percent:g} % for {format_duration(judged.duration)}{held}. If it must answer "
             "rare requests, serve them from a shared or smaller GPU (MIG slice, time-slicing)."
         ),
     )
@@ -274,29 +312,81 @@ def _least_memory(devices: Sequence[DeviceView]) -> float | None:
     return min((d.memory_used_mib for d in devices if d.memory_used_mib is not None), default=None)
 
 
+@dataclass(frozen=True)
+class _Cpu:
+    """The most CPU-pressed pod of a workload."""
+
+    saturation: float | None
+    saturation_of: str | None  # "limit" or "request"
+    throttled: float | None
+
+    def pressed(self, t: Thresholds) -> bool:
+        return (self.saturation is not None and self.saturation >= t.cpu_saturation_ratio) or (
+            self.throttled is not None and self.throttled >= t.cpu_throttling_ratio
+        )
+
+    def pressure(self, t: Thresholds) -> float:
+        return max(
+            (self.saturation or 0.0) / max(t.cpu_saturation_ratio, _EPSILON),
+            (self.throttled or 0.0) / max(t.cpu_throttling_ratio, _EPSILON),
+        )
+
+    def evidence(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "cpu_saturation": None if self.saturation is None else _r(self.saturation),
+            "cpu_throttled_ratio": None if self.throttled is None else _r(self.throttled),
+        }
+        if self.saturation_of is not None:
+            out["cpu_saturation_of"] = self.saturation_of
+        return out
+
+    def text(self) -> str:
+        bound = "CPU request (it has no limit)" if self.saturation_of == "request" else "CPU limit"
+        used = f"uses {self.saturation:.0%} of its {bound}" if self.saturation is not None else "is CPU-bound"
+        return used + (f" and is throttled in {self.throttled:.0%} of CFS periods" if self.throttled else "")
+
+
+def _cpu(w: WorkloadView) -> _Cpu:
+    busiest = max(
+        (p.cpu for p in w.pods if p.cpu.saturation is not None),
+        key=lambda c: c.saturation or 0.0,
+        default=None,
+    )
+    throttled = max((r for p in w.pods if (r := p.cpu.throttled_ratio) is not None), default=None)
+    return _Cpu(
+        saturation=None if busiest is None else busiest.saturation,
+        saturation_of=None if busiest is None else busiest.saturation_of,
+        throttled=throttled,
+    )
+
+
 def dataloader_starvation(w: WorkloadView, t: Thresholds, now: datetime) -> Finding | None:
     """An active workload whose GPUs wait on its input pipeline.
 
-    Rule (either pattern, with enough coverage, past warm-up grace):
+    Rule (either pattern, with enough coverage, judged long enough):
 
     * ``bimodal`` — at least ``starvation_min_share`` of utilization samples at or below
       ``starvation_idle_percent`` AND at least as many above ``starvation_busy_percent``: the GPU
       alternates between computing and waiting for the next batch. Shares come from the exporter's
       sub-second sample histogram where every GPU has one (it sees stalls a 15-60 s scrape averages
-      away), from the raw scraped samples otherwise.
+      away), from the raw scraped samples otherwise; then stalled and busy stretches must both
+      last under ``MAX_BATCH_PHASE`` (median): long idle gaps between runs are not batch stalls.
     * ``cpu_bound`` — mean between ``starvation_middling_min_percent`` and ``..._max_percent``, flat
-      (every GPU's central samples within ``starvation_flat_spread_percent`` points), while a pod uses
-      at least ``cpu_saturation_ratio`` of its CPU limit or is CFS-throttled in at least
-      ``cpu_throttling_ratio`` of its periods.
+      (on every GPU the highest quantile lies within half of ``starvation_flat_spread_percent``
+      points of the median, so start-up, checkpoint or evaluation zeros do not break it), while a
+      pod uses at least ``cpu_saturation_ratio`` of its CPU limit (of its request when it has no
+      limit) or is CFS-throttled in at least ``cpu_throttling_ratio`` of its periods.
 
-    Evidence: ``pattern``, ``stalled_share``, ``busy_share``, ``shares_from``, ``cpu_saturation``,
-    ``cpu_throttled_ratio``, plus the utilization numbers.
+    Evidence: ``pattern``, ``stalled_share``, ``busy_share``, ``shares_from``, ``stall_seconds``,
+    ``busy_seconds``, ``cpu_saturation``, ``cpu_saturation_of``, ``cpu_throttled_ratio``, plus
+    the utilization numbers.
     """
-    span = _span(w, t, now)
-    if span is None or w.missing_devices:
+    del now
+    judged_numbers = _judged_numbers(w, t)
+    if judged_numbers is None:
         return None
-    n = _numbers(w.devices, span)
-    if n is None or n.coverage < t.min_coverage or n.max <= t.idle_percent:
+    judged, n = judged_numbers
+    if n.max <= t.idle_percent:
         return None
 
     shares = [d.shares for d in w.devices if d.shares is not None]
@@ -312,27 +402,35 @@ def dataloader_starvation(w: WorkloadView, t: Thresholds, now: datetime) -> Find
                     sum(s.busy * s.weight for s in picked) / weight,
                     source,
                 )
-    bimodal = pooled is not None and min(pooled[0], pooled[1]) >= t.starvation_min_share
-
-    saturation = max((s for p in w.pods if (s := p.cpu.saturation) is not None), default=None)
-    throttled = max((r for p in w.pods if (r := p.cpu.throttled_ratio) is not None), default=None)
-    cpu_pressed = (saturation is not None and saturation >= t.cpu_saturation_ratio) or (
-        throttled is not None and throttled >= t.cpu_throttling_ratio
+    phases = [d.phases for d in w.devices if d.phases is not None]
+    stall_s = max((p.stalled_s for p in phases), default=None)
+    busy_s = max((p.busy_s for p in phases), default=None)
+    batch_scale = pooled is not None and (
+        pooled[2] == "histogram"
+        or (
+            stall_s is not None
+            and busy_s is not None
+            and max(stall_s, busy_s) <= MAX_BATCH_PHASE.total_seconds()
+        )
     )
+    bimodal = pooled is not None and min(pooled[0], pooled[1]) >= t.starvation_min_share and batch_scale
+
+    cpu = _cpu(w)
     middling = t.starvation_middling_min_percent <= n.mean <= t.starvation_middling_max_percent
-    flat = n.widest_spread <= t.starvation_flat_spread_percent
-    cpu_bound = cpu_pressed and middling and flat
+    flat = n.widest_upper_spread <= t.starvation_flat_spread_percent / 2
+    cpu_bound = cpu.pressed(t) and middling and flat
     if not (bimodal or cpu_bound):
         return None
 
-    evidence = _base_evidence(n, w.devices, span)
+    evidence = _base_evidence(n, w.devices, judged.start)
     evidence["pattern"] = "bimodal" if bimodal else "cpu_bound"
     evidence["bimodal"] = bimodal
     evidence["cpu_bound"] = cpu_bound
     if pooled is not None:
         evidence |= {"stalled_share": _r(pooled[0]), "busy_share": _r(pooled[1]), "shares_from": pooled[2]}
-    evidence["cpu_saturation"] = None if saturation is None else _r(saturation)
-    evidence["cpu_throttled_ratio"] = None if throttled is None else _r(throttled)
+    evidence |= cpu.evidence()
+    if stall_s is not None and busy_s is not None:
+        evidence |= {"stall_seconds": _r(stall_s), "busy_seconds": _r(busy_s)}
 
     if bimodal and pooled is not None:
         strength = min(1.0, min(pooled[0], pooled[1]) / 0.4)
@@ -341,16 +439,9 @@ def dataloader_starvation(w: WorkloadView, t: Thresholds, now: datetime) -> Find
             f"above {t.starvation_busy_percent:g} % for {pooled[1]:.0%}: they wait for data between batches"
         )
     else:
-        pressure = max(
-            (saturation or 0.0) / max(t.cpu_saturation_ratio, _EPSILON),
-            (throttled or 0.0) / max(t.cpu_throttling_ratio, _EPSILON),
-        )
-        strength = min(1.0, pressure)
-        cpu = f"{saturation:.0%} of its CPU limit" if saturation is not None else "its CPU"
-        what = f"its GPUs hold a flat {n.mean:.0f} % while the pod uses {cpu}" + (
-            f" and is throttled in {throttled:.0%} of CFS periods" if throttled is not None else ""
-        )
-    cpu_first = "" if bimodal else "raise the pod's CPU limit (or remove it), "
+        strength = min(1.0, cpu.pressure(t))
+        what = f"its GPUs hold a flat {n.mean:.0f} % while the pod {cpu.text()}"
+    cpu_first = "" if bimodal else "give the pod more CPU (raise or remove its limit, raise its request), "
     return _workload_finding(
         FindingKind.DATALOADER_STARVATION,
         w,
@@ -370,23 +461,40 @@ def dataloader_starvation(w: WorkloadView, t: Thresholds, now: datetime) -> Find
 def low_utilization(w: WorkloadView, t: Thresholds, now: datetime) -> Finding | None:
     """GPUs held but mostly unused.
 
-    Rule: enough coverage, past warm-up grace, and the mean utilization of the workload's GPUs over
-    the judged span below ``low_utilization_percent``. (Idle Jobs and bare Pods land here too: they
-    are not endpoints to scale to zero; so do idle Deployments whose GPUs hold no memory.)
+    Rule: enough coverage, judged long enough, and the mean utilization of the workload's GPUs over
+    the judged span below ``low_utilization_percent``. A mean less than ``NEAR_MISS_MARGIN`` (10 %)
+    above the line is reported too, as a near miss (``near_miss``), with at most
+    ``NEAR_MISS_CONFIDENCE``: runs hovering at the line are worth a look, not an action. (Idle Jobs
+    and bare Pods land here too: they are not endpoints to scale to zero; so do idle Deployments
+    whose GPUs hold no memory.) When a pod is CPU-pressed (as in ``dataloader_starvation``) the
+    CPU numbers are attached and the recommendation starts with CPU: a GPU starved of CPU looks
+    underused, and fewer GPUs would not help it.
     Evidence: ``mean_util_percent``, ``max_util_percent``, quantiles, ``coverage``;
-    ``memory_used_mib`` / ``min_memory_used_mib`` for an idle workload whose memory was read.
-    Wasted GPU-hours: ``(1 - mean) × GPUs × judged hours``; cost when a price per GPU-hour is set.
+    ``memory_used_mib`` / ``min_memory_used_mib`` for an idle workload whose memory was read;
+    ``near_miss``; ``cpu_saturation``, ``cpu_saturation_of``, ``cpu_throttled_ratio``, ``cpu_pressed``.
+    Wasted GPU-hours: ``Σ over GPU holders (1 - mean) × judged hours``; cost when a price per GPU-hour
+    is set.
     """
-    span = _span(w, t, now)
-    if span is None or w.missing_devices:
+    del now
+    judged_numbers = _judged_numbers(w, t)
+    if judged_numbers is None:
         return None
-    n = _numbers(w.devices, span)
-    if n is None or n.coverage < t.min_coverage or n.mean >= t.low_utilization_percent:
+    judged, n = judged_numbers
+    line = t.low_utilization_percent
+    near_miss = line <= n.mean < line * (1.0 + NEAR_MISS_MARGIN)
+    if n.mean >= line and not near_miss:
         return None
-    evidence = _base_evidence(n, w.devices, span)
-    evidence["low_utilization_threshold_percent"] = t.low_utilization_percent
-    margin = (t.low_utilization_percent - n.mean) / t.low_utilization_percent
-    gpus = len(w.devices)
+    evidence = _base_evidence(n, w.devices, judged.start)
+    evidence["low_utilization_threshold_percent"] = line
+    margin = max(0.0, (line - n.mean) / line)
+    confidence = n.coverage * (0.5 + 0.5 * margin)
+    if near_miss:
+        evidence["near_miss"] = True
+        confidence = min(
+            NEAR_MISS_CONFIDENCE,
+            n.coverage * NEAR_MISS_CONFIDENCE * (1.0 - (n.mean - line) / (line * NEAR_MISS_MARGIN)),
+        )
+    gpus = len({d.key.device_id for d in w.devices})
     least_memory = _least_memory(w.devices)
     unloaded = ""
     if (
@@ -400,18 +508,33 @@ def low_utilization(w: WorkloadView, t: Thresholds, now: datetime) -> Finding | 
             f" Its GPUs stayed idle and at least one holds only {least_memory:,.0f} MiB: nothing runs on "
             "it; release the GPU (or find out why the pod never started its work)."
         )
+    cpu = _cpu(w)
+    pressed = cpu.pressed(t)
+    if cpu.saturation is not None or cpu.throttled is not None:
+        evidence |= cpu.evidence()
+        evidence["cpu_pressed"] = pressed
+    subject = f"{w.ref.kind} {w.ref.namespace}/{w.ref.name} averages {n.mean:.1f} % on {gpus} GPU(s)"
+    if near_miss:
+        subject += f", just above the {line:g} % line"
+    if pressed:
+        advice = (
+            f" while the pod {cpu.text()}: the GPU waits on the CPU. Give the pod more CPU first "
+            "(raise or remove its limit, raise its request, more DataLoader workers), then look again "
+            "before right-sizing its GPUs."
+        )
+    else:
+        advice = (
+            ". Right-size it: fewer GPUs, a smaller GPU or MIG slice, sharing (time-slicing, MPS), or "
+            "more work per GPU (larger batches, more concurrent requests)."
+        )
     return _workload_finding(
         FindingKind.LOW_UTILIZATION,
         w,
         evidence,
-        confidence=n.coverage * (0.5 + 0.5 * margin),
+        confidence=confidence,
         wasted=n.wasted_gpu_hours,
         t=t,
-        recommendation=(
-            f"{w.ref.kind} {w.ref.namespace}/{w.ref.name} averages {n.mean:.1f} % on {gpus} GPU(s). "
-            "Right-size it: fewer GPUs, a smaller GPU or MIG slice, sharing (time-slicing, MPS), or "
-            "more work per GPU (larger batches, more concurrent requests)." + unloaded
-        ),
+        recommendation=subject + advice + unloaded,
     )
 
 
@@ -424,7 +547,7 @@ def idle_node(node: NodeView, t: Thresholds, now: datetime) -> Finding | None:
     Evidence: ``mean_util_percent``, ``max_util_percent``, ``coverage``, ``unallocated`` (true).
     """
     del now  # the window is all that matters: no pod, no warm-up
-    n = _numbers(node.devices, node.window)
+    n = _numbers(node.devices, node.window.hours)
     ref = WorkloadRef(kind="Node", name=node.name, namespace="")
     coverage = 0.0 if n is None else n.coverage
     gpus = node.gpu_ids
@@ -436,7 +559,9 @@ def idle_node(node: NodeView, t: Thresholds, now: datetime) -> Finding | None:
             (node.name,),
             gpus,
             node.window,
-            UnknownEvidence(coverage=_r(coverage), min_coverage=t.min_coverage, unallocated=True),
+            UnknownEvidence(
+                coverage=_r(coverage), min_coverage=t.min_coverage, unallocated=True, reason="low_coverage"
+            ),
             0.0,
             0.0,
             t,
@@ -445,7 +570,7 @@ def idle_node(node: NodeView, t: Thresholds, now: datetime) -> Finding | None:
         )
     if n.mean >= t.low_utilization_percent:
         return None
-    evidence = LowUtilizationEvidence(**_base_evidence(n, node.devices, node.window), unallocated=True)
+    evidence = LowUtilizationEvidence(**_base_evidence(n, node.devices, node.window.start), unallocated=True)
     return _make(
         FindingKind.LOW_UTILIZATION,
         ref,

@@ -1,9 +1,13 @@
 """Pod → controller, from kube-state-metrics' owner series.
 
 ``kube_pod_owner`` names a pod's direct owner; for a ReplicaSet, ``kube_replicaset_owner`` names
-its Deployment. Jobs, StatefulSets, DaemonSets and custom controllers are reported as themselves;
-pods without an owner as ``Pod``. The reaper scales what this returns, so an unresolvable owner
-never guesses its way to a Deployment unless the ReplicaSet's name carries a pod-template hash.
+its Deployment; for a Job, ``kube_job_owner`` names what created it (a CronJob, a JobSet, any
+controller), so the short Jobs of one schedule or sweep are judged as one workload; Jobs without
+an owner whose pods carry ``app.kubernetes.io/name`` (``kube_pod_labels``, where allowed) are
+grouped under that label as a ``JobGroup``. Other Jobs, StatefulSets, DaemonSets and custom
+controllers are reported as themselves; pods without an owner as ``Pod``. The reaper scales what
+this returns, so an unresolvable owner never guesses its way to a Deployment unless the
+ReplicaSet's name carries a pod-template hash.
 """
 
 from __future__ import annotations
@@ -15,20 +19,37 @@ from analyzer.sources.aggregates import PodId, PodRecord
 from common.model import WorkloadRef
 
 NO_OWNER = "<none>"
+# Ownerless Jobs sharing an app.kubernetes.io/name label: one workload, named by the label.
+JOB_GROUP = "JobGroup"
 # Deployment controllers name ReplicaSets <deployment>-<pod-template-hash>; the hash uses this alphabet.
 _TEMPLATE_HASH = re.compile(r"^(?P<deployment>.+)-[bcdfghjklmnpqrstvwxz2456789]{6,10}$")
 
 
-def resolve(pod: PodRecord, replicasets: Mapping[PodId, tuple[str, str]]) -> WorkloadRef:
+def _named(kind: str | None, name: str | None) -> bool:
+    return bool(kind) and kind != NO_OWNER and bool(name) and name != NO_OWNER
+
+
+def resolve(
+    pod: PodRecord,
+    replicasets: Mapping[PodId, tuple[str, str]],
+    jobs: Mapping[PodId, tuple[str, str]] | None = None,
+) -> WorkloadRef:
     """The workload a pod belongs to (``Pod`` for a bare pod)."""
     kind, name = pod.owner_kind, pod.owner_name
-    if not kind or kind == NO_OWNER or not name or name == NO_OWNER:
+    if not _named(kind, name):
         return WorkloadRef(kind="Pod", name=pod.name, namespace=pod.namespace)
+    assert kind is not None and name is not None  # for mypy: _named checked both
+    if kind == "Job":
+        above = (jobs or {}).get((pod.namespace, name))
+        if above is not None and _named(*above):
+            return WorkloadRef(kind=above[0], name=above[1], namespace=pod.namespace)
+        if pod.group:
+            return WorkloadRef(kind=JOB_GROUP, name=pod.group, namespace=pod.namespace)
     if kind == "ReplicaSet":
         owner = replicasets.get((pod.namespace, name))
         if owner is not None:
             owner_kind, owner_name = owner
-            if owner_kind and owner_kind != NO_OWNER and owner_name and owner_name != NO_OWNER:
+            if _named(owner_kind, owner_name):
                 return WorkloadRef(kind=owner_kind, name=owner_name, namespace=pod.namespace)
             return WorkloadRef(kind="ReplicaSet", name=name, namespace=pod.namespace)
         if not replicasets:
@@ -41,6 +62,8 @@ def resolve(pod: PodRecord, replicasets: Mapping[PodId, tuple[str, str]]) -> Wor
 
 
 def resolve_all(
-    pods: Mapping[PodId, PodRecord], replicasets: Mapping[PodId, tuple[str, str]]
+    pods: Mapping[PodId, PodRecord],
+    replicasets: Mapping[PodId, tuple[str, str]],
+    jobs: Mapping[PodId, tuple[str, str]] | None = None,
 ) -> dict[PodId, WorkloadRef]:
-    return {pid: resolve(pod, replicasets) for pid, pod in pods.items()}
+    return {pid: resolve(pod, replicasets, jobs) for pid, pod in pods.items()}

@@ -5,18 +5,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from analyzer.sources.aggregates import CpuUsage, DeviceInfo, DeviceKey, Shares, UtilStats
+from analyzer.sources.aggregates import CpuUsage, DeviceInfo, DeviceKey, Phases, Shares, UtilStats
 from common.model import TimeWindow, WorkloadRef
 
 
 @dataclass(frozen=True)
 class DeviceView:
+    """One holder of one device: a GPU (or MIG instance) and the pod that held it."""
+
     key: DeviceKey
     info: DeviceInfo
     stats: UtilStats | None  # None: not one sample in the judged span
-    coverage: float
+    coverage: float  # of the samples expected over `span`
+    span: TimeWindow  # the holder's judged span: its pod's life in the window, past warm-up
     shares: Shares | None = None  # stalled / busy shares, when known
     memory_used_mib: float | None = None
+    phases: Phases | None = None  # how long stalls and busy stretches last, from raw samples
 
 
 @dataclass(frozen=True)
@@ -37,13 +41,20 @@ class RequestRate:
 
 @dataclass(frozen=True)
 class WorkloadView:
+    """A workload and every holder of a GPU among its pods over the window, old and new."""
+
     ref: WorkloadRef
     pods: tuple[PodView, ...]
-    devices: tuple[DeviceView, ...]
+    devices: tuple[DeviceView, ...]  # judged holders; a holder still in its warm-up is left out
     window: TimeWindow
-    stats_span: TimeWindow  # the span the device numbers cover
-    missing_devices: int = 0  # GPUs the pods requested that never reported
+    judged: TimeWindow | None  # first to last judged moment; None: no pod got past its warm-up
+    judged_seconds: float = 0.0  # length of the union of the holders' judged spans
+    missing_devices: int = 0  # GPUs its scheduled pods requested that never reported
     request_rate: RequestRate | None = None  # None: no request-rate query configured
+
+    @property
+    def judged_hours(self) -> float:
+        return self.judged_seconds / 3600.0
 
     @property
     def nodes(self) -> tuple[str, ...]:

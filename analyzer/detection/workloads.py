@@ -1,20 +1,20 @@
 """From per-device aggregates to per-workload views the detectors judge.
 
-Two steps, both pure. ``plan`` groups devices by the workload holding them (pods alive at the window's
-end, resolved to their controller), works out the span each workload is judged over, and lists the
-devices that need a closer look at raw samples: those of workloads younger than the window, and
-those whose quantiles make them starvation candidates without a sample histogram. ``finalize``
-folds the raw samples in and returns the views.
+Two steps, both pure. ``plan`` groups every device holder of the window by the workload whose pod
+held it (every pod kube-state-metrics reported in the window, resolved to its controller, not only
+those alive at the end), works out each holder's judged span (its pod's life in the window, past
+that pod's own warm-up) and lists the devices that need a closer look at raw samples: holders whose
+pod's warm-up falls inside the window, and those whose quantiles make them starvation candidates
+without a sample histogram. ``finalize`` folds the raw samples in and returns the views.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
-from analyzer.detection.detectors import judged_span
 from analyzer.detection.ownership import resolve_all
 from analyzer.detection.views import DeviceView, NodeView, PodView, RequestRate, WorkloadView
 from analyzer.sources.aggregates import (
@@ -29,6 +29,7 @@ from analyzer.sources.aggregates import (
     UtilStats,
     counter_increase,
     histogram_shares,
+    phase_lengths,
     quantile_levels,
     sample_shares,
     util_stats,
@@ -41,13 +42,29 @@ from common.thresholds import Thresholds
 
 __all__ = ["DeviceView", "NodeView", "Plan", "PodView", "RequestRate", "WorkloadView", "finalize", "plan"]
 
+# kube-state-metrics' last report of a pod alive at the window's end lies within one lookback of it.
+_STILL_THERE = timedelta(minutes=5)
+
+
+@dataclass(frozen=True)
+class Holder:
+    """One device aggregate and the span its pod is judged over (None: all of it warm-up)."""
+
+    device: DeviceAggregate
+    span: TimeWindow | None
+    cut: bool  # the pod's warm-up lies inside the window: numbers come from raw samples cut to `span`
+    # A Job pod's warm-up ends at its first busy sample, at the latest after the grace: `span` then
+    # starts at the incarnation's start and `born` is when it started.
+    until_busy: bool = False
+    born: datetime | None = None
+
 
 @dataclass(frozen=True)
 class WorkloadDraft:
     ref: WorkloadRef
     pods: tuple[PodRecord, ...]
-    devices: tuple[DeviceAggregate, ...]
-    span: TimeWindow | None  # None: too young to judge
+    holders: tuple[Holder, ...]
+    spans: tuple[TimeWindow, ...]  # judged spans of pods that requested GPUs none of which reported
     missing_devices: int
 
 
@@ -62,9 +79,66 @@ class Plan:
     young_keys: frozenset[DeviceKey] = field(default_factory=frozenset)
 
 
+def incarnations(
+    pod: PodRecord, window: TimeWindow, now: datetime
+) -> list[tuple[datetime | None, TimeWindow]]:
+    """Each incarnation of a pod: when it started (None: unknown) and its life inside the window.
+
+    An incarnation runs from its start to the next one's start (a StatefulSet's pod recreated under
+    the same name), the last to the earliest of the window's end, ``now`` and the pod's last report
+    running (when it was gone or done before the end). A pod whose start time is unknown is taken
+    to have started before the window.
+    """
+    end = min(window.end, now)
+    if pod.last_seen is not None and _utc(pod.last_seen) < end - _STILL_THERE:
+        end = _utc(pod.last_seen)
+    starts = [_utc(s) for s in (pod.starts or ((pod.start,) if pod.start is not None else ()))]
+    if not starts:
+        return [(None, TimeWindow(start=window.start, end=end))] if end > window.start else []
+    out: list[tuple[datetime | None, TimeWindow]] = []
+    for i, born in enumerate(starts):
+        until = min(end, starts[i + 1]) if i + 1 < len(starts) else end
+        begin = max(window.start, born)
+        if until > begin:
+            out.append((born, TimeWindow(start=begin, end=until)))
+    return out
+
+
+def pod_lives(pod: PodRecord, window: TimeWindow, grace: timedelta, now: datetime) -> list[TimeWindow]:
+    """The parts of the window a pod is judged over: each incarnation's life past its warm-up.
+
+    Its first ``grace`` is model loading and never judged (see ``incarnations``).
+    """
+    lives = []
+    for born, life in incarnations(pod, window, now):
+        begin = life.start if born is None else max(life.start, born + grace)
+        if life.end > begin:
+            lives.append(TimeWindow(start=begin, end=life.end))
+    return lives
+
+
+def pod_span(pod: PodRecord, window: TimeWindow, grace: timedelta, now: datetime) -> TimeWindow | None:
+    """The latest incarnation's judged span (None: none of it is past its warm-up)."""
+    lives = pod_lives(pod, window, grace, now)
+    return lives[-1] if lives else None
+
+
+def union_seconds(spans: Iterable[TimeWindow]) -> float:
+    """Length of the union of spans (replicas running side by side count once)."""
+    total, reach = 0.0, None
+    for span in sorted(spans, key=lambda s: s.start):
+        if reach is None or span.start >= reach:
+            total += span.duration.total_seconds()
+            reach = span.end
+        elif span.end > reach:
+            total += (span.end - reach).total_seconds()
+            reach = span.end
+    return total
+
+
 def plan(snapshot: FleetSnapshot, thresholds: Thresholds, now: datetime) -> Plan:
     window = snapshot.window
-    owners = resolve_all(snapshot.pods, snapshot.replicasets)
+    grace = thresholds.warmup_grace
     by_pod: dict[PodId, list[DeviceAggregate]] = defaultdict(list)
     by_node: dict[str, list[DeviceAggregate]] = defaultdict(list)
     allocated_nodes: set[str] = set()
@@ -75,42 +149,64 @@ def plan(snapshot: FleetSnapshot, thresholds: Thresholds, now: datetime) -> Plan
         else:
             by_node[dev.info.node].append(dev)
 
-    alive = dict(snapshot.pods)
+    pods = dict(snapshot.pods)
     if not snapshot.capabilities.kube_state_metrics:
         # Nothing says who owns these pods or when they started: each is its own bare Pod, and one
         # that ended during the window shows as low coverage, never as idle.
-        alive = {pid: PodRecord(namespace=pid[0], name=pid[1]) for pid in by_pod}
-        owners = resolve_all(alive, {})
+        pods = {}
+    for pid in by_pod:
+        # A pod that held a GPU but that kube-state-metrics did not report is still judged, as itself.
+        pods.setdefault(pid, PodRecord(namespace=pid[0], name=pid[1]))
+    owners = resolve_all(pods, snapshot.replicasets, snapshot.jobs)
     grouped: dict[WorkloadRef, list[PodRecord]] = defaultdict(list)
-    for pid, pod in alive.items():
-        if by_pod.get(pid) or (pod.gpu_requests or 0) > 0:
+    for pid, pod in pods.items():
+        # A pod the scheduler never placed holds no GPU: it can neither be judged nor be missing one.
+        # Nor can one that finished before the window (a done Job's pod, still in the API).
+        if by_pod.get(pid) or ((pod.gpu_requests or 0) > 0 and not pod.never_scheduled and not pod.finished):
             grouped[owners[pid]].append(pod)
 
     drafts = []
     sample_keys: set[DeviceKey] = set()
     bucket_keys: set[DeviceKey] = set()
     young: set[DeviceKey] = set()
-    for ref, pods in sorted(grouped.items(), key=lambda item: item[0].key()):
-        devices = tuple(sorted((d for p in pods for d in by_pod.get((p.namespace, p.name), [])), key=_order))
-        missing = sum(
-            max(0, (p.gpu_requests or 0) - len(by_pod.get((p.namespace, p.name), []))) for p in pods
-        )
-        starts = [_utc(p.start) for p in pods]
-        span = judged_span(window, starts, thresholds.warmup_grace, now)
-        drafts.append(WorkloadDraft(ref, tuple(pods), devices, span, missing))
-        if span is None:
-            continue
-        if span != window:
-            keys = {d.key for d in devices}
-            young |= keys
-            sample_keys |= keys
-            bucket_keys |= {d.key for d in devices if d.histogram is not None}
-        else:
-            sample_keys |= {d.key for d in devices if _bimodal_candidate(d, thresholds)}
+    for ref, members in sorted(grouped.items(), key=lambda item: item[0].key()):
+        holders: list[Holder] = []
+        spans: list[TimeWindow] = []
+        missing = 0
+        for pod in members:
+            devices = sorted(by_pod.get((pod.namespace, pod.name), []), key=_order)
+            lives = pod_lives(pod, window, grace, now)
+            if lives and len(devices) < (pod.gpu_requests or 0):
+                missing += (pod.gpu_requests or 0) - len(devices)
+                if not devices:
+                    spans += lives
+            if devices and pod.owner_kind == "Job":
+                # A Job computes as soon as its data is in: its warm-up ends at its first busy sample.
+                for born, life in incarnations(pod, window, now):
+                    early = born is not None and born + grace > life.start
+                    holders += [Holder(d, life, cut=early, until_busy=early, born=born) for d in devices]
+                continue
+            # Some incarnation's warm-up lies inside the window: the aggregates include it.
+            warm_in_window = any(_utc(s) + grace > window.start for s in pod.starts) or (
+                pod.start is not None and _utc(pod.start) + grace > window.start
+            )
+            holders += [Holder(d, life, cut=warm_in_window) for d in devices for life in lives]
+            holders += [Holder(d, None, cut=False) for d in devices if not lives]
+        drafts.append(WorkloadDraft(ref, tuple(members), tuple(holders), tuple(spans), missing))
+        for h in holders:
+            if h.span is None:
+                continue
+            if h.cut:
+                young.add(h.device.key)
+                sample_keys.add(h.device.key)
+                if h.device.histogram is not None:
+                    bucket_keys.add(h.device.key)
+            elif _bimodal_candidate(h.device, thresholds):
+                sample_keys.add(h.device.key)
 
     # A node counts as unallocated only if no pod held any of its GPUs during the window, and no
-    # pod requesting GPUs runs there now (GPU series without pod labels must not empty a node).
-    requesting = {p.node for p in alive.values() if p.node and (p.gpu_requests or 0) > 0}
+    # pod requesting GPUs ran there (GPU series without pod labels must not empty a node).
+    requesting = {p.node for p in pods.values() if p.node and (p.gpu_requests or 0) > 0 and not p.finished}
     nodes = {
         name: tuple(sorted(devs, key=_order))
         for name, devs in sorted(by_node.items())
@@ -147,13 +243,22 @@ def finalize(
     snap = planned.snapshot
     views = []
     for draft in planned.workloads:
-        span = draft.span or planned.window
-        devices = tuple(_device_view(d, span, samples.get(d.key), planned, thresholds) for d in draft.devices)
+        devices = []
+        spans = list(draft.spans)
+        for h in draft.holders:
+            span = h.span
+            raw = samples.get(h.device.key)
+            if span is not None and h.until_busy:
+                span = _past_first_busy(h, span, raw, thresholds)
+            if span is None:
+                continue
+            devices.append(_device_view(h.device, span, raw, planned, thresholds))
+            spans.append(span)
         pods = tuple(
             PodView(
                 namespace=p.namespace,
                 name=p.name,
-                start=_utc(p.start),
+                start=None if p.start is None else _utc(p.start),
                 cpu=snap.cpu.get((p.namespace, p.name), CpuUsage()),
             )
             for p in draft.pods
@@ -162,9 +267,14 @@ def finalize(
             WorkloadView(
                 ref=draft.ref,
                 pods=pods,
-                devices=devices,
+                devices=tuple(devices),
                 window=planned.window,
-                stats_span=span,
+                judged=(
+                    TimeWindow(start=min(s.start for s in spans), end=max(s.end for s in spans))
+                    if spans
+                    else None
+                ),
+                judged_seconds=union_seconds(spans),
                 missing_devices=draft.missing_devices,
             )
         )
@@ -179,6 +289,22 @@ def finalize(
     return views, nodes
 
 
+def _past_first_busy(
+    h: Holder, life: TimeWindow, raw: DeviceSamples | None, t: Thresholds
+) -> TimeWindow | None:
+    """A Job's life from its first sample above ``idle_percent``, at the latest from its grace's end."""
+    grace_end = life.start if h.born is None else h.born + t.warmup_grace
+    begin = max(life.start, grace_end)
+    if raw is not None:
+        cut = raw.between(life)
+        busy = cut.timestamps[cut.values > t.idle_percent]
+        if busy.size:
+            # The span is (start, end]: start just before the first busy sample so that it counts.
+            first = _utc(float(busy[0]) - 1e-3)
+            begin = max(life.start, min(grace_end, first))
+    return TimeWindow(start=begin, end=life.end) if life.end > begin else None
+
+
 def _device_view(
     dev: DeviceAggregate,
     span: TimeWindow,
@@ -187,27 +313,30 @@ def _device_view(
     t: Thresholds,
 ) -> DeviceView:
     stats: UtilStats | None = dev.stats
-    coverage = dev.coverage
     shares: Shares | None = dev.histogram
+    phases = None
     if raw is not None:
         cut = raw.between(span)
         if dev.key in planned.young_keys:
-            # Judged over a shorter span than the window: every number comes from the raw samples.
+            # The pod's warm-up lies inside the window: every number comes from the samples past it.
             stats = util_stats(cut.values, quantile_levels(t.starvation_min_share)[0])
-            coverage = device_coverage(
-                stats.samples if stats else 0, span.duration.total_seconds(), dev.interval_s
-            )
             if dev.histogram is not None:
                 shares = _bucket_shares(cut, planned)
         if shares is None or shares.source != "histogram":
             shares = sample_shares(cut.values, t.starvation_idle_percent, t.starvation_busy_percent)
+            phases = phase_lengths(
+                cut.timestamps, cut.values, t.starvation_idle_percent, t.starvation_busy_percent
+            )
+    coverage = device_coverage(stats.samples if stats else 0, span.duration.total_seconds(), dev.interval_s)
     return DeviceView(
         key=dev.key,
         info=dev.info,
         stats=stats,
         coverage=coverage,
+        span=span,
         shares=shares,
         memory_used_mib=dev.memory_used_mib,
+        phases=phases,
     )
 
 
@@ -233,5 +362,5 @@ def _order(dev: DeviceAggregate) -> tuple[str, str, str, str]:
     return (dev.info.node, dev.info.index or "", dev.key.mig_instance, dev.key.uuid)
 
 
-def _utc(ts: float | None) -> datetime | None:
-    return None if ts is None else datetime.fromtimestamp(ts, tz=UTC)
+def _utc(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, tz=UTC)

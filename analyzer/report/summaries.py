@@ -9,6 +9,7 @@ from common.model import (
     Finding,
     FindingKind,
     FindingsReport,
+    LowUtilizationEvidence,
     UnknownEvidence,
     UtilizationEvidence,
 )
@@ -35,11 +36,15 @@ def detail(f: Finding) -> str:
             )
         parts = []
         if e.cpu_saturation is not None:
-            parts.append(f"CPU {e.cpu_saturation:.0%} of limit")
+            parts.append(f"CPU {e.cpu_saturation:.0%} of {e.cpu_saturation_of or 'limit'}")
         if e.cpu_throttled_ratio is not None:
             parts.append(f"throttled {e.cpu_throttled_ratio:.0%}")
         return "cpu-bound: " + ", ".join(parts)
+    if isinstance(e, LowUtilizationEvidence) and e.near_miss:
+        return f"near miss: mean {e.mean_util_percent or 0:.1f} %"
     if isinstance(e, UnknownEvidence):
+        if e.reason == "too_young":
+            return f"too young: {e.judged_hours or 0:.1f} h judged"
         return f"coverage {e.coverage or 0:.0%}"
     return f"max {e.max_util_percent or 0:.1f} %"
 

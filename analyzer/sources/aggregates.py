@@ -64,6 +64,7 @@ class UtilStats:
     q_low: float  # quantile at `q_level`
     q_high: float  # quantile at 1 - `q_level`
     q_level: float
+    median: float | None = None  # None where the source did not compute it
 
     @property
     def spread(self) -> float:
@@ -108,47 +109,104 @@ def coverage(samples: int, span_s: float, interval_s: float) -> float:
 
 @dataclass(frozen=True)
 class PodRecord:
-    """A pod alive at the window's end, as kube-state-metrics describes it."""
+    """A pod kube-state-metrics reported at some time in the window, as it last described it."""
 
     namespace: str
     name: str
     owner_kind: str | None = None
     owner_name: str | None = None
-    start: float | None = None  # unix seconds
+    start: float | None = None  # unix seconds; None until the kubelet starts it (never, if unscheduled)
+    # Every start in the window, oldest first: a StatefulSet's pod recreated under the same name
+    # (a new uid) started again, and each incarnation warms up again.
+    starts: tuple[float, ...] = ()
     gpu_requests: int | None = None
     node: str | None = None  # where kube-state-metrics says it runs
+    last_seen: float | None = None  # unix seconds it was last reported running in the window; None: not known
+    scheduled: bool | None = None  # PodScheduled was true at some time in the window; None: not reported
+    pending: bool = False  # phase Pending at its last report
+    finished: bool = False  # reported, but never Running in the window: ended before it (a done Job's pod)
+    group: str | None = None  # its app.kubernetes.io/name label, where kube-state-metrics exports it
+
+    @property
+    def never_scheduled(self) -> bool:
+        """The scheduler never placed it in the window: it holds no GPU, so none can be missing.
+
+        ``kube_pod_status_scheduled{condition="true"}`` decides when kube-state-metrics reports it;
+        otherwise a Pending pod whose requests carry no node is unscheduled.
+        """
+        if self.scheduled is not None:
+            return not self.scheduled
+        return self.pending and not self.node
 
 
 KsmRow = tuple[PodId, Mapping[str, str], float]  # one kube-state-metrics sample: pod, labels, value
 
 
 def pod_records(
-    owners: Iterable[KsmRow], starts: Iterable[KsmRow], gpu_requests: Iterable[KsmRow]
+    owners: Iterable[KsmRow],
+    starts: Iterable[KsmRow],
+    gpu_requests: Iterable[KsmRow],
+    last_seen: Iterable[KsmRow] = (),
+    scheduled: Iterable[KsmRow] = (),
+    pending: Iterable[KsmRow] = (),
+    phases_known: bool = False,
+    groups: Iterable[KsmRow] = (),
 ) -> dict[PodId, PodRecord]:
-    """Pods from ``kube_pod_owner``, ``kube_pod_start_time`` and GPU ``resource_requests`` rows.
+    """Pods from ``kube_pod_owner``, ``kube_pod_start_time``, GPU ``resource_requests`` and status rows.
 
-    A controller owner reference wins over any other; GPU requests are summed over containers.
+    A controller owner reference wins over any other; GPU requests are summed over containers. A pod
+    scheduled during the window has request rows both without and with its node: the rows with the
+    node win. A pod recreated under its name (a new ``uid``) requests what one incarnation does.
+    With phases known, ``last_seen`` rows are the last ``Running`` reports: a pod without one, and
+    not Pending, ran before the window only (a finished Job's pod stays in the API).
     """
     owner_of: dict[PodId, tuple[str, str]] = {}
     for pid, labels, _ in owners:
         if labels.get("owner_is_controller") == "true" or pid not in owner_of:
             owner_of[pid] = (labels.get("owner_kind", ""), labels.get("owner_name", ""))
-    start_of = {pid: value for pid, _, value in starts}
-    requested: dict[PodId, float] = defaultdict(float)
-    node_of: dict[PodId, str] = {}
+    starts_of: dict[PodId, set[float]] = defaultdict(set)
+    for pid, _, value in starts:
+        starts_of[pid].add(value)
+    # pod → incarnation (uid) → node label → GPUs summed over containers
+    rows: dict[PodId, dict[str, dict[str, float]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(float))
+    )
     for pid, labels, value in gpu_requests:
-        requested[pid] += value
-        if labels.get("node"):
-            node_of[pid] = labels["node"]
+        rows[pid][labels.get("uid", "")][labels.get("node", "")] += value
+    requested: dict[PodId, float] = {}
+    node_of: dict[PodId, str] = {}
+    for pid, incarnations in rows.items():
+        per_uid = []
+        for nodes in incarnations.values():
+            placed = {n: v for n, v in nodes.items() if n}
+            if placed:
+                node = max(placed)  # one node per incarnation; max() only makes the pick deterministic
+                node_of[pid] = node
+                per_uid.append(placed[node])
+            else:
+                per_uid.append(nodes[""])
+        requested[pid] = max(per_uid)
+    seen_at = {pid: value for pid, _, value in last_seen}
+    group_of = {
+        pid: name for pid, labels, _ in groups if (name := labels.get("label_app_kubernetes_io_name"))
+    }
+    scheduled_of = {pid: value >= 1 for pid, _, value in scheduled}
+    pending_of = {pid for pid, _, value in pending if value >= 1}
     return {
         pid: PodRecord(
             namespace=pid[0],
             name=pid[1],
             owner_kind=kind,
             owner_name=name,
-            start=start_of.get(pid),
+            start=max(starts_of[pid]) if starts_of.get(pid) else None,
+            starts=tuple(sorted(starts_of.get(pid, ()))),
             gpu_requests=round(requested[pid]) if pid in requested else None,
             node=node_of.get(pid),
+            last_seen=seen_at.get(pid),
+            scheduled=scheduled_of.get(pid),
+            pending=pid in pending_of,
+            finished=phases_known and pid not in seen_at and pid not in pending_of,
+            group=group_of.get(pid),
         )
         for pid, (kind, name) in owner_of.items()
     }
@@ -159,12 +217,21 @@ class CpuUsage:
     usage_cores: float | None = None
     limit_cores: float | None = None
     throttled_ratio: float | None = None
+    request_cores: float | None = None
 
     @property
     def saturation(self) -> float | None:
-        if self.usage_cores is None or not self.limit_cores:
+        """CPU used ÷ the limit, or ÷ the request for a pod without a limit (it may burst past it)."""
+        if self.usage_cores is None:
             return None
-        return self.usage_cores / self.limit_cores
+        bound = self.limit_cores or self.request_cores
+        return self.usage_cores / bound if bound else None
+
+    @property
+    def saturation_of(self) -> Literal["limit", "request"] | None:
+        if self.saturation is None:
+            return None
+        return "limit" if self.limit_cores else "request"
 
 
 @dataclass(frozen=True)
@@ -176,6 +243,7 @@ class FleetSnapshot:
     devices: Mapping[DeviceKey, DeviceAggregate]
     pods: Mapping[PodId, PodRecord] = field(default_factory=dict)
     replicasets: Mapping[PodId, tuple[str, str]] = field(default_factory=dict)  # (ns, rs) → (kind, name)
+    jobs: Mapping[PodId, tuple[str, str]] = field(default_factory=dict)  # (ns, job) → its owner (kind, name)
     cpu: Mapping[PodId, CpuUsage] = field(default_factory=dict)
 
 
@@ -212,7 +280,7 @@ def util_stats(values: np.ndarray, q_level: float) -> UtilStats | None:
     finite = values[np.isfinite(values)]
     if finite.size == 0:
         return None
-    q_low, q_high = np.quantile(finite, [q_level, 1.0 - q_level])
+    q_low, median, q_high = np.quantile(finite, [q_level, 0.5, 1.0 - q_level])
     return UtilStats(
         samples=int(finite.size),
         mean=float(finite.mean()),
@@ -220,6 +288,7 @@ def util_stats(values: np.ndarray, q_level: float) -> UtilStats | None:
         q_low=float(q_low),
         q_high=float(q_high),
         q_level=q_level,
+        median=float(median),
     )
 
 
@@ -233,6 +302,42 @@ def sample_shares(values: np.ndarray, idle_percent: float, busy_percent: float) 
         weight=float(finite.size),
         source="samples",
     )
+
+
+@dataclass(frozen=True)
+class Phases:
+    """Median length (seconds) of the runs of consecutive stalled and of consecutive busy samples."""
+
+    stalled_s: float
+    busy_s: float
+
+
+def phase_lengths(
+    timestamps: np.ndarray, values: np.ndarray, idle_percent: float, busy_percent: float
+) -> Phases | None:
+    """How long a GPU stays stalled, and busy, before switching: the time scale of its alternation.
+
+    A run lasts from its first sample to the next sample of another state (one sample interval for
+    a lone sample). Samples between the bounds end a run. None without both states.
+    """
+    finite = np.isfinite(values)
+    t, v = timestamps[finite], values[finite]
+    if t.size < 2:
+        return None
+    state = np.where(v <= idle_percent, -1, np.where(v > busy_percent, 1, 0))
+    step = float(np.median(np.diff(t)))
+    change = np.flatnonzero(np.diff(state)) + 1
+    starts = np.concatenate(([0], change))
+    ends = np.concatenate((change, [t.size]))
+    lengths: dict[int, list[float]] = {-1: [], 1: []}
+    for a, b in zip(starts, ends, strict=True):
+        kind = int(state[a])
+        if kind in lengths:
+            last = t[b] if b < t.size else t[b - 1] + step
+            lengths[kind].append(float(last - t[a]))
+    if not lengths[-1] or not lengths[1]:
+        return None
+    return Phases(stalled_s=float(np.median(lengths[-1])), busy_s=float(np.median(lengths[1])))
 
 
 def counter_increase(values: np.ndarray) -> float:

@@ -35,6 +35,13 @@ KUBE_REPLICASET_OWNER = "kube_replicaset_owner"
 KUBE_POD_START_TIME = "kube_pod_start_time"
 KUBE_POD_REQUESTS = "kube_pod_container_resource_requests"
 KUBE_POD_LIMITS = "kube_pod_container_resource_limits"
+KUBE_POD_STATUS_PHASE = "kube_pod_status_phase"
+KUBE_POD_STATUS_SCHEDULED = "kube_pod_status_scheduled"
+KUBE_JOB_OWNER = "kube_job_owner"
+KUBE_POD_LABELS = "kube_pod_labels"
+# The label that groups ownerless Jobs into one workload (a sweep's runs), as kube-state-metrics
+# exports it when allowed (--metric-labels-allowlist=pods=[app.kubernetes.io/name]).
+JOB_GROUP_LABEL = "label_app_kubernetes_io_name"
 CPU_USAGE = "container_cpu_usage_seconds_total"
 CPU_PERIODS = "container_cpu_cfs_periods_total"
 CPU_THROTTLED = "container_cpu_cfs_throttled_periods_total"
@@ -48,6 +55,10 @@ KNOWN_METRICS = (
     KUBE_POD_START_TIME,
     KUBE_POD_REQUESTS,
     KUBE_POD_LIMITS,
+    KUBE_POD_STATUS_PHASE,
+    KUBE_POD_STATUS_SCHEDULED,
+    KUBE_JOB_OWNER,
+    KUBE_POD_LABELS,
     CPU_USAGE,
     CPU_PERIODS,
     CPU_THROTTLED,
@@ -96,6 +107,11 @@ class Capabilities:
     cpu_usage: bool = False
     cpu_limits: bool = False
     cpu_throttling: bool = False
+    cpu_requests: bool = False
+    pod_phase: bool = False
+    pod_scheduled: bool = False
+    job_owner: bool = False
+    pod_labels: bool = False
     # Per scrape job: multiplier from the DEV gauge's unit to percent, and the sample interval (s).
     dev_scale: Mapping[str, float] = field(default_factory=dict)
     interval_s: Mapping[str, float] = field(default_factory=dict)
@@ -156,20 +172,33 @@ def choose_pod_labels(label_names: Collection[str]) -> PodLabels:
     return PodLabels()
 
 
-def decide_scale(max_value: float, has_fraction_below_one: bool) -> float:
-    """Unit of a ``DCGM_FI_DEV_GPU_UTIL`` job from its largest value and whether any value lies in (0, 1).
+# A job whose values are only exactly 0 or 1, with at least this share of them at 1, is a 0-1 gauge:
+# NVML reads an idle GPU at 0 with rare 1 % blips (a health check now and then), not at exactly 1 %
+# in one sample of five.
+RATIO_ONES_SHARE = 0.2
 
-    Above 1 can only be percent. At or below 1, fractional values mean a 0-1 ratio. A job whose
-    every value is exactly 0 or 1 is read as percent: an idle GPU blipping to 1 % is common, a 0-1
-    series that only ever reads 0 or exactly 100 % is not.
+
+def decide_scale(max_value: float, has_fraction_below_one: bool, ones_share: float = 0.0) -> float:
+    """Unit of a ``DCGM_FI_DEV_GPU_UTIL`` job from its largest value, whether any value lies in (0, 1)
+    and, for a job whose values are only exactly 0 or 1, the share of them at 1.
+
+    Above 1 can only be percent. At or below 1, fractional values mean a 0-1 ratio. A job of only
+    0s and 1s is a ratio when at least ``RATIO_ONES_SHARE`` of its samples read 1 — a GPU fully busy
+    in those samples, which read as percent would look idle — and percent otherwise: an idle GPU
+    blipping to 1 % now and then. ``--util-scale`` settles what lies in between.
     """
     if max_value > 1.0:
         return PERCENT
-    return RATIO if has_fraction_below_one else PERCENT
+    if has_fraction_below_one:
+        return RATIO
+    return RATIO if max_value == 1.0 and ones_share >= RATIO_ONES_SHARE else PERCENT
 
 
-def scales_by_job(device_max: Mapping[str, Collection[float]]) -> dict[str, float]:
-    """``decide_scale`` per scrape job, from the maximum of each of its devices' series.
+def scales_by_job(
+    device_max: Mapping[str, Collection[float]], ones_share: Mapping[str, float] | None = None
+) -> dict[str, float]:
+    """``decide_scale`` per scrape job, from the maximum of each of its devices' series and the job's
+    mean value (which, for a job of only 0s and 1s, is the share of 1s).
 
     A device whose maximum lies strictly between 0 and 1 can only be a 0-1 gauge (NVML's percent
     readings are whole numbers), so one such device settles its job.
@@ -178,7 +207,7 @@ def scales_by_job(device_max: Mapping[str, Collection[float]]) -> dict[str, floa
     for job, maxima in device_max.items():
         top = max(maxima, default=0.0)
         fraction = any(0.0 < m < 1.0 for m in maxima)
-        scales[job] = decide_scale(top, fraction)
+        scales[job] = decide_scale(top, fraction, (ones_share or {}).get(job, 0.0))
     return scales
 
 

@@ -70,6 +70,22 @@ class FleetQueries:
             "max", self.caps.device_labels(), self._over("quantile_over_time", metric, param=q)
         )
 
+    def device_series_count(self, metric: str) -> str:
+        """Series per device holder: more than one when its exporter pod moved (a new `instance`)."""
+        return promql.aggregate("count", self.caps.device_labels(), self._over("count_over_time", metric))
+
+    def device_quantile_union(self, metric: str, q: float, uuids: Sequence[str], step: timedelta) -> str:
+        """Quantile over the union of a device's series, for the few devices split over several.
+
+        Per-series quantiles cannot be combined into the union's; merging the series first (``max``
+        at each step of a subquery as fine as the scrape interval) can. Counts and sums stay exact
+        elsewhere: only the quantiles go through the subquery.
+        """
+        labels = self.caps.device_labels()
+        merged = promql.aggregate("max", labels, promql.selector(metric, [one_of(dcgm.UUID, uuids)]))
+        sub = f"({merged})[{promql.duration(self.window)}:{promql.duration(step)}]"
+        return promql.aggregate("max", labels, f"quantile_over_time({promql.number(q)}, {sub})")
+
     def histogram_increase(self) -> str:
         labels = (*self.caps.device_labels(), dcgm.LE)
         matchers = [one_of(dcgm.LE, self.caps.histogram_le)]
@@ -98,21 +114,27 @@ class FleetQueries:
         )
 
     # --- pods -----------------------------------------------------------------------------------
+    # Every pod the window saw, not only those alive at its end: a pod replaced two hours before the
+    # end held its GPUs for the rest of the window. kube-state-metrics series are few (one per pod),
+    # so reading them over the window costs little next to the GPU series.
+
+    def _gpu_requests(self) -> str:
+        return promql.selector(dcgm.KUBE_POD_REQUESTS, [Matcher("resource", "=~", dcgm.GPU_RESOURCE_REGEX)])
+
+    def _last(self, selector_text: str) -> str:
+        return promql.over_time("last_over_time", promql.ranged(selector_text, self.window))
 
     def gpu_pods(self) -> str:
-        """(namespace, pod) of every pod that requests GPUs or holds one at the evaluation time.
+        """(namespace, pod) of every pod that requested GPUs in the window, or holds one at its end.
 
-        Instant selectors only: the Kubernetes-side queries ask about pods alive at the window's
-        end, and re-reading every GPU series over the whole window in each of them would double a
-        run's cost.
+        The held part reads instant GPU series only: re-reading every GPU series over the whole
+        window in each Kubernetes-side query would double a run's cost.
         """
         ksm = self.caps.ksm_pod
-        requested = promql.selector(
-            dcgm.KUBE_POD_REQUESTS, [Matcher("resource", "=~", dcgm.GPU_RESOURCE_REGEX)]
-        )
         parts = []
         if self.caps.kube_state_metrics:
-            parts.append(promql.aggregate("group", CANONICAL.names, canonical(f"{requested} > 0", ksm)))
+            requested = f"{self._last(self._gpu_requests())} > 0"
+            parts.append(promql.aggregate("group", CANONICAL.names, canonical(requested, ksm)))
         held = [ne(self.caps.gpu_pod.pod, "")]
         parts += [
             promql.aggregate(
@@ -127,26 +149,73 @@ class FleetQueries:
 
     def pod_owners(self) -> str:
         labels = (*CANONICAL.names, "owner_kind", "owner_name", "owner_is_controller")
-        return promql.aggregate("max", labels, self._ksm(dcgm.KUBE_POD_OWNER))
+        return promql.aggregate("max", labels, self._ksm(self._last(dcgm.KUBE_POD_OWNER)))
 
     def pod_start_times(self) -> str:
-        return promql.aggregate("max", CANONICAL.names, self._ksm(dcgm.KUBE_POD_START_TIME))
+        """Start time per pod incarnation (``uid``): a pod recreated under its old name started again."""
+        return promql.aggregate(
+            "max", (*CANONICAL.names, "uid"), self._ksm(self._last(dcgm.KUBE_POD_START_TIME))
+        )
+
+    def pod_last_seen(self) -> str:
+        """When each pod was last reported running in the window (unix seconds).
+
+        A subquery at a one-minute step: a pod gone or finished before the window's end is judged
+        over its own life, and its GPUs' coverage is counted against that life, not the whole
+        window. A Job's finished pod stays in the API (phase ``Succeeded``) until it is deleted, so
+        the last ``Running`` report counts, not the last report; without phase series, the last
+        report.
+        """
+        if self.caps.pod_phase:
+            running = promql.selector(dcgm.KUBE_POD_STATUS_PHASE, [eq("phase", "Running")])
+            # timestamp() of the plain selector is the sample's own time (a filtered expression's is
+            # the evaluation time, which a series without staleness markers stretches by the lookback).
+            stamp = f"(timestamp({running}) and ({running} == 1))"
+        else:
+            stamp = f"timestamp({dcgm.KUBE_POD_OWNER})"
+        seen = f"max_over_time({stamp}[{promql.duration(self.window)}:1m])"
+        return promql.aggregate("max", CANONICAL.names, self._ksm(seen))
+
+    def pod_scheduled(self) -> str:
+        """1 for pods whose PodScheduled condition was true at some time in the window, else 0."""
+        scheduled = promql.selector(dcgm.KUBE_POD_STATUS_SCHEDULED, [eq("condition", "true")])
+        ranged = promql.over_time("max_over_time", promql.ranged(scheduled, self.window))
+        return promql.aggregate("max", CANONICAL.names, self._ksm(ranged))
+
+    def pod_pending(self) -> str:
+        """1 for pods whose phase was Pending at their last report in the window."""
+        pending = promql.selector(dcgm.KUBE_POD_STATUS_PHASE, [eq("phase", "Pending")])
+        return promql.aggregate("max", CANONICAL.names, self._ksm(self._last(pending)))
 
     def pod_gpu_requests(self) -> str:
-        """GPUs each pod requests, and its node (kube-state-metrics labels requests with it)."""
-        requested = promql.selector(
-            dcgm.KUBE_POD_REQUESTS, [Matcher("resource", "=~", dcgm.GPU_RESOURCE_REGEX)]
-        )
-        return promql.aggregate("sum", (*CANONICAL.names, "node"), canonical(requested, self.caps.ksm_pod))
+        """GPUs each pod incarnation requested, per node label (empty until it is scheduled)."""
+        requested = canonical(self._last(self._gpu_requests()), self.caps.ksm_pod)
+        return promql.aggregate("sum", (*CANONICAL.names, "uid", "node"), requested)
 
     def replicaset_owners(self) -> str:
         ns = self.caps.ksm_pod.namespace
-        owners = promql.selector(dcgm.KUBE_POD_OWNER, [eq("owner_kind", "ReplicaSet")])
+        owners = self._last(promql.selector(dcgm.KUBE_POD_OWNER, [eq("owner_kind", "ReplicaSet")]))
         gpu_replicasets = f'label_replace({self._ksm(owners)}, "replicaset", "$1", "owner_name", "(.+)")'
-        rs = promql.over_time("last_over_time", promql.ranged(dcgm.KUBE_REPLICASET_OWNER, self.window))
+        rs = self._last(dcgm.KUBE_REPLICASET_OWNER)
         labels = ("namespace", "replicaset", "owner_kind", "owner_name", "owner_is_controller")
         joined = f"({copy_label(rs, 'namespace', ns)}) and on (namespace, replicaset) ({gpu_replicasets})"
         return promql.aggregate("max", labels, joined)
+
+    def job_owners(self) -> str:
+        """What created each GPU pod's Job (CronJob, JobSet, ...): ``kube_job_owner``."""
+        ns = self.caps.ksm_pod.namespace
+        owners = self._last(promql.selector(dcgm.KUBE_POD_OWNER, [eq("owner_kind", "Job")]))
+        gpu_jobs = f'label_replace({self._ksm(owners)}, "job_name", "$1", "owner_name", "(.+)")'
+        above = self._last(promql.selector(dcgm.KUBE_JOB_OWNER, [ne("owner_kind", "<none>")]))
+        labels = ("namespace", "job_name", "owner_kind", "owner_name", "owner_is_controller")
+        joined = f"({copy_label(above, 'namespace', ns)}) and on (namespace, job_name) ({gpu_jobs})"
+        return promql.aggregate("max", labels, joined)
+
+    def pod_groups(self) -> str:
+        """The ``app.kubernetes.io/name`` label of GPU pods, where kube-state-metrics exports it."""
+        labelled = promql.selector(dcgm.KUBE_POD_LABELS, [ne(dcgm.JOB_GROUP_LABEL, "")])
+        labels = (*CANONICAL.names, dcgm.JOB_GROUP_LABEL)
+        return promql.aggregate("max", labels, self._ksm(self._last(labelled)))
 
     def cpu_usage(self) -> str:
         rate = self._over("rate", dcgm.CPU_USAGE, _REAL_CONTAINERS)
@@ -155,6 +224,10 @@ class FleetQueries:
     def cpu_limits(self) -> str:
         limits = self._over("max_over_time", dcgm.KUBE_POD_LIMITS, [eq("resource", "cpu")])
         return promql.aggregate("sum", CANONICAL.names, self._ksm(limits))
+
+    def cpu_requests(self) -> str:
+        requests = self._over("max_over_time", dcgm.KUBE_POD_REQUESTS, [eq("resource", "cpu")])
+        return promql.aggregate("sum", CANONICAL.names, self._ksm(requests))
 
     def cpu_throttled_ratio(self) -> str:
         def total(metric: str) -> str:

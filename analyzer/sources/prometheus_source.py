@@ -1,13 +1,13 @@
 """``MetricsSource`` over the Prometheus query API: the TSDB computes, the analyzer reads numbers.
 
 One run costs a fixed number of queries whatever the fleet size: discovery (three or four label
-API calls), one raw series per scrape job to measure its interval, five aggregates per
-utilization metric (sample count with the device's labels, sum, max, two quantiles; the unit of
-``DCGM_FI_DEV_GPU_UTIL`` follows from the maxima), one histogram query, four kube-state-metrics
-queries and three cAdvisor queries. Raw samples are pulled later only for the few devices the
-pipeline asks about, in chunks that stay under the server's per-series point limit and a
-per-query sample budget.
-"""
+API calls), one raw series per scrape job to measure its interval, six aggregates per
+utilization metric (sample count with the device's labels, sum, max, three quantiles; the unit of
+``DCGM_FI_DEV_GPU_UTIL`` follows from the maxima and sums) and a series count per device that
+finds devices split over several series (their quantiles are then taken over the union, three
+subqueries), one histogram query, up to eight kube-state-metrics queries and four CPU queries.
+Raw samples are pulled later only for the few devices the pipeline asks about, in chunks that stay
+under the server's per-series point limit and a per-query sample budget."""
 
 from __future__ import annotations
 
@@ -108,15 +108,22 @@ class PrometheusSource:
             cpu_usage=dcgm.CPU_USAGE in present,
             cpu_limits=dcgm.KUBE_POD_LIMITS in present,
             cpu_throttling=dcgm.CPU_THROTTLED in present and dcgm.CPU_PERIODS in present,
+            cpu_requests=ksm and dcgm.KUBE_POD_REQUESTS in present,
+            pod_phase=ksm and dcgm.KUBE_POD_STATUS_PHASE in present,
+            pod_scheduled=ksm and dcgm.KUBE_POD_STATUS_SCHEDULED in present,
+            job_owner=ksm and dcgm.KUBE_JOB_OWNER in present,
+            pod_labels=ksm and dcgm.KUBE_POD_LABELS in present,
         )
         return caps
 
-    def _dev_scales(self, device_max: Mapping[str, list[float]]) -> dict[str, float]:
-        """Unit of DCGM_FI_DEV_GPU_UTIL per scrape job, from its devices' maxima (or as forced)."""
+    def _dev_scales(
+        self, device_max: Mapping[str, list[float]], mean: Mapping[str, float]
+    ) -> dict[str, float]:
+        """Unit of DCGM_FI_DEV_GPU_UTIL per scrape job, from its devices' maxima and mean (or as forced)."""
         if self.util_scale != "auto":
             forced = dcgm.RATIO if self.util_scale == "ratio" else dcgm.PERCENT
             return dict.fromkeys(device_max, forced)
-        return dcgm.scales_by_job(device_max)
+        return dcgm.scales_by_job(device_max, mean)
 
     # --- the snapshot ---------------------------------------------------------------------------
 
@@ -146,18 +153,27 @@ class PrometheusSource:
                 ("max", q.device_max(metric)),
                 ("q_low", q.device_quantile(metric, q_low)),
                 ("q_high", q.device_quantile(metric, q_high)),
+                ("median", q.device_quantile(metric, 0.5)),
             ):
                 for s in self.client.vector(query, at):
                     key = self._key(s.labels, caps)
                     if key is not None and key in counts and counts[key][0] == metric:
                         numbers[name][key] = s.value
 
-        # The DEV gauge's unit per scrape job follows from the per-device maxima just read.
+        self._union_quantiles(q, caps, counts, numbers, intervals, (q_low, q_high), at)
+
+        # The DEV gauge's unit per scrape job follows from the per-device maxima and sums just read.
         dev_max: dict[str, list[float]] = defaultdict(list)
+        job_sum: dict[str, float] = defaultdict(float)
+        job_count: dict[str, float] = defaultdict(float)
         for key, (metric, sample) in counts.items():
             if metric == dcgm.DEV_GPU_UTIL and key in numbers["max"]:
-                dev_max[sample.labels.get(dcgm.JOB, "")].append(numbers["max"][key])
-        caps = replace(caps, interval_s=intervals, dev_scale=self._dev_scales(dev_max))
+                job = sample.labels.get(dcgm.JOB, "")
+                dev_max[job].append(numbers["max"][key])
+                job_sum[job] += numbers["sum"].get(key, 0.0)
+                job_count[job] += sample.value
+        mean = {job: job_sum[job] / job_count[job] for job in job_count if job_count[job] > 0}
+        caps = replace(caps, interval_s=intervals, dev_scale=self._dev_scales(dev_max, mean))
 
         devices: dict[DeviceKey, DeviceAggregate] = {}
         for key, (metric, sample) in counts.items():
@@ -185,6 +201,7 @@ class PrometheusSource:
                     q_low=numbers["q_low"][key] * scale,
                     q_high=numbers["q_high"][key] * scale,
                     q_level=q_low,
+                    median=numbers["median"][key] * scale if key in numbers["median"] else None,
                 ),
                 span_s=span_s,
                 interval_s=intervals.get(job, 0.0),
@@ -197,8 +214,38 @@ class PrometheusSource:
             devices=devices,
             pods=self._pods(q, caps, at) if caps.kube_state_metrics else {},
             replicasets=self._replicasets(q, at) if caps.replicaset_owner else {},
+            jobs=self._jobs(q, at) if caps.job_owner else {},
             cpu=self._cpu(q, caps, at),
         )
+
+    def _union_quantiles(
+        self,
+        q: FleetQueries,
+        caps: Capabilities,
+        counts: Mapping[DeviceKey, tuple[str, VectorSample]],
+        numbers: dict[str, dict[DeviceKey, float]],
+        intervals: Mapping[str, float],
+        levels: tuple[float, float],
+        at: datetime,
+    ) -> None:
+        """Replace per-series quantiles by the union's for devices whose samples span several series."""
+        for metric in caps.util_metrics:
+            split = set()
+            for s in self.client.vector(q.device_series_count(metric), at):
+                key = self._key(s.labels, caps)
+                if key is not None and s.value > 1 and key in counts and counts[key][0] == metric:
+                    split.add(key)
+            if not split:
+                continue
+            jobs = {counts[k][1].labels.get(dcgm.JOB, "") for k in split}
+            step = min((intervals[j] for j in jobs if j in intervals), default=15.0)
+            uuids = sorted({k.uuid for k in split})
+            for name, level in (("q_low", levels[0]), ("q_high", levels[1]), ("median", 0.5)):
+                query = q.device_quantile_union(metric, level, uuids, timedelta(seconds=step))
+                for s in self.client.vector(query, at):
+                    key = self._key(s.labels, caps)
+                    if key in split:
+                        numbers[name][key] = s.value
 
     def _key(self, labels: Mapping[str, str], caps: Capabilities) -> DeviceKey | None:
         uuid = labels.get(dcgm.UUID)
@@ -267,7 +314,16 @@ class PrometheusSource:
         def rows(query: str) -> list[KsmRow]:
             return [(_pid(s), s.labels, s.value) for s in self.client.vector(query, at)]
 
-        return pod_records(rows(q.pod_owners()), rows(q.pod_start_times()), rows(q.pod_gpu_requests()))
+        return pod_records(
+            rows(q.pod_owners()),
+            rows(q.pod_start_times()),
+            rows(q.pod_gpu_requests()),
+            last_seen=rows(q.pod_last_seen()),
+            scheduled=rows(q.pod_scheduled()) if caps.pod_scheduled else (),
+            pending=rows(q.pod_pending()) if caps.pod_phase else (),
+            phases_known=caps.pod_phase,
+            groups=rows(q.pod_groups()) if caps.pod_labels else (),
+        )
 
     def _replicasets(self, q: FleetQueries, at: datetime) -> dict[PodId, tuple[str, str]]:
         out: dict[PodId, tuple[str, str]] = {}
@@ -275,6 +331,14 @@ class PrometheusSource:
             rs = (s.labels.get("namespace", ""), s.labels.get("replicaset", ""))
             if s.labels.get("owner_is_controller") == "true" or rs not in out:
                 out[rs] = (s.labels.get("owner_kind", ""), s.labels.get("owner_name", ""))
+        return out
+
+    def _jobs(self, q: FleetQueries, at: datetime) -> dict[PodId, tuple[str, str]]:
+        out: dict[PodId, tuple[str, str]] = {}
+        for s in self.client.vector(q.job_owners(), at):
+            job = (s.labels.get("namespace", ""), s.labels.get("job_name", ""))
+            if s.labels.get("owner_is_controller") == "true" or job not in out:
+                out[job] = (s.labels.get("owner_kind", ""), s.labels.get("owner_name", ""))
         return out
 
     def _cpu(self, q: FleetQueries, caps: Capabilities, at: datetime) -> dict[PodId, CpuUsage]:
@@ -286,11 +350,15 @@ class PrometheusSource:
         usage = values(caps.cpu_usage, q.cpu_usage)
         limits = values(caps.cpu_limits and caps.kube_state_metrics, q.cpu_limits)
         throttled = values(caps.cpu_throttling, q.cpu_throttled_ratio)
+        requests = values(caps.cpu_requests, q.cpu_requests)
         return {
             pid: CpuUsage(
-                usage_cores=usage.get(pid), limit_cores=limits.get(pid), throttled_ratio=throttled.get(pid)
+                usage_cores=usage.get(pid),
+                limit_cores=limits.get(pid),
+                throttled_ratio=throttled.get(pid),
+                request_cores=requests.get(pid),
             )
-            for pid in set(usage) | set(limits) | set(throttled)
+            for pid in set(usage) | set(limits) | set(throttled) | set(requests)
         }
 
     # --- closer looks ---------------------------------------------------------------------------

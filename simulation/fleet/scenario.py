@@ -82,6 +82,8 @@ class NodeSpec(_Spec):
     mig_instances: int = Field(default=2, ge=1, le=7)
     gaps: tuple[Interval, ...] = ()  # the exporter on this node was down
     exporter_restarts: tuple[Offset, ...] = ()  # counters the exporter owns start again from zero
+    # The exporter pod is rescheduled: from each offset on, its series carry a new `instance`.
+    exporter_moves: tuple[Offset, ...] = ()
     gpu_losses: tuple[GpuLoss, ...] = ()
 
     @model_validator(mode="after")
@@ -122,6 +124,13 @@ _CONTROLLED_KIND = {
 }
 
 
+class JobOwner(_Spec):
+    """What created a Job (``kube_job_owner``): a CronJob, a JobSet, or another controller."""
+
+    kind: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+
+
 class WorkloadSpec(_Spec):
     namespace: str = Field(min_length=1)
     name: str = Field(min_length=1)
@@ -136,6 +145,11 @@ class WorkloadSpec(_Spec):
     cpu_limit_cores: float = Field(default=4.0, gt=0)
     memory_fraction: float = Field(default=0.7, gt=0, le=1)  # framebuffer share held once loaded
     container_restarts: tuple[Offset, ...] = ()  # cAdvisor counters reset
+    # Replicas the scheduler never places (no node has room): Pending, holding no GPU.
+    pending_replicas: int = Field(default=0, ge=0)
+    # Each replica's pod is deleted and recreated by its controller at these offsets (same GPUs).
+    replaced_at: tuple[Offset, ...] = ()
+    job_owner: JobOwner | None = None  # Jobs only: the CronJob / JobSet above it
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
     controller: Controller | None = None
@@ -149,6 +163,10 @@ class WorkloadSpec(_Spec):
             raise ValueError(
                 f"a {self.controller.value} controls a {_CONTROLLED_KIND[self.controller].value}"
             )
+        if self.kind is WorkloadKind.POD and self.replaced_at:
+            raise ValueError("a bare Pod has no controller to recreate it")
+        if self.job_owner is not None and self.kind is not WorkloadKind.JOB:
+            raise ValueError("job_owner is for Jobs only")
         return self
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -62,6 +62,7 @@ class Pod:
     end: float  # unix seconds; the scenario end for pods still running
     slots: tuple[Slot, ...]
     spec: WorkloadSpec
+    pending: bool = False  # never scheduled: no node, no GPU, no start time
 
 
 @dataclass
@@ -96,21 +97,25 @@ def replicaset_name(w: WorkloadSpec) -> str:
     return f"{w.name}-{_k8s_suffix(10, w.namespace, w.name, 'rs')}"
 
 
-def _pod_names(w: WorkloadSpec) -> list[tuple[str, str, str]]:
-    """(pod name, owner kind, owner name) per replica, named the way controllers name them."""
+def _pod_names(w: WorkloadSpec, replicas: int, generation: int = 0) -> list[tuple[str, str, str]]:
+    """(pod name, owner kind, owner name) per replica, named the way controllers name them.
+
+    ``generation`` counts recreations: a recreated pod gets a new name (a StatefulSet's keeps it).
+    """
+    salt = "" if generation == 0 else f"/{generation}"
     match w.kind:
         case WorkloadKind.DEPLOYMENT:
             rs = replicaset_name(w)
             return [
-                (f"{rs}-{_k8s_suffix(5, w.namespace, w.name, str(i))}", "ReplicaSet", rs)
-                for i in range(w.replicas)
+                (f"{rs}-{_k8s_suffix(5, w.namespace, w.name, str(i) + salt)}", "ReplicaSet", rs)
+                for i in range(replicas)
             ]
         case WorkloadKind.STATEFULSET:
-            return [(f"{w.name}-{i}", "StatefulSet", w.name) for i in range(w.replicas)]
+            return [(f"{w.name}-{i}", "StatefulSet", w.name) for i in range(replicas)]
         case WorkloadKind.JOB:
             return [
-                (f"{w.name}-{_k8s_suffix(5, w.namespace, w.name, str(i))}", "Job", w.name)
-                for i in range(w.replicas)
+                (f"{w.name}-{_k8s_suffix(5, w.namespace, w.name, str(i) + salt)}", "Job", w.name)
+                for i in range(replicas)
             ]
         case WorkloadKind.POD:
             return [(w.name, "<none>", "<none>")]
@@ -123,6 +128,19 @@ def _pod_names(w: WorkloadSpec) -> list[tuple[str, str, str]]:
                 )
                 for i in range(w.replicas)
             ]
+
+
+GROUP_LABEL = "app.kubernetes.io/name"
+
+
+def workload_ref(w: WorkloadSpec) -> WorkloadRef:
+    """What a correct analyzer names the workload: the owner above a Job when it has one, else
+    for a Job whose pods carry ``app.kubernetes.io/name``, the group of Jobs sharing it."""
+    if w.job_owner is not None:
+        return WorkloadRef(kind=w.job_owner.kind, name=w.job_owner.name, namespace=w.namespace)
+    if w.kind is WorkloadKind.JOB and GROUP_LABEL in w.labels:
+        return WorkloadRef(kind="JobGroup", name=w.labels[GROUP_LABEL], namespace=w.namespace)
+    return WorkloadRef(kind=w.kind.value, name=w.name, namespace=w.namespace)
 
 
 def _slots(node: NodeSpec) -> list[Slot]:
@@ -144,39 +162,64 @@ def place(scenario: Scenario) -> list[Pod]:
         stop = scenario.at(w.end).timestamp() if w.end is not None else end_ts
         if stop <= start:
             raise ScenarioError(f"workload {w.namespace}/{w.name}: end is not after start")
-        ref = WorkloadRef(kind=w.kind.value, name=w.name, namespace=w.namespace)
+        ref = workload_ref(w)
         candidates = [w.node] if w.node else [n.name for n in scenario.nodes]
-        for pod_name, owner_kind, owner_name in _pod_names(w):
-            chosen = None
-            for node_name in candidates:
-                free = [
-                    s
-                    for s in slots_by_node[node_name]
-                    if all(stop <= a or start >= b for a, b in taken.get(s, []))
-                ]
-                if len(free) >= w.gpus_per_pod:
-                    chosen = free[: w.gpus_per_pod]
-                    break
-            if chosen is None:
-                raise ScenarioError(
-                    f"workload {w.namespace}/{w.name}: no node has {w.gpus_per_pod} free GPU(s) "
-                    f"for {pod_name}"
+        cuts = sorted(t for r in w.replaced_at if start < (t := scenario.at(r).timestamp()) < stop)
+        lives = list(zip([start, *cuts], [*cuts, stop], strict=True))
+        for generation, (born, died) in enumerate(lives):
+            for pod_name, owner_kind, owner_name in _pod_names(w, w.replicas, generation):
+                chosen = None
+                for node_name in candidates:
+                    free = [
+                        s
+                        for s in slots_by_node[node_name]
+                        if all(died <= a or born >= b for a, b in taken.get(s, []))
+                    ]
+                    if len(free) >= w.gpus_per_pod:
+                        chosen = free[: w.gpus_per_pod]
+                        break
+                if chosen is None:
+                    raise ScenarioError(
+                        f"workload {w.namespace}/{w.name}: no node has {w.gpus_per_pod} free GPU(s) "
+                        f"for {pod_name}"
+                    )
+                for s in chosen:
+                    taken.setdefault(s, []).append((born, died))
+                pods.append(
+                    Pod(
+                        namespace=w.namespace,
+                        name=pod_name,
+                        uid=str(
+                            _stable_id(
+                                "pod", w.namespace, pod_name, *([str(generation)] if generation else [])
+                            )
+                        ),
+                        node=chosen[0].node,
+                        workload=ref,
+                        owner_kind=owner_kind,
+                        owner_name=owner_name,
+                        start=born,
+                        end=died,
+                        slots=tuple(chosen),
+                        spec=w,
+                    )
                 )
-            for s in chosen:
-                taken.setdefault(s, []).append((start, stop))
+        names = _pod_names(w, w.replicas + w.pending_replicas)[w.replicas :]
+        for pod_name, owner_kind, owner_name in names:
             pods.append(
                 Pod(
                     namespace=w.namespace,
                     name=pod_name,
-                    uid=str(_stable_id("pod", w.namespace, pod_name)),
-                    node=chosen[0].node,
+                    uid=str(_stable_id("pod", w.namespace, pod_name, "pending")),
+                    node="",
                     workload=ref,
                     owner_kind=owner_kind,
                     owner_name=owner_name,
-                    start=start,
+                    start=start,  # created then; never started, so no kube_pod_start_time
                     end=stop,
-                    slots=tuple(chosen),
+                    slots=(),
                     spec=w,
+                    pending=True,
                 )
             )
     return pods
@@ -192,7 +235,9 @@ def simulate(scenario: Scenario) -> Fleet:
     rng = np.random.default_rng(scenario.seed)
     traces = {p.uid: _pod_trace(scenario, p, times, rng) for p in pods}
     for node in scenario.nodes:
-        fleet.series.extend(_gpu_series(scenario, node, times, pods, traces, rng))
+        series = _gpu_series(scenario, node, times, pods, traces, rng)
+        moves = sorted(scenario.at(m).timestamp() for m in node.exporter_moves)
+        fleet.series.extend(_relocated(series, moves) if moves else series)
     fleet.series.extend(_kube_state_series(scenario, times, pods))
     fleet.series.extend(_cadvisor_series(scenario, times, pods, traces))
     return fleet
@@ -365,6 +410,20 @@ def _gpu_series(
                 yield Series(name, _sorted(base), times[present], values[present])
 
 
+def _relocated(series: Iterable[Series], moves: list[float]) -> Iterator[Series]:
+    """Each series cut at the exporter's moves, every piece with the new pod's `instance`."""
+    bounds = [-np.inf, *moves, np.inf]
+    for s in series:
+        labels = dict(s.labels)
+        for k in range(len(bounds) - 1):
+            mask = (s.timestamps > bounds[k]) & (s.timestamps <= bounds[k + 1])
+            if not mask.any():
+                continue
+            instance = labels.get("instance", "")
+            moved = labels | ({"instance": instance.replace(":", f"-{k}:", 1)} if k else {})
+            yield Series(s.name, _sorted(moved), s.timestamps[mask], s.values[mask])
+
+
 def _split_by_owner(
     name: str,
     labels: dict[str, str],
@@ -398,8 +457,13 @@ def _sorted(labels: dict[str, str]) -> tuple[tuple[str, str], ...]:
 def _kube_state_series(scenario: Scenario, times: np.ndarray, pods: list[Pod]) -> Iterator[Series]:
     ksm = {"job": "kube-state-metrics", "instance": "kube-state-metrics:8080"}
     seen_rs = set()
+    seen_jobs: set[tuple[str, str]] = set()
     for pod in pods:
-        alive = _alive(times, pod)
+        running = _alive(times, pod)
+        alive = running
+        if pod.owner_kind == "Job" and not pod.pending:
+            # A Job's finished pod stays in the API, phase Succeeded, until something deletes it.
+            alive = times > pod.start
         t = times[alive]
         if t.size == 0:
             continue
@@ -418,7 +482,30 @@ def _kube_state_series(scenario: Scenario, times: np.ndarray, pods: list[Pod]) -
             t,
             ones,
         )
-        yield Series("kube_pod_start_time", _sorted(common), t, np.full(t.size, pod.start))
+        if GROUP_LABEL in pod.spec.labels:
+            # kube-state-metrics exports a pod label only when allowed (--metric-labels-allowlist).
+            labelled = common | {"label_app_kubernetes_io_name": pod.spec.labels[GROUP_LABEL]}
+            yield Series("kube_pod_labels", _sorted(labelled), t, ones)
+        if not pod.pending:  # status.startTime is set by the kubelet, so never for an unscheduled pod
+            yield Series("kube_pod_start_time", _sorted(common), t, np.full(t.size, pod.start))
+        is_running = running[alive]
+        phases = {
+            "Pending": np.full(t.size, 1.0 if pod.pending else 0.0),
+            "Running": np.where(is_running & (not pod.pending), 1.0, 0.0),
+            "Succeeded": np.where(~is_running, 1.0, 0.0),
+            "Failed": np.zeros(t.size),
+            "Unknown": np.zeros(t.size),
+        }
+        for name, values in phases.items():
+            yield Series("kube_pod_status_phase", _sorted(common | {"phase": name}), t, values)
+        for condition in ("true", "false", "unknown"):
+            value = 1.0 if condition == ("false" if pod.pending else "true") else 0.0
+            yield Series(
+                "kube_pod_status_scheduled",
+                _sorted(common | {"condition": condition}),
+                t,
+                np.full(t.size, value),
+            )
         yield Series(
             "kube_pod_info",
             _sorted(
@@ -438,7 +525,27 @@ def _kube_state_series(scenario: Scenario, times: np.ndarray, pods: list[Pod]) -
                 metric,
                 _sorted(res | {"resource": "nvidia_com_gpu", "unit": "integer"}),
                 t,
-                np.full(t.size, float(len(pod.slots))),
+                np.full(t.size, float(pod.spec.gpus_per_pod)),
+            )
+        if pod.owner_kind == "Job" and (pod.namespace, pod.owner_name) not in seen_jobs:
+            seen_jobs.add((pod.namespace, pod.owner_name))
+            siblings = [p for p in pods if p.owner_name == pod.owner_name and p.namespace == pod.namespace]
+            job_alive = np.logical_or.reduce([_alive(times, p) for p in siblings])
+            above = pod.spec.job_owner
+            yield Series(
+                "kube_job_owner",
+                _sorted(
+                    ksm
+                    | {
+                        "namespace": pod.namespace,
+                        "job_name": pod.owner_name,
+                        "owner_kind": above.kind if above else "<none>",
+                        "owner_name": above.name if above else "<none>",
+                        "owner_is_controller": "true" if above else "<none>",
+                    }
+                ),
+                times[job_alive],
+                np.ones(int(job_alive.sum())),
             )
         if pod.owner_kind == "ReplicaSet" and (pod.namespace, pod.owner_name) not in seen_rs:
             seen_rs.add((pod.namespace, pod.owner_name))
@@ -471,7 +578,7 @@ def _cadvisor_series(
     step = scenario.step.total_seconds()
     for pod in pods:
         alive = _alive(times, pod)
-        if not alive.any():
+        if not alive.any() or pod.pending:
             continue
         tr = traces[pod.uid]
         t = times[alive]

@@ -3,10 +3,14 @@
 The rules mirror the detectors' contract (docs/detectors.md), stated from what the simulator
 *knows* (each workload's behaviour, where the data has holes) rather than from the series:
 
-* A workload is judged only when at least half the window lies past its warm-up grace
-  (youngest pod's start + grace); younger ones get no verdict (``None``).
+* Every workload with a scheduled pod in the window is judged, over the union of its pods' lives
+  in the window past each pod's own warm-up grace (a pod's start + grace). Less than half the
+  window judged is ``unknown`` (too young); a Pending pod the scheduler never placed holds no GPU
+  and counts for nothing. A Job's warm-up ends at its first busy sample (its own ``warmup``),
+  at the latest after the grace; an idle Job's never does before the grace. Jobs with an owner
+  (``job_owner``: a CronJob, a JobSet) are judged as that owner.
 * ``unknown`` when any of its GPU devices delivered fewer than ``min_coverage`` of the samples
-  expected over the judged span (exporter gaps, lost GPUs).
+  expected over its pod's judged span (exporter gaps, lost GPUs).
 * Otherwise by behaviour: ``idle`` → ``idle_endpoint`` for long-running kinds (Deployment,
   StatefulSet) that hold at least ``min_memory_mib`` of framebuffer per GPU once loaded, and
   ``low_utilization`` for the rest (Jobs, bare Pods, and endpoints with nothing loaded);
@@ -47,23 +51,30 @@ def expected_findings(
     min_coverage: float = 0.9,
     min_memory_mib: float = 256.0,
 ) -> dict[WorkloadRef, Expected]:
-    """Expected verdict per workload (and idle node) alive at the window's end."""
+    """Expected verdict per workload (and idle node) that held GPUs at some time in the window."""
     sc = fleet.scenario
     if window is None:
         window = TimeWindow.ending(sc.end, sc.analysis_window)
     ws, we = window.start.timestamp(), window.end.timestamp()
     by_workload: dict[WorkloadRef, list[Pod]] = {}
     for pod in fleet.pods:
-        if pod.start < we <= pod.end:
+        if pod.start < we and pod.end > ws and not pod.pending:
             by_workload.setdefault(pod.workload, []).append(pod)
 
     out: dict[WorkloadRef, Expected] = {}
     for ref, pods in by_workload.items():
-        judged_from = max(ws, max(p.start for p in pods) + grace.total_seconds())
-        if we - judged_from < (we - ws) / 2:
-            out[ref] = Expected(ref, None, "too young: less than half the window past warm-up grace")
+        spans = {
+            p.uid: (max(ws, p.start + _warmup_s(p, grace)), min(we, p.end))
+            for p in pods
+            if min(we, p.end) > max(ws, p.start + _warmup_s(p, grace))
+        }
+        judged = _union(list(spans.values()))
+        if judged < (we - ws) / 2:
+            out[ref] = Expected(
+                ref, FindingKind.UNKNOWN, f"too young: {judged / 3600:.2f} h judged, half the window needed"
+            )
             continue
-        coverage = min(_coverage(fleet, p, judged_from, we) for p in pods)
+        coverage = min(_coverage(fleet, p, *spans[p.uid]) for p in pods if p.uid in spans)
         if coverage < min_coverage:
             out[ref] = Expected(ref, FindingKind.UNKNOWN, f"coverage {coverage:.2f} < {min_coverage}")
             continue
@@ -75,7 +86,7 @@ def expected_findings(
         out[ref] = Expected(ref, kind, why)
 
     for node in sc.nodes:
-        busy = any(p.node == node.name and p.start < we and p.end > ws for p in fleet.pods)
+        busy = any(p.node == node.name and p.start < we and p.end > ws and not p.pending for p in fleet.pods)
         if busy:
             continue
         ref = WorkloadRef(kind="Node", name=node.name, namespace="")
@@ -84,6 +95,24 @@ def expected_findings(
         kind = FindingKind.LOW_UTILIZATION if cov >= min_coverage else FindingKind.UNKNOWN
         out[ref] = Expected(ref, kind, f"no GPU allocated on the node all window (coverage {cov:.2f})")
     return out
+
+
+def _warmup_s(pod: Pod, grace: timedelta) -> float:
+    """A pod's unjudged start: the grace, or for a Job that computes, until its first busy sample."""
+    if pod.spec.kind is WorkloadKind.JOB and pod.spec.behaviour is not Behaviour.IDLE:
+        return min(grace, pod.spec.warmup).total_seconds()
+    return grace.total_seconds()
+
+
+def _union(spans: list[tuple[float, float]]) -> float:
+    total, reach = 0.0, float("-inf")
+    for a, b in sorted(spans):
+        if a >= reach:
+            total += b - a
+        elif b > reach:
+            total += b - reach
+        reach = max(reach, b)
+    return total
 
 
 def _by_behaviour(ref: WorkloadRef, behaviour: Behaviour) -> FindingKind | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -14,6 +16,7 @@ from analyzer.sources.aggregates import (
     counter_rate,
     coverage,
     histogram_shares,
+    pod_records,
     sample_shares,
     util_stats,
 )
@@ -64,6 +67,17 @@ def test_pod_labels(labels: set[str], pod: str, namespace: str) -> None:
 )
 def test_unit_decision(max_value: float, fraction: bool, scale: float) -> None:
     assert dcgm.decide_scale(max_value, fraction) == scale
+
+
+@pytest.mark.parametrize(
+    ("ones_share", "scale"),
+    [
+        pytest.param(0.05, dcgm.PERCENT, id="rare-1-percent-blips-are-an-idle-gpu"),
+        pytest.param(0.3, dcgm.RATIO, id="often-exactly-1-is-a-busy-0-1-gauge-never-read-as-idle"),
+    ],
+)
+def test_a_job_of_only_zeros_and_ones(ones_share: float, scale: float) -> None:
+    assert dcgm.decide_scale(1.0, False, ones_share) == scale
 
 
 @pytest.mark.parametrize(
@@ -154,6 +168,93 @@ def test_resolution(
 
 
 @pytest.mark.parametrize(
+    ("job_owner", "expected"),
+    [
+        pytest.param(("CronJob", "nightly"), ("CronJob", "nightly"), id="cronjob-runs-are-one-workload"),
+        pytest.param(("JobSet", "trainer"), ("JobSet", "trainer"), id="jobset-jobs-are-one-workload"),
+        pytest.param(("<none>", "<none>"), ("Job", "train"), id="ownerless-job-is-itself"),
+        pytest.param(None, ("Job", "train"), id="no-job-owner-series"),
+    ],
+)
+def test_jobs_resolve_to_the_owner_above_them(
+    job_owner: tuple[str, str] | None, expected: tuple[str, str]
+) -> None:
+    jobs = {} if job_owner is None else {("ns", "train"): job_owner}
+    assert resolve(_pod("Job", "train"), {}, jobs) == WorkloadRef(
+        kind=expected[0], name=expected[1], namespace="ns"
+    )
+
+
+def test_ownerless_jobs_sharing_a_name_label_are_one_group() -> None:
+    pod = PodRecord("ns", "eval-a-x1", owner_kind="Job", owner_name="eval-a", group="eval-sweep")
+    assert resolve(pod, {}, {}) == WorkloadRef(kind="JobGroup", name="eval-sweep", namespace="ns")
+    # An owner above the Job wins over the label.
+    assert resolve(pod, {}, {("ns", "eval-a"): ("CronJob", "nightly")}).kind == "CronJob"
+    # A Deployment's pods are never regrouped by their label.
+    rs = PodRecord("ns", "web-1", owner_kind="ReplicaSet", owner_name="web-7d9f8c6b5x", group="web")
+    assert resolve(rs, {("ns", "web-7d9f8c6b5x"): ("Deployment", "web")}).kind == "Deployment"
+
+
+def _row(pod: str, value: float, **labels: str) -> tuple[tuple[str, str], dict[str, str], float]:
+    return (("ns", pod), labels, value)
+
+
+@pytest.mark.parametrize(
+    ("scheduled", "pending", "requests", "never_scheduled"),
+    [
+        pytest.param(
+            [_row("p", 0.0, condition="true")],
+            [_row("p", 1.0)],
+            [_row("p", 1.0, node="")],
+            True,
+            id="podscheduled-false-all-window",
+        ),
+        pytest.param(
+            [_row("p", 1.0, condition="true")],
+            [_row("p", 1.0)],
+            [_row("p", 1.0, node="n")],
+            False,
+            id="scheduled-but-still-pending-holds-its-gpu",
+        ),
+        pytest.param(
+            [],
+            [_row("p", 1.0)],
+            [_row("p", 1.0, node="")],
+            True,
+            id="no-condition-series-pending-without-node",
+        ),
+        pytest.param(
+            [],
+            [_row("p", 0.0)],
+            [_row("p", 1.0, node="")],
+            False,
+            id="no-condition-series-running-is-never-guessed-unscheduled",
+        ),
+    ],
+)
+def test_pods_never_scheduled_follow_kube_state_metrics(
+    scheduled: list[Any], pending: list[Any], requests: list[Any], never_scheduled: bool
+) -> None:
+    owners = [_row("p", 1.0, owner_kind="ReplicaSet", owner_name="rs", owner_is_controller="true")]
+    pod = pod_records(owners, [], requests, scheduled=scheduled, pending=pending)[("ns", "p")]
+    assert pod.never_scheduled is never_scheduled
+
+
+def test_a_pod_recreated_under_its_name_requests_what_one_incarnation_does() -> None:
+    owners = [_row("db-0", 1.0, owner_kind="StatefulSet", owner_name="db", owner_is_controller="true")]
+    requests = [
+        _row("db-0", 1.0, uid="a", node=""),  # before the old incarnation was scheduled
+        _row("db-0", 1.0, uid="a", node="n1"),
+        _row("db-0", 1.0, uid="b", node="n2"),
+    ]
+    starts = [_row("db-0", 100.0, uid="a"), _row("db-0", 900.0, uid="b")]
+    pod = pod_records(owners, starts, requests)[("ns", "db-0")]
+    assert pod.gpu_requests == 1
+    assert pod.starts == (100.0, 900.0)
+    assert pod.start == 900.0
+
+
+@pytest.mark.parametrize(
     ("values", "expected"),
     [
         pytest.param([0, 10, 20, 30], 30, id="monotonic"),
@@ -218,3 +319,5 @@ def test_units_per_scrape_job_follow_device_maxima() -> None:
         }
     )
     assert scales == {"dcgm-exporter": dcgm.PERCENT, "recording-rule": dcgm.RATIO, "idle-pool": dcgm.PERCENT}
+    busy = dcgm.scales_by_job({"binary": [1.0, 1.0]}, {"binary": 0.8})
+    assert busy == {"binary": dcgm.RATIO}

@@ -15,12 +15,15 @@ import pytest
 
 from analyzer.detection import detectors
 from analyzer.detection.views import DeviceView, NodeView, PodView, RequestRate, WorkloadView
+from analyzer.detection.workloads import pod_span
 from analyzer.sources.aggregates import (
     CpuUsage,
     DeviceInfo,
     DeviceKey,
+    PodRecord,
     Shares,
     coverage,
+    phase_lengths,
     quantile_levels,
     sample_shares,
     util_stats,
@@ -84,24 +87,32 @@ class Case:
     evidence: dict[str, object] = field(default_factory=dict)
 
 
-def view(case: Case, t: Thresholds = T) -> WorkloadView:
+def view(case: Case, t: Thresholds = T, now: datetime = END) -> WorkloadView:
     start = None if case.started_hours_ago is None else END - timedelta(hours=case.started_hours_ago)
-    span = detectors.judged_span(WINDOW, [start], t.warmup_grace, END) or WINDOW
+    pod = PodRecord("ns", "app-pod", start=None if start is None else start.timestamp())
+    span = pod_span(pod, WINDOW, t.warmup_grace, now)
     level = quantile_levels(t.starvation_min_share)[0]
     devices = []
-    for i, gpu in enumerate(case.gpus):
+    for i, gpu in enumerate(case.gpus if span is not None else ()):
+        assert span is not None
         times = END.timestamp() - (np.arange(gpu.values.size, 0, -1) - 1) * STEP_S
-        judged = gpu.values[times > span.start.timestamp()]
-        present = judged[np.isfinite(judged)]
+        in_span = (times > span.start.timestamp()) & (times <= span.end.timestamp())
+        judged = gpu.values[in_span]
+        finite = np.isfinite(judged)
+        present = judged[finite]
         devices.append(
             DeviceView(
                 key=DeviceKey(f"GPU-{i}", gpu.mig_instance, "ns", "app-pod"),
                 info=DeviceInfo(node="node-a", metric=gpu.metric, index=str(i)),
                 stats=util_stats(present, level),
                 coverage=coverage(present.size, span.duration.total_seconds(), STEP_S),
+                span=span,
                 shares=gpu.histogram
                 or sample_shares(present, t.starvation_idle_percent, t.starvation_busy_percent),
                 memory_used_mib=gpu.memory_mib,
+                phases=phase_lengths(
+                    times[in_span][finite], present, t.starvation_idle_percent, t.starvation_busy_percent
+                ),
             )
         )
     return WorkloadView(
@@ -109,7 +120,8 @@ def view(case: Case, t: Thresholds = T) -> WorkloadView:
         pods=(PodView("ns", "app-pod", start, case.cpu),),
         devices=tuple(devices),
         window=WINDOW,
-        stats_span=span,
+        judged=span,
+        judged_seconds=0.0 if span is None else span.duration.total_seconds(),
         missing_devices=case.missing_devices,
         request_rate=case.request_rate,
     )
@@ -179,12 +191,22 @@ CASES = [
     ),
     # warm-up grace
     pytest.param(
-        Case((Gpu(series(lambda b: np.where(b < 0.25, 0.0, np.nan))),), None, started_hours_ago=20 / 60),
-        id="warm-up-twenty-minutes-old-no-verdict",
+        Case(
+            (Gpu(series(lambda b: np.where(b < 0.25, 0.0, np.nan))),),
+            FindingKind.UNKNOWN,
+            started_hours_ago=20 / 60,
+            evidence={"reason": "too_young", "judged_hours": 0.0},
+        ),
+        id="warm-up-twenty-minutes-old-is-unknown-too-young-never-silent",
     ),
     pytest.param(
-        Case((Gpu(series(lambda b: np.where(b < 2, 0.0, np.nan))),), None, started_hours_ago=2.0),
-        id="warm-up-less-than-half-the-window-judged-no-verdict",
+        Case(
+            (Gpu(series(lambda b: np.where(b < 2, 0.0, np.nan))),),
+            FindingKind.UNKNOWN,
+            started_hours_ago=2.0,
+            evidence={"reason": "too_young", "judged_hours": 1.5},
+        ),
+        id="warm-up-less-than-half-the-window-judged-is-unknown-too-young",
     ),
     pytest.param(
         Case(
@@ -273,8 +295,43 @@ CASES = [
         id="varying-middling-at-cpu-limit-is-not-flat",
     ),
     pytest.param(
-        Case((Gpu(noisy(15, 3, low=6)),), FindingKind.LOW_UTILIZATION, kind="Job", cpu=CPU_PINNED),
-        id="low-below-middling-band-stays-low-utilization",
+        Case(
+            (Gpu(np.where(np.arange(360) % 11 == 0, 0.0, noisy(45, 4))),),
+            FindingKind.DATALOADER_STARVATION,
+            kind="Job",
+            cpu=CPU_PINNED,
+            evidence={"pattern": "cpu_bound"},
+        ),
+        id="checkpoint-zeros-do-not-break-a-flat-cpu-bound-gpu",
+    ),
+    pytest.param(
+        Case(
+            (Gpu(noisy(45, 4)),),
+            FindingKind.DATALOADER_STARVATION,
+            kind="Job",
+            cpu=CpuUsage(usage_cores=3.9, request_cores=4.0),
+            evidence={"pattern": "cpu_bound", "cpu_saturation": 0.975, "cpu_saturation_of": "request"},
+        ),
+        id="no-cpu-limit-saturation-against-the-request",
+    ),
+    pytest.param(
+        Case(
+            # eight-minute runs and six-minute gaps: as bimodal as the sawtooth, at another time scale
+            (Gpu(series(lambda b: np.where(np.round(b * 60) % 14 < 8, 95.0, 0.0))),),
+            None,
+            kind="Job",
+        ),
+        id="runs-with-minutes-long-idle-gaps-are-not-batch-stalls",
+    ),
+    pytest.param(
+        Case(
+            (Gpu(noisy(15, 3, low=6)),),
+            FindingKind.LOW_UTILIZATION,
+            kind="Job",
+            cpu=CPU_PINNED,
+            evidence={"cpu_pressed": True, "cpu_saturation": 0.9667, "cpu_saturation_of": "limit"},
+        ),
+        id="low-below-middling-band-stays-low-utilization-with-cpu-evidence",
     ),
     # healthy
     pytest.param(Case((Gpu(noisy(93, 3)),), None, kind="Job", cpu=CPU_PINNED), id="training-is-fine"),
@@ -292,7 +349,11 @@ CASES = [
     pytest.param(
         Case((Gpu(noisy(14, 3, low=6)),), FindingKind.LOW_UTILIZATION), id="steady-14-percent-is-low"
     ),
-    pytest.param(Case((Gpu(noisy(31, 3)),), None), id="just-above-low-line-is-fine"),
+    pytest.param(
+        Case((Gpu(noisy(31, 3)),), FindingKind.LOW_UTILIZATION, evidence={"near_miss": True}),
+        id="just-above-low-line-is-a-near-miss",
+    ),
+    pytest.param(Case((Gpu(noisy(35, 3)),), None), id="well-above-low-line-is-fine"),
     # MIG and profiling metrics are already percent here; the instance is listed as its own device
     pytest.param(
         Case(
@@ -336,6 +397,9 @@ def test_classify(case: Case) -> None:
     if finding is not None:
         for key, value in case.evidence.items():
             assert finding.evidence.to_json().get(key) == value, key
+        # Every number the detectors give is a declared field of its kind's evidence: none is stored
+        # under a key the evidence model does not know (a misspelt one would be).
+        assert not finding.evidence.model_extra
         assert finding.window == WINDOW
         assert finding.gpus == tuple(sorted(d.key.device_id for d in view(case).devices))
 
@@ -412,14 +476,39 @@ def test_thresholds_move_the_verdict() -> None:
 
 
 def test_grace_is_measured_against_now() -> None:
-    """At a `now` ten minutes after the pod's start the workload is unjudged, hours later it is."""
-    young = Case((Gpu(series(0.0)),), None, started_hours_ago=4.0)
-    assert detectors.judged_span(WINDOW, [END - timedelta(hours=4)], T.warmup_grace, END) == TimeWindow(
+    """Ten minutes after the pod's start it is too young to judge; hours later it is judged."""
+    young = Case((Gpu(series(0.0)),), FindingKind.IDLE_ENDPOINT, started_hours_ago=4.0)
+    pod = PodRecord("ns", "app-pod", start=(END - timedelta(hours=4)).timestamp())
+    assert pod_span(pod, WINDOW, T.warmup_grace, END) == TimeWindow(
         start=END - timedelta(hours=3, minutes=30), end=END
     )
     early_now = END - timedelta(hours=3, minutes=50)
-    assert detectors.judged_span(WINDOW, [END - timedelta(hours=4)], T.warmup_grace, early_now) is None
-    assert detectors.classify(view(young), T, early_now) is None
+    assert pod_span(pod, WINDOW, T.warmup_grace, early_now) is None
+    early = detectors.classify(view(young, now=early_now), T, early_now)
+    assert early is not None and early.kind is FindingKind.UNKNOWN
+    assert early.evidence.to_json()["reason"] == "too_young"
+    late = detectors.classify(view(young), T, END)
+    assert late is not None and late.kind is FindingKind.IDLE_ENDPOINT
+
+
+def test_low_utilization_of_a_cpu_pressed_pod_recommends_cpu_first() -> None:
+    finding = detectors.classify(
+        view(Case((Gpu(noisy(4, 1, low=1)),), None, kind="Job", cpu=CPU_PINNED)), T, END
+    )
+    assert finding is not None and finding.kind is FindingKind.LOW_UTILIZATION
+    assert "more CPU first" in finding.recommendation
+    assert "fewer GPUs" not in finding.recommendation
+    relaxed = detectors.classify(
+        view(Case((Gpu(noisy(4, 1, low=1)),), None, kind="Job", cpu=CPU_RELAXED)), T, END
+    )
+    assert relaxed is not None and "fewer GPUs" in relaxed.recommendation
+
+
+def test_a_near_miss_is_never_as_confident_as_a_clear_verdict() -> None:
+    near = detectors.classify(view(Case((Gpu(noisy(31, 3)),), None)), T, END)
+    clear = detectors.classify(view(Case((Gpu(noisy(14, 3, low=6)),), None)), T, END)
+    assert near is not None and clear is not None
+    assert near.confidence <= detectors.NEAR_MISS_CONFIDENCE < clear.confidence
 
 
 @pytest.mark.parametrize(
@@ -437,6 +526,7 @@ def test_unallocated_node(coverage_value: float, expected: FindingKind) -> None:
             info=DeviceInfo(node="gpu-spare", metric="DCGM_FI_DEV_GPU_UTIL", index=str(i)),
             stats=stats,
             coverage=coverage_value,
+            span=WINDOW,
         )
         for i in range(4)
     )

@@ -178,8 +178,8 @@ def test_gpu_lost_mid_window_is_unknown_and_its_neighbour_still_judged() -> None
 @pytest.mark.parametrize(
     ("start", "behaviour", "expected"),
     [
-        pytest.param("-20m", "idle", None, id="twenty-minutes-old-not-judged"),
-        pytest.param("-2h", "idle", None, id="two-hours-old-less-than-half-window-after-grace"),
+        pytest.param("-20m", "idle", FindingKind.UNKNOWN, id="twenty-minutes-old-unknown-too-young"),
+        pytest.param("-2h", "idle", FindingKind.UNKNOWN, id="two-hours-old-less-than-half-window-unknown"),
         pytest.param("-4h", "idle", FindingKind.IDLE_ENDPOINT, id="four-hours-old-idle-since-grace"),
         pytest.param("-4h", "serving", None, id="four-hours-old-serving-warm-up-zeros-ignored"),
         pytest.param("-4h", "low_utilization", FindingKind.LOW_UTILIZATION, id="four-hours-old-low"),
@@ -203,9 +203,11 @@ def test_warm_up_grace(start: str, behaviour: str, expected: FindingKind | None)
     analysis = analyze_series(fleet.series, fleet)
     assert kinds(analysis.report).get("a/Deployment/new") is expected
     assert kinds(analysis.report) == truth(fleet)
-    if expected is not None:
-        (finding,) = [f for f in analysis.report.findings if f.workload.name == "new"]
-        assert finding.evidence.judged_hours == pytest.approx(4 - 0.5)
+    (finding,) = [f for f in analysis.report.findings if f.workload.name == "new"] or [None]
+    if expected is FindingKind.UNKNOWN:
+        assert finding is not None and finding.evidence.reason == "too_young"
+    elif expected is not None:
+        assert finding is not None and finding.evidence.judged_hours == pytest.approx(4 - 0.5)
 
 
 @pytest.mark.parametrize(

@@ -112,7 +112,7 @@ def test_fleet_in_prometheus_is_reaped_notified_and_restored(
     code, out = cli(*run)
     assert code == 0, out
     assert out.strip().splitlines()[-1] == (
-        "gpu-reaper: mode=apply findings=13 planned=9 applied=9 skipped=4 failed=0"
+        "gpu-reaper: mode=apply findings=15 planned=9 applied=9 skipped=6 failed=0"
     )
     for kind, ns, name, replicas in IDLE:
         obj = cluster.obj(kind, ns, name)

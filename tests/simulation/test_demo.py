@@ -20,7 +20,7 @@ def test_demo_prints_findings_dry_run_plan_slack_preview_and_writes_the_report(
     text = out.getvalue()
 
     assert 'scenario "standard"' in text
-    assert "Findings over 2026-01-04T18:00:00Z → 2026-01-05T00:00:00Z: 13" in text
+    assert "Findings over 2026-01-04T18:00:00Z → 2026-01-05T00:00:00Z: 15" in text
     assert re.search(r"idle_endpoint +serving/Deployment/legacy-ranker +2 +12\.0 +1\.00", text)
     # The dry-run plan: the real planner's decisions, with reasons.
     assert re.search(r"would scale_to_zero +serving/Deployment/legacy-ranker +idle endpoint on 2 GPUs", text)
@@ -32,7 +32,7 @@ def test_demo_prints_findings_dry_run_plan_slack_preview_and_writes_the_report(
     assert "Reclaimable 72 GPU-hours/day (≈ 180 USD/day)" in text
     assert "gpu-reaper/exclude=true" in text
     assert text.rstrip().endswith(
-        "gpu-reaper: mode=dry-run findings=13 planned=10 applied=0 skipped=3 failed=0"
+        "gpu-reaper: mode=dry-run findings=15 planned=10 applied=0 skipped=5 failed=0"
     )
 
     report = tmp_path / "gpu-reaper-report.html"
@@ -62,7 +62,7 @@ def test_the_default_demo_reclaims_through_notebook_inferenceservice_and_rayclus
     assert "*Would stop* `serving/summarizer` (InferenceService; GPUs held by Deployment" in text
     assert "*Heads-up* `research/ray-tune` (RayCluster)" in text
     assert text.rstrip().endswith(
-        "gpu-reaper: mode=dry-run findings=16 planned=13 applied=0 skipped=3 failed=0"
+        "gpu-reaper: mode=dry-run findings=18 planned=13 applied=0 skipped=5 failed=0"
     )
 
 

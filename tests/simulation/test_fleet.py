@@ -265,8 +265,8 @@ def test_ground_truth_of_the_standard_scenario(standard_fleet: Fleet) -> None:
         "team-b/Pod/debug-shell": FindingKind.LOW_UTILIZATION,  # idle, but not a long-running kind
         "/Node/gpu-spare": FindingKind.LOW_UTILIZATION,
         "research/Job/llm-pretrain": None,
-        "team-a/Deployment/new-model": None,  # inside its warm-up grace
-        "team-a/Deployment/fresh-api": None,
+        "team-a/Deployment/new-model": FindingKind.UNKNOWN,  # inside its warm-up grace: too young
+        "team-a/Deployment/fresh-api": FindingKind.UNKNOWN,  # 1.5 h judged of 6 h: too young
         "team-b/Deployment/mig-serving": None,
         "ml-platform/Deployment/gap-service": FindingKind.UNKNOWN,  # three hours without data
         "ml-platform/Deployment/translate": FindingKind.UNKNOWN,
