@@ -91,6 +91,14 @@ def _build_parser() -> argparse.ArgumentParser:
     p_run.add_argument(
         "--window", type=conventions.duration_arg, help="analysis window (default: the policy's window)"
     )
+    p_run.add_argument(
+        "--run-interval",
+        type=conventions.duration_arg,
+        default=timedelta(hours=1),
+        metavar="DURATION",
+        help="how often the CronJob runs (default 1h, the chart's schedule): a dry-run replays the "
+        "earlier runs at this interval to count confirmations as apply would",
+    )
     p_run.add_argument("--pushgateway-url", help="push gpu_reaper_* metrics to this Pushgateway")
     prometheus_options.add_prometheus_options(p_run)
     _kube_flags(p_run)
@@ -198,7 +206,13 @@ def _run_inputs(args: argparse.Namespace) -> _RunInputs:
         # Whatever namespace the reaper runs in is protected, not only the one the policy names.
         policy = policy.model_copy(update={"reaper_namespace": namespace})
     settings = RunSettings(
-        policy=policy, mode=mode, namespace=namespace, end=args.end, lease_wait=args.lease_wait
+        policy=policy,
+        mode=mode,
+        namespace=namespace,
+        end=args.end,
+        lease_wait=args.lease_wait,
+        # A findings file holds one window: there is no history to replay.
+        run_interval=None if args.findings is not None else args.run_interval,
     )
     kube = KubeSettings(kubeconfig=args.kubeconfig, context=args.context, timeout_seconds=args.api_timeout)
     return _RunInputs(settings, kube, args.pushgateway_url)
