@@ -23,6 +23,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from common.durations import Duration
+from common.errors import PolicyError
 from common.policy_file import load_policy_document
 
 # Placeholders a request-rate query template may use (see docs/detectors.md).
@@ -65,12 +66,22 @@ class Thresholds(BaseModel):
     cpu_saturation_ratio: Ratio = 0.9
     cpu_throttling_ratio: Ratio = 0.25
 
-    # Turns wasted GPU-hours into money in findings and reports; no cost is shown without it.
+    # Turns wasted GPU-hours into money in findings and reports; no cost is shown without it. Set at
+    # the policy's top level (``pricePerGpuHour``, ``currency``), where the reaper reads it too.
     price_per_gpu_hour: float | None = Field(default=None, ge=0.0)
+    currency: str = Field(default="USD", pattern=r"^[A-Z]{3}$")
     # Optional PromQL template that must evaluate to 0 before a workload is called an idle endpoint.
     request_rate_query: str | None = None
     # Sample interval of the GPU series; detected from the data when not given.
     scrape_interval: Duration | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _currency_is_top_level(cls, data: object) -> object:
+        # Filled in from the policy's top level (Pricing.applied_to, which skips validation).
+        if isinstance(data, dict) and "currency" in data:
+            raise ValueError("currency is set at the top level of the policy, next to pricePerGpuHour")
+        return data
 
     @field_validator("request_rate_query")
     @classmethod
@@ -102,9 +113,40 @@ class Thresholds(BaseModel):
         return self
 
 
+class Pricing(BaseModel):
+    """The policy's top-level price: the one both tools read (the rest of the top level is the reaper's)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore", alias_generator=to_camel, populate_by_name=True)
+
+    price_per_gpu_hour: float | None = Field(default=None, ge=0.0)
+    currency: str = Field(default="USD", pattern=r"^[A-Z]{3}$")
+
+    def disagreement(self, detection: Thresholds) -> str | None:
+        other = detection.price_per_gpu_hour
+        if other is not None and self.price_per_gpu_hour is not None and other != self.price_per_gpu_hour:
+            return (
+                f"pricePerGpuHour ({self.price_per_gpu_hour:g}) and detection.pricePerGpuHour ({other:g}) "
+                "disagree; set the price once, at the top level"
+            )
+        return None
+
+    def applied_to(self, detection: Thresholds) -> Thresholds:
+        """``detection`` with this price and currency (a price set only under ``detection:`` is kept)."""
+        price = (
+            self.price_per_gpu_hour if self.price_per_gpu_hour is not None else detection.price_per_gpu_hour
+        )
+        return detection.model_copy(update={"price_per_gpu_hour": price, "currency": self.currency})
+
+
 def load_thresholds(path: str | Path) -> Thresholds:
-    """Read the ``detection:`` block of a policy file; raises PolicyError at file:line:field.
+    """Read the ``detection:`` block of a policy file and its top-level price; PolicyError at file:line:field.
 
     The rest of the file is the reaper's: only its YAML must be sound here, not its content.
     """
-    return load_policy_document(path).validate(Thresholds, section="detection")
+    document = load_policy_document(path)
+    detection = document.validate(Thresholds, section="detection")
+    pricing = document.validate(Pricing)
+    problem = pricing.disagreement(detection)
+    if problem:
+        raise PolicyError(str(path), [problem])
+    return pricing.applied_to(detection)
