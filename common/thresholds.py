@@ -2,8 +2,9 @@
 
 They live in the policy file the reaper also reads, under the top-level ``detection:`` key, in the
 same camelCase spelling as the rest of that file (``idlePercent: 2``); snake_case names are accepted
-too. ``load_thresholds`` reads only that key through the one policy-file loader (common.policy_file),
-so the analyzer never depends on the reaper's part of the file and reports errors the same way.
+too. ``load_thresholds`` reads that key and the top-level price (``pricePerGpuHour``, ``currency``:
+the one price both tools use) through the one policy-file loader (common.policy_file), so the
+analyzer never depends on the rest of the reaper's part of the file and reports errors the same way.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pydantic.alias_generators import to_camel
 
 from common.durations import Duration
 from common.errors import PolicyError
-from common.policy_file import load_policy_document
+from common.policy_file import PolicyDocument, load_policy_document
 
 # Placeholders a request-rate query template may use (see docs/detectors.md).
 REQUEST_RATE_PLACEHOLDERS = frozenset({"namespace", "kind", "workload", "pods", "window"})
@@ -69,19 +70,10 @@ class Thresholds(BaseModel):
     # Turns wasted GPU-hours into money in findings and reports; no cost is shown without it. Set at
     # the policy's top level (``pricePerGpuHour``, ``currency``), where the reaper reads it too.
     price_per_gpu_hour: float | None = Field(default=None, ge=0.0)
-    currency: str = Field(default="USD", pattern=r"^[A-Z]{3}$")
     # Optional PromQL template that must evaluate to 0 before a workload is called an idle endpoint.
     request_rate_query: str | None = None
     # Sample interval of the GPU series; detected from the data when not given.
     scrape_interval: Duration | None = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _currency_is_top_level(cls, data: object) -> object:
-        # Filled in from the policy's top level (Pricing.applied_to, which skips validation).
-        if isinstance(data, dict) and "currency" in data:
-            raise ValueError("currency is set at the top level of the policy, next to pricePerGpuHour")
-        return data
 
     @field_validator("request_rate_query")
     @classmethod
@@ -139,14 +131,25 @@ class Pricing(BaseModel):
 
 
 def load_thresholds(path: str | Path) -> Thresholds:
-    """Read the ``detection:`` block of a policy file and its top-level price; PolicyError at file:line:field.
+    """The ``detection:`` block of a policy file, with the top-level price filled in; PolicyError at
+    file:line:field.
 
     The rest of the file is the reaper's: only its YAML must be sound here, not its content.
     """
     document = load_policy_document(path)
     detection = document.validate(Thresholds, section="detection")
+    return _pricing(document, path, detection).applied_to(detection)
+
+
+def load_pricing(path: str | Path) -> Pricing:
+    """The policy's top-level price and currency (what reports print next to costs)."""
+    document = load_policy_document(path)
+    return _pricing(document, path, document.validate(Thresholds, section="detection"))
+
+
+def _pricing(document: PolicyDocument, path: str | Path, detection: Thresholds) -> Pricing:
     pricing = document.validate(Pricing)
     problem = pricing.disagreement(detection)
     if problem:
         raise PolicyError(str(path), [problem])
-    return pricing.applied_to(detection)
+    return pricing

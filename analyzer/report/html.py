@@ -71,6 +71,7 @@ def render_html(
     capabilities: str = "",
     gpu_count: int | None = None,
     sections: Sequence[Markup] = (),
+    currency: str = "USD",
 ) -> str:
     """The whole report as one HTML document; ``sections``: escaped HTML a caller adds after the
     summary cards (the reaper's plan), so the analyzer knows nothing of what they show."""
@@ -126,7 +127,7 @@ def render_html(
         wasted=wasted,
         cost=sum(costs) if costs else None,
         price=thresholds.price_per_gpu_hour,
-        currency=thresholds.currency,
+        currency=currency,
         sections=sections,
         waste_plot=_data_uri(waste_png) if waste_png else None,
         offender_plots=offender_plots,

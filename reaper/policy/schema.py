@@ -263,8 +263,8 @@ class Policy(_Model):
 
     @property
     def thresholds(self) -> Thresholds:
-        """The detection settings handed to the analyzer, with the one price and currency filled in
-        (the same as ``gpu-analyzer --policy`` reads: common.thresholds.load_thresholds)."""
+        """The detection settings handed to the analyzer, with the one price filled in (the same
+        price ``gpu-analyzer --policy`` reads: common.thresholds.load_thresholds)."""
         return self._pricing.applied_to(self.detection)
 
     @property
