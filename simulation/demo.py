@@ -18,6 +18,7 @@ from common.timeutil import rfc3339
 from reaper import names
 from reaper.analysis import metrics_source, write_html_report
 from reaper.messages import preview
+from reaper.plan_report import run_section
 from reaper.policy import Policy, RunMode, load_policy, parse_policy
 from reaper.runner import RunReport, RunSettings, run
 from simulation.cluster import InMemoryCluster, fleet_objects
@@ -116,7 +117,14 @@ def run_demo(scenario: str, policy_path: Path | None, output: Path, out: TextIO)
     _print_plan(report, out)
     print("\nSlack messages (preview)", file=out)
     print(preview(report.messages) or "  (none)", file=out)
-    write_html_report(SimulatedSource(fleet), report.found.window, policy.thresholds, output)
+    write_html_report(
+        output,
+        report.found,
+        policy.thresholds,
+        source=SimulatedSource(fleet),
+        sections=[run_section(report, settings)],
+        currency=policy.currency,
+    )
     print(f"\nHTML report: {output}", file=out)
     print(report.summary_line(), file=out)
     return report.exit_code
