@@ -22,7 +22,7 @@ from analyzer.sources.metrics_source import MetricsSource
 from cli import conventions, prometheus_options
 from common.errors import BadInputError, DataUnavailableError, ExitCode
 from common.model import TimeWindow
-from common.thresholds import Thresholds, load_thresholds
+from common.thresholds import Pricing, Thresholds, load_pricing, load_thresholds
 
 PROG = "gpu-analyzer"
 
@@ -42,7 +42,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     conventions.add_end_option(a, "end of the window")
     conventions.add_namespace_option(a, "analyze only the workloads in this namespace")
-    a.add_argument("--policy", type=Path, help="policy file; its detection: block sets the thresholds")
+    a.add_argument(
+        "--policy",
+        type=Path,
+        help="policy file: its detection: block sets the thresholds, pricePerGpuHour and currency the costs",
+    )
     a.add_argument("--format", choices=("table", "json", "html"), default="table")
     a.add_argument("--output", type=Path, help="write the report here instead of stdout")
     a.add_argument("--top", type=int, default=6, help="offenders plotted in the HTML report (default 6)")
@@ -134,6 +138,7 @@ def _analyze(args: argparse.Namespace, err: Console) -> int:
     from analyzer.pipeline import analyze_in_detail, offender_series
 
     thresholds = load_thresholds(args.policy) if args.policy is not None else Thresholds()
+    currency = load_pricing(args.policy).currency if args.policy is not None else Pricing().currency
     source, window, now = _source_and_window(args)
     with _progress(err) as progress:
         analysis = analyze_in_detail(
@@ -150,7 +155,12 @@ def _analyze(args: argparse.Namespace, err: Console) -> int:
         from analyzer.report.html import render_html
 
         html = render_html(
-            report, thresholds, offenders, capabilities=analysis.capabilities, gpu_count=analysis.gpu_count
+            report,
+            thresholds,
+            offenders,
+            capabilities=analysis.capabilities,
+            gpu_count=analysis.gpu_count,
+            currency=currency,
         )
         _write(args.output, lambda out: out.write(html))
     else:
@@ -158,7 +168,7 @@ def _analyze(args: argparse.Namespace, err: Console) -> int:
 
         def table(out: TextIO) -> None:
             # Piped or written to a file, the table keeps a readable width rather than 80 columns.
-            render_table(report, Console(file=out, width=None if out.isatty() else 150))
+            render_table(report, Console(file=out, width=None if out.isatty() else 150), currency=currency)
 
         _write(args.output, table)
     if args.output is not None:

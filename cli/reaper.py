@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from cli import conventions, prometheus_options
 from common.errors import BadInputError, DataUnavailableError
@@ -32,7 +32,10 @@ from reaper.runner import (
     RunSettings,
     run,
 )
-from reaper.slack import SlackNotifier, load_credentials
+from reaper.slack import SlackCredentials, SlackNotifier, load_credentials
+
+if TYPE_CHECKING:
+    from analyzer.sources.metrics_source import MetricsSource
 
 log = logging.getLogger("cli.reaper")
 
@@ -90,6 +93,21 @@ def _build_parser() -> argparse.ArgumentParser:
     conventions.add_namespace_option(p_run, "act only on workloads in this namespace (nodes are left alone)")
     p_run.add_argument(
         "--window", type=conventions.duration_arg, help="analysis window (default: the policy's window)"
+    )
+    p_run.add_argument(
+        "--run-interval",
+        type=conventions.duration_arg,
+        default=timedelta(hours=1),
+        metavar="DURATION",
+        help="how often the CronJob runs (default 1h, the chart's schedule): a dry-run replays the "
+        "earlier runs at this interval to count confirmations as apply would",
+    )
+    p_run.add_argument(
+        "--report",
+        type=Path,
+        metavar="FILE",
+        help="also write an HTML report: the findings with their plots, and the plan (mode, each action "
+        "or skip with its reason, its Slack channel, costs)",
     )
     p_run.add_argument("--pushgateway-url", help="push gpu_reaper_* metrics to this Pushgateway")
     prometheus_options.add_prometheus_options(p_run)
@@ -198,7 +216,13 @@ def _run_inputs(args: argparse.Namespace) -> _RunInputs:
         # Whatever namespace the reaper runs in is protected, not only the one the policy names.
         policy = policy.model_copy(update={"reaper_namespace": namespace})
     settings = RunSettings(
-        policy=policy, mode=mode, namespace=namespace, end=args.end, lease_wait=args.lease_wait
+        policy=policy,
+        mode=mode,
+        namespace=namespace,
+        end=args.end,
+        lease_wait=args.lease_wait,
+        # A findings file holds one window: there is no history to replay.
+        run_interval=None if args.findings is not None else args.run_interval,
     )
     kube = KubeSettings(kubeconfig=args.kubeconfig, context=args.context, timeout_seconds=args.api_timeout)
     return _RunInputs(settings, kube, args.pushgateway_url)
@@ -210,11 +234,15 @@ def _cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     inputs = _run_inputs(args)  # policy errors end here: exit 2 before any API call
     settings = inputs.settings
     namespaces = tuple(args.namespaces or ())
+    if args.report is not None:
+        conventions.check_writable(args.report, "--report")  # before the run, not after it
+    metrics = None
     if args.findings is not None:
         source = analysis.file_source(args.findings, namespaces)
     else:
         config = prometheus_options.prometheus_config(args)
         source = analysis.prometheus_source(config, util_scale=args.util_scale, namespaces=namespaces)
+        metrics = analysis.prometheus_metrics(config, util_scale=args.util_scale)
     credentials = load_credentials()
     notifier = SlackNotifier(credentials, api_url=settings.policy.slack.api_url) if credentials else None
     # The kubeconfig is read now, before an analysis that can take minutes: a typo fails at once.
@@ -223,7 +251,42 @@ def _cmd_run(args: argparse.Namespace, out: TextIO) -> int:
         report = run(settings, source, lambda: client, notifier)
     finally:
         client.close()
+    if args.report is not None:
+        _write_report(args.report, report, settings, metrics, credentials)
     return _finish(report, inputs.pushgateway_url, out)
+
+
+def _write_report(
+    path: Path,
+    report: RunReport,
+    settings: RunSettings,
+    metrics: MetricsSource | None,
+    credentials: SlackCredentials | None,
+) -> None:
+    """The HTML report of the run; a run that never got its findings has nothing to show."""
+    from reaper import analysis
+    from reaper.plan_report import run_section
+
+    if report.found is None:
+        log.warning("no HTML report: the run stopped before it had findings (%s)", report.failure)
+        return
+    slack = "off" if credentials is None else "webhook" if credentials.webhook_mode else "bot"
+    sections = [run_section(report, settings, slack)]
+    thresholds, currency = settings.policy.thresholds, settings.policy.currency
+    try:
+        try:
+            analysis.write_html_report(
+                path, report.found, thresholds, source=metrics, sections=sections, currency=currency
+            )
+        except DataUnavailableError as e:
+            # The plots need Prometheus again; the plan must not be lost because they cannot be drawn.
+            log.warning("the report's plots are left out: %s", e)
+            analysis.write_html_report(path, report.found, thresholds, sections=sections, currency=currency)
+    except BadInputError as e:
+        # The run is done (and may have acted): its exit code says how it went, the log says this.
+        log.error("%s", e)
+        return
+    log.info("wrote the HTML report to %s", path)
 
 
 def _finish(report: RunReport, pushgateway_url: str | None, out: TextIO) -> int:

@@ -2,8 +2,9 @@
 
 They live in the policy file the reaper also reads, under the top-level ``detection:`` key, in the
 same camelCase spelling as the rest of that file (``idlePercent: 2``); snake_case names are accepted
-too. ``load_thresholds`` reads only that key through the one policy-file loader (common.policy_file),
-so the analyzer never depends on the reaper's part of the file and reports errors the same way.
+too. ``load_thresholds`` reads that key and the top-level price (``pricePerGpuHour``, ``currency``:
+the one price both tools use) through the one policy-file loader (common.policy_file), so the
+analyzer never depends on the rest of the reaper's part of the file and reports errors the same way.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from common.durations import Duration
-from common.policy_file import load_policy_document
+from common.errors import PolicyError
+from common.policy_file import PolicyDocument, load_policy_document
 
 # Placeholders a request-rate query template may use (see docs/detectors.md).
 REQUEST_RATE_PLACEHOLDERS = frozenset({"namespace", "kind", "workload", "pods", "window"})
@@ -65,7 +67,8 @@ class Thresholds(BaseModel):
     cpu_saturation_ratio: Ratio = 0.9
     cpu_throttling_ratio: Ratio = 0.25
 
-    # Turns wasted GPU-hours into money in findings and reports; no cost is shown without it.
+    # Turns wasted GPU-hours into money in findings and reports; no cost is shown without it. Set at
+    # the policy's top level (``pricePerGpuHour``, ``currency``), where the reaper reads it too.
     price_per_gpu_hour: float | None = Field(default=None, ge=0.0)
     # Optional PromQL template that must evaluate to 0 before a workload is called an idle endpoint.
     request_rate_query: str | None = None
@@ -102,9 +105,51 @@ class Thresholds(BaseModel):
         return self
 
 
+class Pricing(BaseModel):
+    """The policy's top-level price: the one both tools read (the rest of the top level is the reaper's)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore", alias_generator=to_camel, populate_by_name=True)
+
+    price_per_gpu_hour: float | None = Field(default=None, ge=0.0)
+    currency: str = Field(default="USD", pattern=r"^[A-Z]{3}$")
+
+    def disagreement(self, detection: Thresholds) -> str | None:
+        other = detection.price_per_gpu_hour
+        if other is not None and self.price_per_gpu_hour is not None and other != self.price_per_gpu_hour:
+            return (
+                f"pricePerGpuHour ({self.price_per_gpu_hour:g}) and detection.pricePerGpuHour ({other:g}) "
+                "disagree; set the price once, at the top level"
+            )
+        return None
+
+    def applied_to(self, detection: Thresholds) -> Thresholds:
+        """``detection`` with this price and currency (a price set only under ``detection:`` is kept)."""
+        price = (
+            self.price_per_gpu_hour if self.price_per_gpu_hour is not None else detection.price_per_gpu_hour
+        )
+        return detection.model_copy(update={"price_per_gpu_hour": price, "currency": self.currency})
+
+
 def load_thresholds(path: str | Path) -> Thresholds:
-    """Read the ``detection:`` block of a policy file; raises PolicyError at file:line:field.
+    """The ``detection:`` block of a policy file, with the top-level price filled in; PolicyError at
+    file:line:field.
 
     The rest of the file is the reaper's: only its YAML must be sound here, not its content.
     """
-    return load_policy_document(path).validate(Thresholds, section="detection")
+    document = load_policy_document(path)
+    detection = document.validate(Thresholds, section="detection")
+    return _pricing(document, path, detection).applied_to(detection)
+
+
+def load_pricing(path: str | Path) -> Pricing:
+    """The policy's top-level price and currency (what reports print next to costs)."""
+    document = load_policy_document(path)
+    return _pricing(document, path, document.validate(Thresholds, section="detection"))
+
+
+def _pricing(document: PolicyDocument, path: str | Path, detection: Thresholds) -> Pricing:
+    pricing = document.validate(Pricing)
+    problem = pricing.disagreement(detection)
+    if problem:
+        raise PolicyError(str(path), [problem])
+    return pricing

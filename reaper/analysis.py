@@ -9,8 +9,10 @@ reaper module imports the analyzer (an import-linter contract in pyproject.toml)
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from pathlib import Path
+
+from markupsafe import Markup
 
 from analyzer.pipeline import analyze
 from analyzer.scope import scope_report
@@ -21,7 +23,14 @@ from common.model import FindingsReport, TimeWindow
 from common.thresholds import Thresholds
 from reaper.runner import FindingsSource
 
-__all__ = ["PrometheusConfig", "file_source", "metrics_source", "prometheus_source", "write_html_report"]
+__all__ = [
+    "PrometheusConfig",
+    "file_source",
+    "metrics_source",
+    "prometheus_metrics",
+    "prometheus_source",
+    "write_html_report",
+]
 
 
 def prometheus_source(
@@ -70,18 +79,44 @@ def file_source(path: Path, namespaces: Collection[str] = ()) -> FindingsSource:
     return run
 
 
+def prometheus_metrics(config: PrometheusConfig, util_scale: str = "auto") -> MetricsSource:
+    """Prometheus as a metrics source, for the report's plots of a ``gpu-reaper run``."""
+    from analyzer.sources.prometheus_source import PrometheusSource
+
+    return PrometheusSource(config, util_scale=util_scale)
+
+
 def write_html_report(
-    source: MetricsSource, window: TimeWindow, thresholds: Thresholds, output: Path
+    output: Path,
+    found: FindingsReport,
+    thresholds: Thresholds,
+    *,
+    source: MetricsSource | None = None,
+    sections: Sequence[Markup] = (),
+    currency: str = "USD",
 ) -> None:
-    """The analyzer's HTML report (with its plots) for a metrics source: what the demo hands over."""
+    """The analyzer's HTML report of ``found`` with the reaper's ``sections`` (its plan) in it.
+
+    With the metrics ``source`` the run analysed, the report has the analyzer's plots (the analysis
+    runs again, in detail); without one (a findings file) it has the findings alone.
+    """
     from analyzer.pipeline import analyze_in_detail, offender_series
     from analyzer.report.html import render_html
 
-    result = analyze_in_detail(source, window, thresholds, now=window.end)
-    offenders = offender_series(source, result, top=6)
-    html = render_html(
-        result.report, thresholds, offenders, capabilities=result.capabilities, gpu_count=result.gpu_count
-    )
+    if source is not None:
+        result = analyze_in_detail(source, found.window, thresholds, now=found.window.end)
+        offenders = offender_series(source, result, top=6)
+        html = render_html(
+            result.report,
+            thresholds,
+            offenders,
+            capabilities=result.capabilities,
+            gpu_count=result.gpu_count,
+            sections=sections,
+            currency=currency,
+        )
+    else:
+        html = render_html(found, thresholds, sections=sections, currency=currency)
     try:
         output.write_text(html, encoding="utf-8")
     except OSError as e:

@@ -86,6 +86,8 @@ def _action_line(result: ActionResult, currency: str) -> str:
     if a.action is Action.SCALE_TO_ZERO and a.replicas:
         line += f" · {a.replicas} → 0 replicas"
     line += f" · {_money(a.gpu_hours_per_day, a.cost_per_day, currency)}"
+    if a.action is Action.CORDON:
+        line += " once the node is removed"  # a cordoned node still costs until it is gone
     if result.outcome in (Outcome.FAILED, Outcome.SKIPPED) and result.detail:
         line += f"\n_{escape(result.detail)}_"
     for flag in a.flags:
@@ -117,31 +119,67 @@ def _sections(lines: Sequence[str]) -> list[dict[str, Any]]:
     return blocks
 
 
-def _how_to(refs: Iterable[WorkloadRef], mode: RunMode) -> str:
-    refs = list(refs)
-    example = next((r for r in refs if r.kind in ACTUATORS), None)
-    if example is not None:
-        opt_out = (
-            f"Opt out: `kubectl annotate {example.kind.lower()} {example.name} -n {example.namespace} "
-            f"{names.EXCLUDE}=true` (or `{names.EXCLUDE_UNTIL}=<RFC 3339 time>`; on the namespace for all "
-            "its workloads)"
-        )
-    else:
-        # Jobs and Pods are not read from the cluster: their opt-out goes on the namespace.
-        namespaced = next((r for r in refs if r.kind != "Node"), None)
-        opt_out = (
-            f"Opt out: `kubectl annotate namespace {namespaced.namespace} {names.EXCLUDE}=true`"
-            if namespaced
-            else f"Opt out: `kubectl annotate node NAME {names.EXCLUDE}=true`"
-        )
-    if not mode.writes:
-        return opt_out
-    restore = (
-        f"`gpu-reaper restore {example.namespace}/{example.name}` (or `--all`)"
-        if example is not None
-        else "`gpu-reaper restore --all`"
-    )
-    return f"{opt_out}\nRestore: {restore}"
+def _opt_out_command(ref: WorkloadRef) -> str:
+    """How the owner of ``ref`` opts it out: on the object the reaper reads, else on its namespace."""
+    if ref.kind == "Node":
+        return f"`kubectl annotate node {ref.name} {names.EXCLUDE}=true`"
+    if ref.kind in ACTUATORS:
+        return f"`kubectl annotate {ref.kind.lower()} {ref.name} -n {ref.namespace} {names.EXCLUDE}=true`"
+    # Jobs and Pods are not read one by one from the cluster: their opt-out goes on the namespace.
+    return f"`kubectl annotate namespace {ref.namespace} {names.EXCLUDE}=true` (for {ref.kind} {ref.name})"
+
+
+def _how_to(refs: Iterable[WorkloadRef], restorable: Iterable[WorkloadRef]) -> str:
+    """One opt-out line per workload in the message, and (after apply) one restore line per stop."""
+    seen: dict[str, WorkloadRef] = {}
+    for ref in refs:
+        seen.setdefault(ref.key(), ref)
+    lines = [
+        f"Opt out (`{names.EXCLUDE_UNTIL}=<RFC 3339 time>` for a while; on the namespace for all its "
+        "workloads):"
+    ]
+    lines += [f"• {escape(_opt_out_command(ref))}" for ref in seen.values()]
+    stopped = {r.key(): r for r in restorable if r.kind != "Node"}
+    lines += [f"Restore: `gpu-reaper restore {r.namespace}/{r.name}`" for r in stopped.values()]
+    if any(r.kind == "Node" for r in restorable):
+        lines.append("Restore: `gpu-reaper restore --all` uncordons the nodes it cordoned")
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class _Totals:
+    """What a set of results frees: stops free GPUs now, a cordon only once the node is removed."""
+
+    freed_hours: float
+    freed_cost: float | None
+    cordoned_hours: float
+    cordoned_cost: float | None
+    targets: int
+
+    @classmethod
+    def of(cls, results: Iterable[ActionResult]) -> _Totals:
+        done = [
+            r.action
+            for r in results
+            if r.action.action.destructive and r.outcome in (Outcome.APPLIED, Outcome.DRY_RUN)
+        ]
+        stops = [a for a in done if a.action is not Action.CORDON]
+        cordons = [a for a in done if a.action is Action.CORDON]
+        return cls(*summarize(stops), *summarize(cordons), targets=len(done))
+
+    def describe(self, dry_run: bool, currency: str) -> str:
+        parts = []
+        if self.freed_hours or not self.cordoned_hours:
+            freed = _money(self.freed_hours, self.freed_cost, currency)
+            parts.append(("Reclaimable " if dry_run else "Reclaimed ") + freed)
+        if self.cordoned_hours:
+            cordoned = _money(self.cordoned_hours, self.cordoned_cost, currency)
+            parts.append(
+                f"{'cordons would hold' if dry_run else 'cordoned nodes hold'} {cordoned}, saved only "
+                "once the node is drained and removed"
+            )
+        text = "; ".join(parts)
+        return text[0].upper() + text[1:]
 
 
 def build_messages(
@@ -165,8 +203,9 @@ def build_messages(
         by_channel.pop(None, None)  # nowhere to send: no default channel, no route, no annotation
     if not by_channel and policy.slack.notify_when_idle and (single or policy.slack.channel):
         by_channel[None if single else policy.slack.channel] = ([], [])
+    fleet = _Totals.of(results) if len(by_channel) > 1 else None
     return [
-        _message(channel, items, skips, plan, policy, mode)
+        _message(channel, items, skips, plan, policy, mode, fleet)
         for channel, (items, skips) in sorted(by_channel.items(), key=lambda kv: kv[0] or "")
     ]
 
@@ -178,40 +217,47 @@ def _message(
     plan: Plan,
     policy: Policy,
     mode: RunMode,
+    fleet: _Totals | None = None,
 ) -> Message:
     limit = policy.slack.max_items_per_message
     currency = policy.currency
     changed = [r for r in results if r.action.action.destructive]
     notices = [r for r in results if not r.action.action.destructive]
-    done = [r for r in changed if r.outcome in (Outcome.APPLIED, Outcome.DRY_RUN)]
-    hours, cost = summarize(r.action for r in done)
+    totals = _Totals.of(results)
     dry_run = not mode.writes
     if dry_run:
-        what = f"would reclaim {len(done)} of {len(changed)} targets" if changed else "nothing to reclaim"
+        what = (
+            f"would reclaim {totals.targets} of {len(changed)} targets" if changed else "nothing to reclaim"
+        )
         title = f"GPU reaper (dry-run): {what}"
     else:
-        what = f"reclaimed {len(done)} of {len(changed)} targets" if changed else "nothing reclaimed"
+        what = f"reclaimed {totals.targets} of {len(changed)} targets" if changed else "nothing reclaimed"
         title = f"GPU reaper: {what}"
-    reclaimed = ("Reclaimable" if dry_run else "Reclaimed") + f" {_money(hours, cost, currency)}"
+    reclaimed = totals.describe(dry_run, currency)
     summary = (
         f"*Window* {rfc3339(plan.window.start)} → {rfc3339(plan.window.end)}"
         f" · *Findings* {len(plan.findings)}"
         f" · *Mode* {mode.value}\n{reclaimed}"
     )
+    if fleet is not None:
+        # Each channel sees its own part; the whole fleet's figure says how big the run was.
+        summary += f"\n*Fleet-wide* ({fleet.targets} targets): {fleet.describe(dry_run, currency)}"
     blocks: list[dict[str, Any]] = [
         {"type": "header", "text": {"type": "plain_text", "text": title[:150]}},
         {"type": "section", "text": {"type": "mrkdwn", "text": summary}},
     ]
-    lines = [_action_line(r, currency) for r in [*changed, *notices][:limit]]
+    shown_results = [*changed, *notices][:limit]
+    lines = [_action_line(r, currency) for r in shown_results]
     shown = len(lines)
+    shown_skips: list[Skip] = []
     if lines:
         blocks.append({"type": "divider"})
         blocks.extend(_sections(lines))
     if skips and shown < limit:
-        pending = [_skip_line(s) for s in skips[: limit - shown]]
-        shown += len(pending)
+        shown_skips = skips[: limit - shown]
+        shown += len(shown_skips)
         blocks.append({"type": "divider"})
-        blocks.extend(_sections(["*Held back*", *pending]))
+        blocks.extend(_sections(["*Held back*", *(_skip_line(s) for s in shown_skips)]))
     hidden = len(results) + len(skips) - shown
     if hidden > 0:
         blocks.append(
@@ -220,8 +266,15 @@ def _message(
                 "elements": [{"type": "mrkdwn", "text": f"…and {hidden} more in the run's log"}],
             }
         )
-    refs = [r.action.written for r in results] + [s.root or s.target for s in skips]
-    blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": _how_to(refs, mode)}]})
+    refs = [r.action.written for r in shown_results] + [s.root or s.target for s in shown_skips]
+    restorable = [
+        r.action.written
+        for r in shown_results
+        if r.outcome is Outcome.APPLIED and r.action.action.destructive
+    ]
+    if refs:
+        for chunk in _sections(_how_to(refs, restorable).splitlines()):
+            blocks.append({"type": "context", "elements": [chunk["text"]]})
     return Message(channel=channel, text=f"{title}. {reclaimed}.", blocks=tuple(blocks[:50]))
 
 

@@ -10,16 +10,17 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Protocol
 
 from common.errors import DataUnavailableError
 from common.model import FindingsReport, TimeWindow
-from common.thresholds import Thresholds
+from common.timeutil import format_duration
 from reaper.cluster import read_snapshot
 from reaper.errors import KubeError, LeaseHeldError, SlackError
 from reaper.executor import ActionResult, Executor, Outcome, utc_now
+from reaper.history import FindingsSource, Replay, replay
 from reaper.kube_api import KubeApi
 from reaper.messages import Message, build_messages
 from reaper.metrics import RunMetrics
@@ -33,7 +34,7 @@ EXIT_ACTION_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_DATA_UNAVAILABLE = 3
 
-FindingsSource = Callable[[TimeWindow, Thresholds], FindingsReport]
+__all__ = ["FindingsSource", "RunReport", "RunSettings", "run"]
 
 
 class Notifier(Protocol):
@@ -52,6 +53,9 @@ class RunSettings:
     end: datetime | None = None  # analyse and plan as of this time (replays, tests); default: now
     lease_wait: timedelta = timedelta(0)
     identity: str | None = None
+    # How often the CronJob runs. A dry-run replays the earlier runs at this interval to count its
+    # confirmations (reaper.history); None where the source cannot analyse earlier windows (a file).
+    run_interval: timedelta | None = None
 
 
 @dataclass
@@ -70,6 +74,7 @@ class RunReport:
     # Why the run did nothing, as one word for the summary line (metrics_unavailable, ...).
     failure: str | None = None
     lease_held: bool = False
+    replay: Replay | None = None  # the earlier runs a dry-run replayed for its confirmations
 
     @property
     def findings(self) -> int:
@@ -189,6 +194,15 @@ def _run(
                 report.exit_code, report.error = EXIT_DATA_UNAVAILABLE, str(e)
                 report.failure = "cluster_unavailable"
                 return
+            if not settings.mode.writes and settings.run_interval is not None:
+                # Dry-run writes no state: the streaks come from the runs apply would have made.
+                report.replay = replay(findings, snapshot, policy, now, settings.run_interval)
+                snapshot = replace(snapshot, state=report.replay.state)
+                log.info(
+                    "confirmations from %d replayed runs every %s",
+                    len(report.replay.times),
+                    format_duration(settings.run_interval),
+                )
             the_plan = plan(findings_report, snapshot, policy, now)
             report.plan = the_plan
             if the_plan.blocked:

@@ -13,14 +13,12 @@ from pathlib import Path
 from typing import TextIO
 
 from common.errors import BadInputError
-from common.model import FindingsReport, TimeWindow
+from common.model import FindingsReport
 from common.timeutil import rfc3339
 from reaper import names
 from reaper.analysis import metrics_source, write_html_report
-from reaper.cluster import read_snapshot
-from reaper.executor import Executor
 from reaper.messages import preview
-from reaper.planner import plan
+from reaper.plan_report import run_section
 from reaper.policy import Policy, RunMode, load_policy, parse_policy
 from reaper.runner import RunReport, RunSettings, run
 from simulation.cluster import InMemoryCluster, fleet_objects
@@ -101,24 +99,17 @@ def run_demo(scenario: str, policy_path: Path | None, output: Path, out: TextIO)
         file=out,
     )
 
-    # An hourly CronJob in apply mode would have confirmed these findings an hour ago; replay that run's
-    # planning so the confirmation streaks it would have recorded are in the demo cluster's state.
-    previous_end = end - HOURLY
-    previous = plan(
-        source(TimeWindow.ending(previous_end, policy.window), policy.thresholds),
-        read_snapshot(cluster, namespace),
-        policy,
-        previous_end,
+    # A dry-run counts confirmations from the hourly runs an apply CronJob would have made before.
+    settings = RunSettings(
+        policy=policy, mode=RunMode.DRY_RUN, namespace=namespace, end=end, run_interval=HOURLY
     )
-    Executor(cluster, mode=RunMode.APPLY, namespace=namespace).save_state(previous.next_state)
-    print(
-        f"(replayed the hourly run at {rfc3339(previous_end)} first, so safety.consecutiveRuns="
-        f"{policy.safety.consecutive_runs} can be met)",
-        file=out,
-    )
-
-    settings = RunSettings(policy=policy, mode=RunMode.DRY_RUN, namespace=namespace, end=end)
     report = run(settings, source, lambda: cluster)
+    if report.replay is not None and report.replay.times:
+        print(
+            f"(confirmations from {len(report.replay.times)} replayed hourly run(s), the first at "
+            f"{rfc3339(report.replay.times[0])}: safety.consecutiveRuns={policy.safety.consecutive_runs})",
+            file=out,
+        )
     if report.found is None or report.plan is None:
         print(f"nothing planned: {report.error}", file=out)
         return report.exit_code
@@ -126,7 +117,14 @@ def run_demo(scenario: str, policy_path: Path | None, output: Path, out: TextIO)
     _print_plan(report, out)
     print("\nSlack messages (preview)", file=out)
     print(preview(report.messages) or "  (none)", file=out)
-    write_html_report(SimulatedSource(fleet), report.found.window, policy.thresholds, output)
+    write_html_report(
+        output,
+        report.found,
+        policy.thresholds,
+        source=SimulatedSource(fleet),
+        sections=[run_section(report, settings)],
+        currency=policy.currency,
+    )
     print(f"\nHTML report: {output}", file=out)
     print(report.summary_line(), file=out)
     return report.exit_code

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 from jinja2 import Environment, FunctionLoader, StrictUndefined, select_autoescape
+from markupsafe import Markup
 
 from analyzer.pipeline import OffenderSeries
 from analyzer.report import plots
@@ -69,8 +70,11 @@ def render_html(
     offenders: Sequence[OffenderSeries] = (),
     capabilities: str = "",
     gpu_count: int | None = None,
+    sections: Sequence[Markup] = (),
+    currency: str = "USD",
 ) -> str:
-    """The whole report as one HTML document."""
+    """The whole report as one HTML document; ``sections``: escaped HTML a caller adds after the
+    summary cards (the reaper's plan), so the analyzer knows nothing of what they show."""
     counts = Counter(f.kind for f in report.findings)
     wasted = sum(f.wasted_gpu_hours for f in report.findings)
     costs = [f.estimated_cost for f in report.findings if f.estimated_cost is not None]
@@ -123,6 +127,8 @@ def render_html(
         wasted=wasted,
         cost=sum(costs) if costs else None,
         price=thresholds.price_per_gpu_hour,
+        currency=currency,
+        sections=sections,
         waste_plot=_data_uri(waste_png) if waste_png else None,
         offender_plots=offender_plots,
         rows=rows,

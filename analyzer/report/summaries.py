@@ -49,12 +49,12 @@ def detail(f: Finding) -> str:
     return f"max {e.max_util_percent or 0:.1f} %"
 
 
-def summary_line(report: FindingsReport) -> str:
+def summary_line(report: FindingsReport, currency: str = "USD") -> str:
     counts = Counter(f.kind for f in report.findings)
     wasted = sum(f.wasted_gpu_hours for f in report.findings)
     costs = [f.estimated_cost for f in report.findings if f.estimated_cost is not None]
     parts = [f"{counts.get(kind, 0)} {kind.value}" for kind in FindingKind]
     text = f"{len(report.findings)} findings ({', '.join(parts)}); {wasted:,.1f} GPU-hours wasted"
     if costs:
-        text += f", {sum(costs):,.2f} at the configured price"
+        text += f", {sum(costs):,.2f} {currency} at the configured price"
     return text

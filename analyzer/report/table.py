@@ -19,7 +19,7 @@ KIND_STYLE = {
 }
 
 
-def render_table(report: FindingsReport, console: Console) -> None:
+def render_table(report: FindingsReport, console: Console, currency: str = "USD") -> None:
     window = report.window
     console.print(
         f"[bold]GPU findings[/bold] {rfc3339(window.start)} → {rfc3339(window.end)} "
@@ -37,7 +37,7 @@ def render_table(report: FindingsReport, console: Console) -> None:
     table.add_column("detail")
     table.add_column("wasted GPU-h", justify="right")
     if priced:
-        table.add_column("cost", justify="right")
+        table.add_column(f"cost ({currency})", justify="right")
     table.add_column("conf.", justify="right")
     for f in report.findings:
         ref = f.workload
@@ -55,4 +55,4 @@ def render_table(report: FindingsReport, console: Console) -> None:
         row.append(f"{f.confidence:.2f}")
         table.add_row(*row)
     console.print(table)
-    console.print(summary_line(report))
+    console.print(summary_line(report, currency))

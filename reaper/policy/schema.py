@@ -16,7 +16,7 @@ from pydantic.alias_generators import to_camel
 
 from common.durations import Duration, PositiveDuration
 from common.model import FindingKind
-from common.thresholds import Thresholds
+from common.thresholds import Pricing, Thresholds
 from reaper import names
 from reaper.policy.fields import Channel, Glob, LabelKey, LabelValue, NamespaceName, WorkloadGlob
 
@@ -241,14 +241,15 @@ class Policy(_Model):
             seen.add(rule.name)
         return rules
 
+    @property
+    def _pricing(self) -> Pricing:
+        return Pricing(price_per_gpu_hour=self.price_per_gpu_hour, currency=self.currency)
+
     @model_validator(mode="after")
     def _one_price(self) -> Policy:
-        other = self.detection.price_per_gpu_hour
-        if other is not None and self.price_per_gpu_hour is not None and other != self.price_per_gpu_hour:
-            raise ValueError(
-                f"pricePerGpuHour ({self.price_per_gpu_hour:g}) and detection.pricePerGpuHour ({other:g}) "
-                "disagree; set the price once, at the top level"
-            )
+        problem = self._pricing.disagreement(self.detection)
+        if problem:
+            raise ValueError(problem)
         return self
 
     @property
@@ -262,10 +263,9 @@ class Policy(_Model):
 
     @property
     def thresholds(self) -> Thresholds:
-        """The detection settings handed to the analyzer, with the one price filled in."""
-        if self.price is None or self.detection.price_per_gpu_hour == self.price:
-            return self.detection
-        return self.detection.model_copy(update={"price_per_gpu_hour": self.price})
+        """The detection settings handed to the analyzer, with the one price filled in (the same
+        price ``gpu-analyzer --policy`` reads: common.thresholds.load_thresholds)."""
+        return self._pricing.applied_to(self.detection)
 
     @property
     def protected_namespaces(self) -> tuple[str, ...]:

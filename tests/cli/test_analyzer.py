@@ -11,6 +11,7 @@ import responses
 from cli.analyzer import build_parser, main
 from common.model import FindingKind, FindingsReport
 from harness.servers import PrometheusServer, free_port
+from reaper.policy import load_policy
 from simulation.fleet import Fleet, expected_findings
 
 END = "2026-01-05T00:00:00Z"
@@ -45,6 +46,35 @@ def test_policy_price_reaches_the_findings(tmp_path: Path, capsys: pytest.Captur
     priced = [f for f in report.findings if f.kind.actionable]
     assert priced
     assert all(f.estimated_cost == pytest.approx(f.wasted_gpu_hours * 3.0, abs=0.01) for f in priced)
+
+
+def test_the_example_policy_prices_the_findings_as_the_reaper_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The price sits at the policy's top level, where the reaper reads it: so does the analyzer."""
+    example = Path(__file__).parents[2] / "docs" / "policy.example.yaml"
+    policy = load_policy(example)
+    assert policy.price is not None
+    assert main(["analyze", "--simulate", "standard", "--policy", str(example), "--format", "json"]) == 0
+    report = FindingsReport.from_json(capsys.readouterr().out)
+    priced = [f for f in report.findings if f.kind.actionable]
+    assert priced
+    assert all(f.estimated_cost == pytest.approx(f.wasted_gpu_hours * policy.price, abs=0.01) for f in priced)
+
+    html = tmp_path / "report.html"
+    args = ["analyze", "--simulate", "standard", "--policy", str(example), "--format", "html"]
+    assert main([*args, "--output", str(html)]) == 0
+    text = html.read_text(encoding="utf-8")
+    assert f"estimated cost at {policy.price} {policy.currency} per GPU-hour" in text
+    assert f"<th>cost ({policy.currency})</th>" in text
+
+
+def test_two_prices_that_disagree_are_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("pricePerGpuHour: 2\ncurrency: EUR\ndetection:\n  pricePerGpuHour: 3\n")
+    assert main(["analyze", "--simulate", "standard", "--policy", str(policy)]) == 2
+    err = capsys.readouterr().err
+    assert str(policy) in err and "disagree" in err
 
 
 def test_html_report_file(tmp_path: Path) -> None:

@@ -466,3 +466,28 @@ def test_demo_checks_its_output_before_running(tmp_path: Path, capsys: pytest.Ca
     assert code == 2
     assert f"gpu-reaper: error: --output {output}: directory" in capsys.readouterr().err
     assert out == ""  # the demo never started
+
+
+def test_a_dry_run_from_a_findings_file_replays_nothing_and_says_so_in_its_report(
+    seeded: EmulatedCluster, findings_file: Path, tmp_path: Path
+) -> None:
+    """A file holds one window: replaying it as earlier runs would confirm what no earlier run saw."""
+    policy = write(tmp_path, "p.yaml", GOOD_POLICY.replace("consecutiveRuns: 1", "consecutiveRuns: 2"))
+    page = tmp_path / "plan.html"
+    code, out = cli(*run_args(seeded.kubeconfig, policy, findings_file, "--dry-run", "--report", str(page)))
+    assert code == 0, out
+    assert seeded.mutations() == []
+    html = page.read_text(encoding="utf-8")
+    assert "<code>awaiting_confirmation</code>" in html and "seen on 1 of 2 consecutive runs" in html
+    assert "no earlier runs replayed (a findings file has one window)" in html
+
+
+def test_an_unwritable_report_is_refused_before_the_run(
+    seeded: EmulatedCluster, findings_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy = write(tmp_path, "p.yaml", GOOD_POLICY)
+    missing = tmp_path / "no-such-dir" / "plan.html"
+    code, _ = cli(*run_args(seeded.kubeconfig, policy, findings_file, "--apply", "--report", str(missing)))
+    assert code == 2
+    assert "--report" in capsys.readouterr().err
+    assert seeded.mutations() == []

@@ -95,6 +95,58 @@ def test_dry_run_message_says_would_and_offers_no_restore() -> None:
     assert "Restore:" not in text
 
 
+def test_each_workload_in_a_message_gets_its_own_opt_out_line() -> None:
+    findings = report(
+        finding(FindingKind.IDLE_ENDPOINT, name="ranker", gpus=2),
+        finding(FindingKind.LOW_UTILIZATION, name="mig", namespace="team-b"),
+        finding(FindingKind.LOW_UTILIZATION, name="trainer", namespace="team-b", workload_kind="Pod"),
+    )
+    p = Policy.model_validate({**POLICY, "slack": {"channel": "#gpu-waste"}})
+    the_plan = plan(findings, read_snapshot(cluster(), "gpu-reaper"), p, NOW)
+    results = [ActionResult(a, Outcome.APPLIED) for a in the_plan.actions]
+    (m,) = [m for m in build_messages(the_plan, results, p, mode=RunMode.APPLY) if m.channel == "#team-b"]
+    text = text_of(m)
+    assert "kubectl annotate deployment mig -n team-b gpu-reaper/exclude=true" in text
+    # A bare Pod is not read from the cluster: its owner opts out on the namespace.
+    assert "kubectl annotate namespace team-b gpu-reaper/exclude=true` (for Pod trainer)" in text
+    assert "ranker" not in text  # another channel's workload
+
+
+def test_every_channel_sees_the_fleet_wide_total_and_cordons_are_not_counted_as_saved() -> None:
+    policy = {
+        **POLICY,
+        "rules": [
+            {
+                "name": "nodes",
+                "match": {"findings": ["low_utilization"], "kinds": ["Node"]},
+                "action": "cordon",
+            },
+            *POLICY["rules"],
+        ],
+    }
+    objects = [*cluster().list_objects("Namespace"), *cluster().list_objects("Deployment")]
+    node = manifest("Node", "gpu-a", created=LONG_AGO)
+    node["status"] = {"allocatable": {"nvidia.com/gpu": "4"}}
+    findings = report(
+        finding(FindingKind.IDLE_ENDPOINT, name="ranker", gpus=2),
+        finding(FindingKind.IDLE_ENDPOINT, name="mig", namespace="team-b"),
+        finding(FindingKind.LOW_UTILIZATION, name="gpu-a", workload_kind="Node", gpus=4),
+    )
+    p = Policy.model_validate(policy)
+    the_plan = plan(findings, read_snapshot(InMemoryCluster([*objects, node]), "gpu-reaper"), p, NOW)
+    results = [ActionResult(a, Outcome.APPLIED) for a in the_plan.actions]
+    by_channel = {m.channel: text_of(m) for m in build_messages(the_plan, results, p, mode=RunMode.APPLY)}
+    assert set(by_channel) == {"#gpu-waste", "#team-b"}
+    fleet = (
+        "*Fleet-wide* (3 targets): Reclaimed 72 GPU-hours/day (≈ 144 USD/day); cordoned nodes hold "
+        "96 GPU-hours/day (≈ 192 USD/day), saved only once the node is drained and removed"
+    )
+    assert all(fleet in text for text in by_channel.values())
+    assert "Reclaimed 24 GPU-hours/day (≈ 48 USD/day)\n" in by_channel["#team-b"]
+    assert "*Cordoned* `node/gpu-a`" in by_channel["#gpu-waste"]
+    assert "96 GPU-hours/day (≈ 192 USD/day) once the node is removed" in by_channel["#gpu-waste"]
+
+
 def test_webhook_gets_one_message_with_everything() -> None:
     (m,) = messages_for(apply=True, single=True)
     assert m.channel is None

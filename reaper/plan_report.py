@@ -1,0 +1,253 @@
+"""The run's plan as a section of the HTML report: mode, each action and skip with its reason, where
+its Slack message goes, and what it frees, with the policy's currency. Pure formatting (no I/O):
+the analyzer's report places the section; ``reaper.analysis`` hands it over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+
+from jinja2 import Environment, StrictUndefined, select_autoescape
+from markupsafe import Markup
+
+from common.model import WorkloadRef
+from common.timeutil import format_duration, rfc3339
+from reaper.executor import ActionResult, Outcome
+from reaper.history import Replay
+from reaper.planner import Plan, PlannedAction, Skip, summarize
+from reaper.policy import Action, Policy, RunMode
+from reaper.runner import RunReport, RunSettings
+
+_TEMPLATE = """\
+<style>
+  .plan .sub { color: var(--muted); font-size: 12.5px; }
+  .plan .flag { color: #8a5a00; font-size: 12.5px; }
+  .plan h3 { font-size: 15px; margin: 18px 0 8px; }
+  .plan code { font-size: 12.5px; }
+  .plan .cards { margin-top: 10px; }
+</style>
+<section class="plan" id="plan">
+  <h2>{{ heading }} <span class="badge" style="--c: {{ mode_colour }}">{{ mode }}</span></h2>
+  <p class="sub">{{ context }}</p>
+  {% if stopped %}
+  <p class="empty">Nothing was planned: {{ stopped }}</p>
+  {% else %}
+  <div class="cards">
+    <div class="card"><div class="n">{{ freed }}</div><div class="l">{{ freed_label }}</div></div>
+    {% if cordoned %}
+    <div class="card"><div class="n">{{ cordoned }}</div><div class="l">{{ cordoned_label }}</div></div>
+    {% endif %}
+    <div class="card"><div class="n">{{ actions|length }}</div><div class="l">actions and notices</div></div>
+    <div class="card"><div class="n">{{ skips|length }}</div><div class="l">findings held back</div></div>
+  </div>
+  <h3>Actions</h3>
+  {% if actions %}
+  <table>
+    <thead><tr><th>what</th><th>object</th><th>why</th><th>Slack</th>
+      <th>GPU-h/day</th><th>{{ currency }}/day</th></tr></thead>
+    <tbody>
+    {% for a in actions %}
+      <tr>
+        <td><span class="badge" style="--c: {{ a.colour }}">{{ a.verb }}</span></td>
+        <td>{{ a.object }}
+          {% if a.held_by %}<div class="sub">GPUs held by {{ a.held_by }}</div>{% endif %}</td>
+        <td>{{ a.reason }}{% for flag in a.flags %}<div class="flag">⚠ {{ flag }}</div>{% endfor %}
+          {% if a.detail %}<div class="sub">{{ a.detail }}</div>{% endif %}</td>
+        <td>{{ a.channel }}</td>
+        <td class="num">{{ a.hours }}</td>
+        <td class="num">{{ a.cost }}{% if a.note %}<div class="sub">{{ a.note }}</div>{% endif %}</td>
+      </tr>
+    {% endfor %}
+    </tbody>
+  </table>
+  {% else %}
+  <p class="empty">No action.</p>
+  {% endif %}
+  <h3>Held back, with reasons</h3>
+  {% if skips %}
+  <table>
+    <thead><tr><th>reason</th><th>object</th><th>rule wanted</th><th>detail</th><th>Slack</th></tr></thead>
+    <tbody>
+    {% for s in skips %}
+      <tr>
+        <td><code>{{ s.reason }}</code></td>
+        <td>{{ s.object }}
+          {% if s.held_by %}<div class="sub">GPUs held by {{ s.held_by }}</div>{% endif %}</td>
+        <td>{{ s.wanted }}</td>
+        <td>{{ s.detail }}</td>
+        <td>{{ s.channel }}</td>
+      </tr>
+    {% endfor %}
+    </tbody>
+  </table>
+  {% else %}
+  <p class="empty">Nothing held back.</p>
+  {% endif %}
+  {% endif %}
+</section>
+"""
+
+_ENV = Environment(
+    autoescape=select_autoescape(default=True, default_for_string=True),
+    undefined=StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+
+_NOT_SENT = "not sent"
+_VERBS = {
+    # action → (dry-run, applied)
+    Action.SCALE_TO_ZERO: ("would stop", "stopped"),
+    Action.CORDON: ("would cordon", "cordoned"),
+    Action.NOTIFY: ("notify", "notified"),
+}
+_COLOURS = {Outcome.APPLIED: "#2e7d32", Outcome.DRY_RUN: "#1565c0", Outcome.FAILED: "#c62828"}
+
+
+@dataclass(frozen=True)
+class PlanView:
+    """What the section shows: one run's plan and what came of it."""
+
+    mode: RunMode
+    policy: Policy
+    plan: Plan | None
+    results: Sequence[ActionResult] = ()
+    replay: Replay | None = None
+    run_interval: timedelta | None = None
+    stopped: str | None = None  # why the run planned nothing (metrics, cluster, lease, stale data)
+    slack: str = "off"  # "bot" (one message per channel), "webhook" (one message), "off"
+
+
+def _name(ref: WorkloadRef) -> str:
+    return f"node {ref.name}" if ref.kind == "Node" else f"{ref.kind} {ref.namespace}/{ref.name}"
+
+
+def _amount(value: float | None) -> str:
+    return "–" if value is None else f"{value:,.2f}"
+
+
+def _action_row(result: ActionResult, mode: RunMode, slack: str) -> dict[str, object]:
+    a: PlannedAction = result.action
+    would, done = _VERBS[a.action]
+    verb = {Outcome.APPLIED: done, Outcome.DRY_RUN: would if not mode.writes else done}.get(
+        result.outcome, f"{result.outcome.value}: {would.removeprefix('would ')}"
+    )
+    return {
+        "verb": verb,
+        "colour": _COLOURS.get(result.outcome, "#6d4c41"),
+        "object": _name(a.written),
+        "held_by": _name(a.target) if a.root is not None else "",
+        "reason": a.reason,
+        "flags": a.flags,
+        "detail": result.detail,
+        "channel": _channel(a.channel, slack),
+        "hours": f"{a.gpu_hours_per_day:,.0f}" if a.action.destructive else "–",
+        "cost": _amount(a.cost_per_day),
+        # A cordoned node still costs until it is drained and removed.
+        "note": "once the node is removed" if a.action is Action.CORDON else "",
+    }
+
+
+def _skip_row(s: Skip, slack: str) -> dict[str, object]:
+    return {
+        "reason": s.reason.value,
+        "object": _name(s.root or s.target),
+        "held_by": _name(s.target) if s.root is not None else "",
+        "wanted": s.action.value if s.action else "–",
+        "detail": s.detail,
+        "channel": _channel(s.channel, slack),
+    }
+
+
+def _context(view: PlanView) -> str:
+    parts = []
+    if view.plan is not None:
+        parts.append(f"as of {rfc3339(view.plan.now)}")
+        w = view.plan.window
+        parts.append(f"findings over {rfc3339(w.start)} → {rfc3339(w.end)}")
+    parts.append(
+        f"confirmations: {view.policy.safety.consecutive_runs} consecutive runs"
+        + (f", rules' for: up to {format_duration(f)}" if (f := _longest_for(view.policy)) else "")
+    )
+    if view.mode.writes:
+        parts.append("streaks read from the state ConfigMap")
+    elif view.replay is not None and view.run_interval is not None:
+        missing = f", {len(view.replay.unavailable)} without metrics" if view.replay.unavailable else ""
+        runs = len(view.replay.times)
+        parts.append(
+            f"streaks from {runs} replayed run{'s' if runs != 1 else ''} every "
+            f"{format_duration(view.run_interval)}{missing} (what apply would have counted)"
+        )
+    else:
+        parts.append("no earlier runs replayed (a findings file has one window)")
+    parts.append(
+        {
+            "bot": "Slack: one message per owner channel",
+            "webhook": "Slack: one message to the incoming webhook's channel",
+        }.get(view.slack, "Slack not configured: the channels are where messages would go")
+    )
+    return " · ".join(parts)
+
+
+def _channel(channel: str | None, slack: str) -> str:
+    if channel is None:
+        return _NOT_SENT
+    return f"{channel} (via the webhook)" if slack == "webhook" else channel
+
+
+def _longest_for(policy: Policy) -> timedelta:
+    return max((r.match.for_ for r in policy.rules), default=timedelta(0))
+
+
+def render_plan_section(view: PlanView) -> Markup:
+    """The plan as an HTML section (escaped: names come from the cluster)."""
+    currency = view.policy.currency
+    dry_run = not view.mode.writes
+    plan = view.plan
+    done = [
+        r.action
+        for r in view.results
+        if r.action.action.destructive and r.outcome in (Outcome.APPLIED, Outcome.DRY_RUN)
+    ]
+    hours, cost = summarize(a for a in done if a.action is not Action.CORDON)
+    c_hours, c_cost = summarize(a for a in done if a.action is Action.CORDON)
+    per_day = f" (≈ {cost:,.0f} {currency}/day)" if cost is not None else ""
+    c_per_day = f" (≈ {c_cost:,.0f} {currency}/day)" if c_cost is not None else ""
+    html = _ENV.from_string(_TEMPLATE).render(
+        heading="What gpu-reaper would do" if dry_run else "What gpu-reaper did",
+        mode=view.mode.value,
+        mode_colour="#1565c0" if dry_run else "#2e7d32",
+        context=_context(view),
+        stopped=view.stopped,
+        freed=f"{hours:,.0f}",
+        freed_label=("GPU-hours/day reclaimable" if dry_run else "GPU-hours/day reclaimed")
+        + f"{per_day} by stopping workloads",
+        cordoned=f"{c_hours:,.0f}" if c_hours else None,
+        cordoned_label=f"GPU-hours/day{c_per_day} on cordoned nodes: saved only once the node is "
+        "drained and removed",
+        actions=[_action_row(r, view.mode, view.slack) for r in view.results],
+        skips=[_skip_row(s, view.slack) for s in (plan.skips if plan is not None else ())],
+        currency=currency,
+    )
+    return Markup(html)  # noqa: S704 - rendered by an autoescaping environment
+
+
+def run_section(report: RunReport, settings: RunSettings, slack: str = "off") -> Markup:
+    """The section for one finished run."""
+    stopped = None
+    if report.plan is None or report.plan.blocked:
+        stopped = report.error or "the run stopped before planning"
+    return render_plan_section(
+        PlanView(
+            mode=report.mode,
+            policy=settings.policy,
+            plan=report.plan,
+            results=report.results,
+            replay=report.replay,
+            run_interval=settings.run_interval,
+            stopped=stopped,
+            slack=slack,
+        )
+    )

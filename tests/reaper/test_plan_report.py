@@ -1,0 +1,166 @@
+"""The run's plan in the HTML report: ``gpu-reaper run --report`` over a real Prometheus and the emulator,
+looked at in headless Chromium; and the section's wording for apply, webhooks and stopped runs."""
+
+from __future__ import annotations
+
+import io
+import re
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from cli.reaper import main
+from common.model import FindingKind
+from harness.browser import pixels_near, screenshot
+from harness.findings import NOW, finding, report
+from harness.kube_emulator import EmulatedCluster
+from harness.servers import PrometheusServer
+from reaper import names
+from reaper.cluster import read_snapshot
+from reaper.executor import ActionResult, Outcome
+from reaper.plan_report import PlanView, render_plan_section
+from reaper.planner import plan
+from reaper.policy import Policy, RunMode
+from simulation.cluster import InMemoryCluster, fleet_objects, manifest
+from simulation.fleet import Fleet
+
+DRY_RUN_BLUE = "#1565c0"
+POLICY = """\
+window: 6h
+pricePerGpuHour: 3
+currency: EUR
+safety: {consecutiveRuns: 2, maxCordonShare: 0.25}
+slack:
+  channel: "#gpu-waste"
+  routes:
+    - {namespaces: [serving], channel: "#serving-oncall"}
+rules:
+  - name: idle-endpoints
+    match: {findings: [idle_endpoint], minConfidence: 0.9}
+    action: scale_to_zero
+  - name: idle-nodes
+    match: {findings: [low_utilization], kinds: [Node]}
+    action: cordon
+  - name: tell-owners
+    match: {findings: [low_utilization, dataloader_starvation]}
+    action: notify
+"""
+
+
+def plan_section(html: str) -> str:
+    start = html.index('<section class="plan"')
+    return html[start : html.index("</section>", start)]
+
+
+@pytest.mark.prometheus
+@pytest.mark.chromium
+@pytest.mark.slow
+def test_run_writes_its_plan_into_the_html_report(
+    standard_fleet: Fleet,
+    prometheus_standard: PrometheusServer,
+    cluster: EmulatedCluster,
+    tmp_path: Path,
+) -> None:
+    cluster.seed(
+        fleet_objects(standard_fleet, workload_annotations={"team-b/mig-idle": {names.EXCLUDE: "true"}})
+    )
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY, encoding="utf-8")
+    page = tmp_path / "report.html"
+    out = io.StringIO()
+    argv = [
+        "run",
+        "--prometheus-url",
+        prometheus_standard.url,
+        "--policy",
+        str(policy),
+        "--end",
+        "2026-01-05T00:00:00Z",
+        "--kubeconfig",
+        str(cluster.kubeconfig),
+        "--reaper-namespace",
+        "gpu-reaper",
+        "--report",
+        str(page),
+    ]
+    assert main(argv, stdout=out) == 0, out.getvalue()
+    assert cluster.mutations() == []
+    summary = out.getvalue().strip().splitlines()[-1]
+    counts = dict(re.findall(r"(\w+)=(\S+)", summary))
+    assert counts["mode"] == "dry-run"
+
+    html = page.read_text(encoding="utf-8")
+    section = plan_section(html)
+    assert "What gpu-reaper would do" in section and ">dry-run<" in section
+    # One row per action and per skip, under the two header rows.
+    assert section.count("<tr>") == 2 + int(counts["planned"]) + int(counts["skipped"])
+    # Actions with their reasons and channels; the dry-run replayed the previous hour to confirm them.
+    assert re.search(r"would stop</span></td>\s*<td>Deployment serving/legacy-ranker", section)
+    assert "idle endpoint on 2 GPUs for 6h" in section and "#serving-oncall" in section
+    assert re.search(r"would cordon</span></td>\s*<td>node gpu-spare", section)
+    assert "saved only once the node is drained and removed" in section
+    assert "streaks from 1 replayed run every 1h" in section
+    # Skips with their reason ids and details.
+    assert "<code>excluded_by_annotation</code>" in section and "deployment is annotated" in section
+    assert "<code>insufficient_data</code>" in section
+    # Costs in the policy's currency, in the plan and in the analyzer's part of the report.
+    assert "EUR/day" in section and "<th>cost (EUR)</th>" in html
+    assert "Slack not configured" in section
+
+    image = screenshot(page, tmp_path / "report.png", tmp_path / "profile")
+    assert float(image[..., :3].std()) > 0.1, "the screenshot is blank"
+    assert pixels_near(image, DRY_RUN_BLUE) > 1500  # the mode and the "would …" badges are drawn
+
+
+LONG_AGO = NOW - timedelta(days=30)
+
+
+def small_plan(apply: bool, **annotations: str) -> tuple[Policy, PlanView]:
+    policy = Policy.model_validate(
+        {
+            "pricePerGpuHour": 2.0,
+            "currency": "CHF",
+            "safety": {"consecutiveRuns": 1},
+            "slack": {"channel": "#gpu-waste"},
+            "rules": [{"name": "idle", "match": {"findings": ["idle_endpoint"]}, "action": "scale_to_zero"}],
+        }
+    )
+    objects = [manifest("Namespace", n) for n in ("serving", "gpu-reaper")]
+    objects.append(manifest("Deployment", "ranker", "serving", created=LONG_AGO, spec={"replicas": 2}))
+    objects.append(
+        manifest(
+            "Deployment", "odd", "serving", created=LONG_AGO, spec={"replicas": 1}, annotations=annotations
+        )
+    )
+    found = report(finding(FindingKind.IDLE_ENDPOINT, name="ranker", gpus=2), finding(name="odd"))
+    the_plan = plan(found, read_snapshot(InMemoryCluster(objects), "gpu-reaper"), policy, NOW)
+    mode = RunMode.APPLY if apply else RunMode.DRY_RUN
+    outcome = Outcome.APPLIED if apply else Outcome.DRY_RUN
+    results = [ActionResult(a, outcome) for a in the_plan.actions]
+    return policy, PlanView(mode=mode, policy=policy, plan=the_plan, results=results, slack="webhook")
+
+
+def test_apply_says_what_was_done_with_its_currency_and_webhook() -> None:
+    _, view = small_plan(apply=True)
+    section = str(render_plan_section(view))
+    assert "What gpu-reaper did" in section
+    assert re.search(r"stopped</span></td>\s*<td>Deployment serving/ranker", section)
+    assert "72 GPU-hours/day reclaimed (≈ 144 CHF/day)" in section.replace('</div><div class="l">', " ")
+    assert "#gpu-waste (via the webhook)" in section
+    assert "streaks read from the state ConfigMap" in section
+
+
+def test_what_the_cluster_wrote_is_escaped() -> None:
+    _, view = small_plan(apply=False, **{names.EXCLUDE_UNTIL: "<img src=x onerror=alert(1)>"})
+    section = str(render_plan_section(view))
+    assert "<img" not in section
+    assert "&lt;img src=x onerror=alert(1)&gt;" in section  # the unreadable opt-out, shown as text
+
+
+def test_a_run_that_planned_nothing_says_why() -> None:
+    policy, _ = small_plan(apply=False)
+    stopped = PlanView(mode=RunMode.DRY_RUN, policy=policy, plan=None, stopped="metrics unavailable: down")
+    section = str(render_plan_section(stopped))
+    assert "Nothing was planned: metrics unavailable: down" in section
+    assert "<table>" not in section
