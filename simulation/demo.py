@@ -106,7 +106,7 @@ def run_demo(scenario: str, policy_path: Path | None, output: Path, out: TextIO)
     previous_end = end - HOURLY
     previous = plan(
         source(TimeWindow.ending(previous_end, policy.window), policy.thresholds),
-        read_snapshot(cluster, namespace),
+        read_snapshot(cluster, namespace, policy.gpu_node_selector),
         policy,
         previous_end,
     )
