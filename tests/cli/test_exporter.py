@@ -210,7 +210,7 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out.startswith("gpu-exporter ")
 
 
-def test_log_level_applies_to_the_projects_loggers(free_port: Callable[[], int]) -> None:
+def test_log_level_applies_to_the_projects_loggers() -> None:
     port = free_port()
     command = [sys.executable, "-m", "exporter", "--simulate", "idle", "--listen", f"127.0.0.1:{port}"]
     command += ["--interval", "0.2", "--no-kubernetes", "--log-format", "json", "--log-level", "warning"]
