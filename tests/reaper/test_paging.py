@@ -227,3 +227,19 @@ def test_a_policy_without_a_gpu_node_selector_lists_every_node(cluster: Emulated
     snapshot = read_snapshot(cluster.client(), "gpu-reaper", policy.gpu_node_selector)
     assert sorted(snapshot.nodes) == ["gpu-00", "gpu-01", "unlabelled-00"]
     assert [q.get("labelSelector") for q in lists(cluster, "/api/v1/nodes")] == [None]
+
+
+def test_restore_all_finds_what_a_run_stopped_even_when_the_cache_lags(cluster: EmulatedCluster) -> None:
+    long_ago = NOW - timedelta(days=30)
+    seed(cluster, manifest("Deployment", "ranker", "serving", created=long_ago, spec={"replicas": 3}))
+    client = cluster.client()
+    executor = Executor(
+        client, mode=RunMode.APPLY, namespace="gpu-reaper", clock=lambda: NOW, sleep=lambda s: None
+    )
+    the_plan = plan(idle("ranker"), read_snapshot(client, "gpu-reaper"), Policy.model_validate(POLICY), NOW)
+    cluster.call(cluster.server.freeze_cache)  # the cache will not have seen the stop
+    assert [r.outcome for r in executor.execute(the_plan)] == [Outcome.APPLIED]
+    assert cluster.obj("Deployment", "serving", "ranker")["spec"]["replicas"] == 0
+    (restored,) = executor.restore_all()
+    assert restored.outcome is Outcome.APPLIED
+    assert cluster.obj("Deployment", "serving", "ranker")["spec"]["replicas"] == 3
