@@ -1,26 +1,35 @@
-"""Reaper at fleet scale: 5,000 Deployments and 1,000 nodes in kmock's Kubernetes emulator.
+"""Reaper at fleet scale: Deployments (each with its ReplicaSet), GPU and CPU nodes in kmock's emulator.
 
+The emulator pages lists as a real API server does (limit, continue, label selectors, the watch
+cache at resourceVersion=0), so the requests counted here are the requests a cluster would serve.
 Measures, in one run:
-  * the API calls and time to read the cluster snapshot the reaper's way (one paged list per kind),
-  * the same objects read the naive way (a GET per object), for comparison,
-  * planning time for thousands of findings (pure, no I/O),
+  * the requests, objects and time to read the cluster snapshot the reaper's way (GPU nodes by
+    label, workloads and nodes from the watch cache, pages of ``--page-size``), against an older
+    API server (the cache ignores limit) and a newer one (the cache pages);
+  * the same kinds read the way the reaper did before (every list a quorum read, every node), side
+    by side;
+  * the same objects read the naive way (a GET per object), for comparison, at small sizes;
+  * planning time for thousands of findings (pure, no I/O);
   * a whole dry-run (snapshot + plan + executor) and the mutating calls it makes (must be zero).
 
-Run:  .venv/bin/python benchmarks/reaper_bench.py [--deployments 5000] [--nodes 1000] [--repeat 5]
-Prints a Markdown table (the figures in docs/reaper.md come from it).
+Run:  .venv/bin/python benchmarks/reaper_bench.py [--deployments 5000] [--gpu-nodes 1000] [--repeat 5]
+Prints Markdown tables (the figures in docs/reaper.md come from it).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import platform
 import random
 import statistics
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -36,7 +45,9 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from common.model import Finding, FindingKind, FindingsReport, TimeWindow, WorkloadRef  # noqa: E402
 from harness.kube_emulator import RESOURCES, ApiServer, write_kubeconfig  # noqa: E402
 from reaper.cluster import build_snapshot, read_snapshot  # noqa: E402
+from reaper.kinds import WORKLOAD_KINDS  # noqa: E402
 from reaper.kube import KubeClient, KubeSettings  # noqa: E402
+from reaper.names import STATE_CONFIGMAP  # noqa: E402
 from reaper.planner import plan  # noqa: E402
 from reaper.policy import Policy, RunMode  # noqa: E402
 from reaper.runner import RunSettings, run  # noqa: E402
@@ -85,30 +96,42 @@ class IndexedApiServer(ApiServer):
         return await super()._handle(request)
 
 
-def fleet(deployments: int, nodes: int) -> list[dict[str, Any]]:
+def fleet(deployments: int, nodes: int, cpu_nodes: int) -> list[dict[str, Any]]:
+    """Deployments with their current ReplicaSet (old ones scaled to zero are left out: a real
+    cluster keeps up to ten more per Deployment, each one more object in the ReplicaSet list)."""
     rng = random.Random(5)
     namespaces = [f"team-{i:03d}" for i in range(max(1, deployments // 50))]
     objects = [manifest("Namespace", ns) for ns in [*namespaces, "gpu-reaper", "kube-system"]]
     for i in range(deployments):
-        ns = namespaces[i % len(namespaces)]
-        objects.append(
-            manifest(
-                "Deployment",
-                f"model-{i:05d}",
-                ns,
-                labels={"app": f"model-{i:05d}", "tier": rng.choice(["inference", "batch"])},
-                created=NOW - timedelta(days=rng.randint(1, 90)),
-                spec={"replicas": rng.randint(1, 4)},
-            )
-        )
+        ns, name = namespaces[i % len(namespaces)], f"model-{i:05d}"
+        replicas = rng.randint(1, 4)
+        created = NOW - timedelta(days=rng.randint(1, 90))
+        labels = {"app": name, "tier": rng.choice(["inference", "batch"])}
+        template = {"metadata": {"labels": labels}, "spec": {"containers": [{"name": "server"}]}}
+        spec = {"replicas": replicas, "selector": {"matchLabels": {"app": name}}, "template": template}
+        deployment = manifest("Deployment", name, ns, labels=labels, created=created, spec=spec)
+        rs_name = f"{name}-7d9f8b6c5"
+        rs = manifest("ReplicaSet", rs_name, ns, labels=labels, created=created, spec=spec, owner=deployment)
+        objects += [deployment, rs]
     for i in range(nodes):
         objects.append(
             manifest(
                 "Node",
                 f"gpu-node-{i:04d}",
+                labels={"nvidia.com/gpu.present": "true", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
                 created=NOW - timedelta(days=30),
                 spec={},
-                status={"capacity": {"nvidia.com/gpu": "8"}},
+                status={"capacity": {"nvidia.com/gpu": "8"}, "allocatable": {"nvidia.com/gpu": "8"}},
+            )
+        )
+    for i in range(cpu_nodes):
+        objects.append(
+            manifest(
+                "Node",
+                f"cpu-node-{i:04d}",
+                created=NOW - timedelta(days=30),
+                spec={},
+                status={"capacity": {"cpu": "64"}, "allocatable": {"cpu": "64"}},
             )
         )
     return objects
@@ -192,8 +215,39 @@ class Emulator:
 
         self._call(put())
 
-    def client(self) -> KubeClient:
-        return KubeClient.from_settings(KubeSettings(kubeconfig=str(self.kubeconfig), timeout_seconds=120))
+    def client(self, page_size: int = 500) -> KubeClient:
+        settings = KubeSettings(kubeconfig=str(self.kubeconfig), timeout_seconds=300, page_size=page_size)
+        return KubeClient.from_settings(settings)
+
+    def served(self) -> int:
+        """Requests the emulator has served so far (answered or refused)."""
+        return int(self._call(self._count()))
+
+    async def _count(self) -> int:
+        return len(self.server._requests)
+
+    def requests_since(self, start: int) -> list[tuple[str, str, int]]:
+        """(method, path, page length) of each request served since ``start``."""
+
+        async def log() -> list[tuple[str, str, int]]:
+            return [
+                (r.method.value, r.url.path, int(r.url.query.get("limit") or 0))
+                for r in self.server._requests[start:]
+            ]
+
+        return list(self._call(log()))
+
+    def list_bytes(self) -> int:
+        async def read() -> int:
+            return self.server.list_bytes
+
+        return int(self._call(read()))
+
+    def cache_pages(self, on: bool) -> None:
+        async def switch() -> None:
+            self.server.cache_pages = on
+
+        self._call(switch())
 
     def close(self) -> None:
         async def stop() -> None:
@@ -205,13 +259,39 @@ class Emulator:
         self.thread.join(timeout=10)
 
 
-def timed(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
+def timed(fn: Callable[[], Any], repeat: int) -> tuple[list[float], Any]:
     times, result = [], None
     for _ in range(repeat):
         start = time.perf_counter()
         result = fn()
         times.append(time.perf_counter() - start)
-    return statistics.median(times), result
+    return times, result
+
+
+def p50(times: list[float]) -> float:
+    return statistics.median(times)
+
+
+def p99(times: list[float]) -> float:
+    # Nearest rank: with fewer than 100 runs, the slowest one.
+    ordered = sorted(times)
+    return ordered[min(len(ordered) - 1, math.ceil(0.99 * len(ordered)) - 1)]
+
+
+def quorum_snapshot(client: KubeClient) -> Any:
+    """The reaper before this change: every list a quorum read from etcd, every node in the cluster."""
+    workloads = {
+        k.name: client.list_optional(k.name) if k.custom else client.list_objects(k.name)
+        for k in WORKLOAD_KINDS
+    }
+    client.get_optional("ConfigMap", "gpu-reaper", STATE_CONFIGMAP)
+    return build_snapshot(
+        workloads=workloads,
+        nodes=client.list_objects("Node"),
+        namespaces=client.list_objects("Namespace"),
+        hpas=client.list_objects("HorizontalPodAutoscaler"),
+        scaled_objects=client.list_optional("ScaledObject"),
+    )
 
 
 def per_object_baseline(client: KubeClient, names: list[tuple[str, str | None, str]]) -> Any:
@@ -222,11 +302,43 @@ def per_object_baseline(client: KubeClient, names: list[tuple[str, str | None, s
     return build_snapshot(deployments=by_kind["Deployment"], nodes=by_kind["Node"])
 
 
+@dataclass
+class Reads:
+    label: str
+    requests: int
+    items: int
+    megabytes: float  # list answers' bodies, one read
+    times: list[float]
+    by_path: Counter[str]
+
+
+def measure(
+    emu: Emulator, label: str, read: Callable[[KubeClient], Any], page_size: int, repeat: int
+) -> Reads:
+    client = emu.client(page_size)
+    start, bytes_before = emu.served(), emu.list_bytes()
+    times, snapshot = timed(lambda: read(client), repeat)
+    log = emu.requests_since(start)
+    megabytes = (emu.list_bytes() - bytes_before) / repeat / 1e6
+    per_run = len(log) // repeat
+    by_path = Counter(path for _, path, _ in log[:per_run])
+    items = len(snapshot.workloads) + len(snapshot.nodes) + len(snapshot.namespaces)
+    return Reads(label, per_run, items, megabytes, times, by_path)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--deployments", type=int, default=5000)
-    parser.add_argument("--nodes", type=int, default=1000)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--gpu-nodes", type=int, default=1000)
+    parser.add_argument("--cpu-nodes", type=int, default=2000)
+    parser.add_argument("--page-size", type=int, default=500)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument(
+        "--per-object-limit",
+        type=int,
+        default=10_000,
+        help="skip the GET-per-object baseline above this many objects",
+    )
     args = parser.parse_args()
 
     import tempfile
@@ -234,52 +346,87 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         emu = Emulator(Path(tmp))
         try:
-            objects = fleet(args.deployments, args.nodes)
+            objects = fleet(args.deployments, args.gpu_nodes, args.cpu_nodes)
             emu.seed(objects)
-            report = findings(args.deployments, args.nodes)
+            report = findings(args.deployments, args.gpu_nodes)
+
+            reaper = lambda c: read_snapshot(c, "gpu-reaper")  # noqa: E731
+            reads = [
+                measure(emu, "before: quorum lists, every node", quorum_snapshot, args.page_size, args.repeat)
+            ]
+            emu.cache_pages(False)
+            reads.append(
+                measure(
+                    emu, "reaper, older API server (cache ignores limit)", reaper, args.page_size, args.repeat
+                )
+            )
+            emu.cache_pages(True)
+            reads.append(
+                measure(emu, "reaper, newer API server (cache pages)", reaper, args.page_size, args.repeat)
+            )
+            emu.cache_pages(False)
+
+            snapshot = read_snapshot(emu.client(args.page_size), "gpu-reaper")
+            plan_times, the_plan = timed(lambda: plan(report, snapshot, POLICY, NOW), args.repeat)
+
+            dry = emu.client(args.page_size)
+            start = emu.served()
+            settings = RunSettings(policy=POLICY, mode=RunMode.DRY_RUN, namespace="gpu-reaper", end=NOW)
+            run_times, result = timed(lambda: run(settings, lambda w, t: report, lambda: dry), 1)
+            dry_log = emu.requests_since(start)
+            mutating = sum(1 for method, _, _ in dry_log if method != "GET")
+
+            # Last: kmock's reaction matching replays its request log, so its answers slow down as the
+            # log grows; thousands of GETs first would bill the emulator's bookkeeping to the runs above.
             names = [
                 (o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"])
                 for o in objects
-                if o["kind"] in ("Deployment", "Node")
+                if o["kind"] == "Deployment"
+                or (o["kind"] == "Node" and o["metadata"]["name"].startswith("gpu"))
             ]
-
-            client = emu.client()
-            list_time, snapshot = timed(lambda: read_snapshot(client, "gpu-reaper"), args.repeat)
-            list_calls = sum(client.calls.values()) // args.repeat
-
-            plan_time, the_plan = timed(lambda: plan(report, snapshot, POLICY, NOW), args.repeat)
-
-            dry = emu.client()
-            settings = RunSettings(policy=POLICY, mode=RunMode.DRY_RUN, namespace="gpu-reaper", end=NOW)
-            run_time, result = timed(lambda: run(settings, lambda w, t: report, lambda: dry), 1)
-            mutating = sum(n for (verb, _), n in dry.calls.items() if verb != "GET")
-            dry_calls = sum(dry.calls.values())
-
-            # Last: kmock's reaction matching replays its request log, so its answers slow down as the
-            # log grows; 6,000 GETs first would bill the emulator's bookkeeping to the runs above.
-            baseline = emu.client()
-            get_time, _ = timed(lambda: per_object_baseline(baseline, names), 1)
-            get_calls = sum(baseline.calls.values())
+            get_row = None
+            if len(names) <= args.per_object_limit:
+                baseline = emu.client(args.page_size)
+                get_times, _ = timed(lambda: per_object_baseline(baseline, names), 1)
+                get_row = (sum(baseline.calls.values()), get_times[0])
         finally:
             emu.close()
 
-    n_obj = args.deployments + args.nodes
-    print(f"# gpu-reaper benchmark — {args.deployments:,} Deployments, {args.nodes:,} nodes")
+    n_obj = len(objects)
     print(
-        f"\nPython {platform.python_version()} on {platform.machine()}; kmock {kmock.__version__} over HTTP"
+        f"# gpu-reaper benchmark — {args.deployments:,} Deployments (+ {args.deployments:,} ReplicaSets), "
+        f"{args.gpu_nodes:,} GPU nodes, {args.cpu_nodes:,} other nodes"
+    )
+    print(
+        f"\nPython {platform.python_version()} on {platform.machine()}; kmock {kmock.__version__} over HTTP, "
+        f"paging like an API server; page size {args.page_size}; {args.repeat} reads each"
     )
     print(
         f"findings: {len(report.findings):,}; plan: {len(the_plan.actions):,} actions, "
         f"{len(the_plan.skips):,} skips\n"
     )
-    print("| measure | API calls | time |")
-    print("| --- | ---: | ---: |")
-    print(f"| snapshot, one paged list per kind (reaper) | {list_calls} | {list_time:.2f} s |")
-    print(f"| same objects, one GET each (baseline) | {get_calls:,} | {get_time:.2f} s |")
+    print("| snapshot read | requests | objects kept | list bytes | p50 | p99 |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for r in reads:
+        print(
+            f"| {r.label} | {r.requests:,} | {r.items:,} | {r.megabytes:.1f} MB "
+            f"| {p50(r.times):.2f} s | {p99(r.times):.2f} s |"
+        )
+    if get_row is not None:
+        print(
+            f"| same objects, one GET each (naive) | {get_row[0]:,} | {len(names):,} | – "
+            f"| {get_row[1]:.2f} s | – |"
+        )
     planning = f"planning {len(report.findings):,} findings against {n_obj:,} objects"
-    print(f"| {planning} | 0 | {plan_time * 1000:.0f} ms |")
-    whole = "whole dry-run (lease check, snapshot, plan, executor)"
-    print(f"| {whole} | {dry_calls} ({mutating} mutating) | {run_time:.2f} s |")
+    print(f"| {planning} | 0 | – | – | {p50(plan_times) * 1000:.0f} ms | {p99(plan_times) * 1000:.0f} ms |")
+    whole = "whole dry-run (lease check, snapshot, plan, executor), older server"
+    print(f"| {whole} | {len(dry_log)} ({mutating} mutating) | – | – | {run_times[0]:.2f} s | – |")
+    print("\nrequests per path in one snapshot read:\n")
+    paths = sorted({p for r in reads for p in r.by_path})
+    print("| path | " + " | ".join(r.label for r in reads) + " |")
+    print("| --- |" + " ---: |" * len(reads))
+    for path in paths:
+        print(f"| `{path}` | " + " | ".join(str(r.by_path.get(path, 0)) for r in reads) + " |")
     print(f"\nsummary: {result.summary_line()}")
     return 0
 

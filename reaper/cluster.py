@@ -15,10 +15,11 @@ from typing import Any
 
 from common.model import WorkloadRef
 from common.timeutil import parse_time
-from reaper import names
+from reaper import names, selectors
 from reaper.errors import ForbiddenError
 from reaper.kinds import WORKLOAD_KINDS, KindInfo, kind_of
 from reaper.kube_api import KubeApi
+from reaper.policy.schema import DEFAULT_GPU_NODE_SELECTOR, LabelSelector
 from reaper.state import ReaperState
 
 log = logging.getLogger(__name__)
@@ -383,10 +384,12 @@ def build_snapshot(
 
 
 def _list_workloads(reader: KubeApi, kind: KindInfo) -> list[dict[str, Any]]:
+    # From the watch cache: every write to a workload is conditional on the resourceVersion the plan
+    # saw, so a stale copy costs a 409 and a quorum re-read, never a write on stale data.
     if not kind.custom:
-        return reader.list_objects(kind.name)
+        return reader.list_objects(kind.name, cached=True)
     try:
-        return reader.list_optional(kind.name)
+        return reader.list_optional(kind.name, cached=True)
     except ForbiddenError:
         # Not granted (the chart's rbac.controllers): the kind's children then have an owner the
         # reaper cannot see, and are skipped as controller_managed, never scaled behind its back.
@@ -394,13 +397,36 @@ def _list_workloads(reader: KubeApi, kind: KindInfo) -> list[dict[str, Any]]:
         return []
 
 
-def read_snapshot(reader: KubeApi, reaper_namespace: str) -> ClusterSnapshot:
-    """One list per kind (custom kinds only where their API is served) and the confirmation state."""
+def list_gpu_nodes(reader: KubeApi, selector: LabelSelector | None) -> list[dict[str, Any]]:
+    """The nodes with GPUs: by label where the cluster labels them, else every node, kept by capacity.
+
+    A cluster without the labels (no GPU feature discovery) answers the selector with nothing; its
+    nodes are then told apart by the GPUs they report. Nodes are written only by a conditional
+    cordon, so the watch cache serves both lists.
+    """
+    if selector is not None:
+        labelled = reader.list_objects("Node", selector=selectors.query(selector), cached=True)
+        if labelled:
+            return labelled
+        log.info("no node matches %s: listing every node and keeping those with GPUs", selector.describe())
+    return [n for n in reader.list_objects("Node", cached=True) if _gpu_capacity(n) > 0]
+
+
+def read_snapshot(
+    reader: KubeApi,
+    reaper_namespace: str,
+    gpu_node_selector: LabelSelector | None = DEFAULT_GPU_NODE_SELECTOR,
+) -> ClusterSnapshot:
+    """One list per kind (custom kinds only where their API is served) and the confirmation state.
+
+    Namespaces and autoscalers are read consistently (no cache): they are never written, and an
+    opt-out or a new autoscaler must not be missed because a cache lagged.
+    """
     state_cm = reader.get_optional("ConfigMap", reaper_namespace, names.STATE_CONFIGMAP)
     state_text = ((state_cm or {}).get("data") or {}).get(names.STATE_KEY)
     return build_snapshot(
         workloads={k.name: _list_workloads(reader, k) for k in WORKLOAD_KINDS},
-        nodes=reader.list_objects("Node"),
+        nodes=list_gpu_nodes(reader, gpu_node_selector),
         namespaces=reader.list_objects("Namespace"),
         hpas=reader.list_objects("HorizontalPodAutoscaler"),
         scaled_objects=reader.list_optional("ScaledObject"),

@@ -52,6 +52,12 @@ class ConflictError(KubeError):
     status = 409
 
 
+class ExpiredError(KubeError):
+    """410 Gone: a list's continue token (or a watch's resourceVersion) is older than etcd keeps."""
+
+    status = 410
+
+
 class UnprocessableError(KubeError):
     status = 422
 
@@ -74,6 +80,7 @@ _BY_STATUS: dict[int, type[KubeError]] = {
         ForbiddenError,
         NotFoundError,
         ConflictError,
+        ExpiredError,
         UnprocessableError,
         TooManyRequestsError,
     )

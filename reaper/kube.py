@@ -5,8 +5,7 @@ generic call that returns plain JSON (no model deserialisation: listing thousand
 through the generated models costs more than the API call) and raises the reaper's own errors,
 keyed on HTTP status, chained ``from`` the client's exception.
 
-Reads are lists, one per resource type and page: the snapshot costs the same handful of calls for
-ten Deployments or ten thousand.
+Reads are lists, one per resource type and page (``limit``/``continue``, like client-go's pager).
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ from kubernetes.config.config_exception import ConfigException
 
 from common.errors import BadInputError
 from reaper import names
-from reaper.errors import KubeError, KubeUnavailableError, NotFoundError, kube_error_for
+from reaper.errors import ExpiredError, KubeError, KubeUnavailableError, NotFoundError, kube_error_for
 from reaper.kinds import KINDS
 
 log = logging.getLogger(__name__)
@@ -132,24 +131,44 @@ class KubeClient:
 
     # --- reads --------------------------------------------------------------------------------------
 
-    def list_objects(self, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
-        """Every object of a kind, cluster-wide or in one namespace, paged by ``page_size``."""
+    def list_objects(
+        self, kind: str, namespace: str | None = None, *, selector: str = "", cached: bool = False
+    ) -> list[dict[str, Any]]:
+        """Every object of a kind (matching ``selector``), cluster-wide or in one namespace, in pages.
+
+        ``cached`` asks for ``resourceVersion=0``: any version the API server has, served from its
+        watch cache rather than a quorum read from etcd. Servers before the watch cache could page
+        ignore ``limit`` then and answer in one response; newer ones page, and the pages are followed
+        the same way. A continue token that expired mid-list (410 Expired: etcd compacted the
+        revision the list started at) restarts the list once, unpaged, as client-go's pager does.
+        """
+        base: list[tuple[str, Any]] = [("labelSelector", selector)] if selector else []
+        first = [*base, ("resourceVersion", "0")] if cached else base
+        path = _path(kind, namespace)
         items: list[dict[str, Any]] = []
-        token: str | None = None
+        query = [*first, ("limit", self._page_size)]
         while True:
-            query: list[tuple[str, Any]] = [("limit", self._page_size)]
-            if token:
-                query.append(("continue", token))
-            doc = self._request("GET", kind, _path(kind, namespace), query=query)
-            items.extend(i for i in doc.get("items") or () if isinstance(i, dict))
+            try:
+                doc = self._request("GET", kind, path, query=query)
+            except ExpiredError:
+                if not any(k == "continue" for k, _ in query):
+                    raise
+                log.info("listing %s: the continue token expired; listing again in one request", kind)
+                doc = self._request("GET", kind, path, query=first)
+                return _items(doc)
+            items.extend(_items(doc))
             token = (doc.get("metadata") or {}).get("continue") or None
             if not token:
                 return items
+            # Later pages carry only the token: it pins the resourceVersion the list started at.
+            query = [*base, ("limit", self._page_size), ("continue", token)]
 
-    def list_optional(self, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
+    def list_optional(
+        self, kind: str, namespace: str | None = None, *, selector: str = "", cached: bool = False
+    ) -> list[dict[str, Any]]:
         """Like ``list`` for a CRD that may not be installed (KEDA, Kubeflow, KServe…): 404 means none."""
         try:
-            return self.list_objects(kind, namespace)
+            return self.list_objects(kind, namespace, selector=selector, cached=cached)
         except NotFoundError:
             return []
 
@@ -171,6 +190,10 @@ class KubeClient:
 
     def create(self, kind: str, namespace: str | None, body: Mapping[str, Any]) -> dict[str, Any]:
         return self._request("POST", kind, _path(kind, namespace), query=_MANAGER, body=body)
+
+
+def _items(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [i for i in doc.get("items") or () if isinstance(i, dict)]
 
 
 def _status_message(data: bytes | None) -> tuple[str, str]:

@@ -19,11 +19,20 @@ class KubeApi(Protocol):
 
     def get_optional(self, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None: ...
 
-    def list_objects(self, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
-        """Every object of a kind, cluster-wide (``namespace`` None) or in one namespace."""
+    def list_objects(
+        self, kind: str, namespace: str | None = None, *, selector: str = "", cached: bool = False
+    ) -> list[dict[str, Any]]:
+        """Every object of a kind, cluster-wide (``namespace`` None) or in one namespace.
+
+        ``selector``: a label selector in the API's query form (reaper.selectors). ``cached``: any
+        recent version will do (``resourceVersion=0``, the API server's watch cache) — only for
+        objects that are not written on the strength of this read alone (see docs/reaper.md).
+        """
         ...
 
-    def list_optional(self, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
+    def list_optional(
+        self, kind: str, namespace: str | None = None, *, selector: str = "", cached: bool = False
+    ) -> list[dict[str, Any]]:
         """Like ``list_objects`` for a custom kind that may not be installed: not served means none."""
         ...
 

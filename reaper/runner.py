@@ -188,7 +188,7 @@ def _run(
     try:
         with executor.lease(wait=settings.lease_wait.total_seconds()):
             try:
-                snapshot = read_snapshot(cluster, settings.namespace)
+                snapshot = read_snapshot(cluster, settings.namespace, policy.gpu_node_selector)
             except KubeError as e:
                 log.error("cannot read the cluster, nothing will be done: %s", e)
                 report.exit_code, report.error = EXIT_DATA_UNAVAILABLE, str(e)

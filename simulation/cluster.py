@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from reaper import names
+from reaper import names, selectors
 from reaper.errors import ConflictError, NotFoundError
 from reaper.kinds import KINDS, object_kind
 from simulation import controllers
@@ -91,6 +91,7 @@ def fleet_objects(
                 "Node",
                 node.name,
                 labels={
+                    "nvidia.com/gpu.present": "true",
                     "nvidia.com/gpu.product": node.model.replace(" ", "-"),
                     "kubernetes.io/hostname": node.name,
                 },
@@ -169,11 +170,17 @@ class InMemoryCluster:
         except NotFoundError:
             return None
 
-    def list_objects(self, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
+    def list_objects(
+        self, kind: str, namespace: str | None = None, *, selector: str = "", cached: bool = False
+    ) -> list[dict[str, Any]]:
+        # Always current: memory has no cache to lag behind, so ``cached`` changes nothing.
+        wanted = selectors.parse(selector)
         return [
             copy.deepcopy(o)
             for (k, ns, _), o in sorted(self._objects.items())
-            if k == kind and (namespace is None or ns == namespace)
+            if k == kind
+            and (namespace is None or ns == namespace)
+            and selectors.matches(wanted, (o.get("metadata") or {}).get("labels") or {})
         ]
 
     def patch(self, kind: str, namespace: str | None, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
@@ -198,8 +205,11 @@ class InMemoryCluster:
             raise ConflictError(f"{kind} {meta['name']} already exists", status=409)
         return self._put(obj)
 
-    def list_optional(self, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
-        return self.list_objects(kind, namespace)  # every kind exists here; one with no objects lists empty
+    def list_optional(
+        self, kind: str, namespace: str | None = None, *, selector: str = "", cached: bool = False
+    ) -> list[dict[str, Any]]:
+        # Every kind exists here; one with no objects lists empty.
+        return self.list_objects(kind, namespace, selector=selector, cached=cached)
 
     def objects(self, kind: str) -> list[dict[str, Any]]:
         """For assertions: the stored objects of a kind, uncounted."""

@@ -59,6 +59,12 @@ def explain(policy: Policy) -> str:
         f"{s.max_cordon_share:.0%} of GPU nodes cordoned; "
         f"findings older than {format_setting(s.max_data_age)} are ignored"
     )
+    gpu = policy.gpu_node_selector
+    lines.append(
+        f"GPU nodes: those labelled {gpu.describe()} (where none is, every node reporting GPUs)"
+        if gpu is not None
+        else "GPU nodes: every node reporting GPUs"
+    )
     lines.append("HPA/KEDA-managed workloads: never scaled (reported to their owners instead)")
     lines.append(
         "Argo CD / Flux-managed workloads: "

@@ -218,8 +218,15 @@ class Slack(_Model):
     notify_when_idle: bool = False  # post even when a run found nothing to report
 
 
+# NVIDIA's GPU feature discovery (and the GPU operator, which runs it) labels every node with a GPU so.
+DEFAULT_GPU_NODE_SELECTOR = LabelSelector(match_labels={"nvidia.com/gpu.present": "true"})
+
+
 class Policy(_Model):
     mode: RunMode = RunMode.DRY_RUN
+    # The nodes the reaper lists; when none carries it, every node with GPUs (status) instead.
+    # null: always list every node and keep those with GPUs.
+    gpu_node_selector: LabelSelector | None = DEFAULT_GPU_NODE_SELECTOR
     window: PositiveDuration = timedelta(hours=6)
     reaper_namespace: NamespaceName = names.DEFAULT_REAPER_NAMESPACE
     price_per_gpu_hour: float | None = Field(default=None, ge=0.0)

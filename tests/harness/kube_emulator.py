@@ -2,14 +2,31 @@
 
 The emulator runs its aiohttp server on an event loop in a background thread, so tests stay
 synchronous like the reaper itself. ``ApiServer`` adds what the reaper relies on from a real API
-server and kmock leaves out: resourceVersion bookkeeping with 409 on a stale precondition, and
-fault injection (a status or a slow answer for chosen requests).
+server and kmock leaves out: resourceVersion bookkeeping with 409 on a stale precondition, lists
+as the API server serves them (below), and fault injection (a status or a slow answer for chosen
+requests).
+
+Lists, as a real API server answers them:
+  * ``labelSelector`` filters; items come in etcd's key order (namespace, then name).
+  * ``limit`` pages: at most that many items, an opaque ``metadata.continue`` and
+    ``remainingItemCount`` (left out under a label selector, whose remainder the server cannot count).
+    Every page of one list is cut from the snapshot taken at its first page, at one resourceVersion.
+  * A continue token whose revision etcd has compacted (:meth:`ApiServer.compact`), or one issued for
+    another list, is answered 410 Expired; one that cannot be decoded, 400. A continue with a
+    resourceVersion other than "0" is refused (400), as the API server refuses it.
+  * ``resourceVersion=0`` without a continue token is served from the watch cache: by default the
+    way servers have long done it, ignoring ``limit`` and answering everything at once; with
+    ``cache_pages`` the way servers whose watch cache can page do it. :meth:`ApiServer.freeze_cache`
+    lets the cache lag behind the objects, as a real one may.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import itertools
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -21,6 +38,8 @@ import attrs
 import kmock
 import yaml
 
+from common.errors import BadInputError
+from reaper import selectors
 from reaper.kinds import KINDS, object_kind
 from reaper.kube import KubeClient, KubeSettings
 
@@ -30,6 +49,9 @@ RESOURCES = {
     for name, k in KINDS.items()
 }
 CLUSTER_SCOPED = {name for name, k in KINDS.items() if not k.namespaced}
+
+
+_Snapshot = tuple[tuple[Any, ...], list[dict[str, Any]]]  # (what was listed, the items at its first page)
 
 
 @dataclass
@@ -42,9 +64,12 @@ class Fault:
     status: int | None = None
     delay: float = 0.0
     times: int = 1
+    query: str | None = None  # only requests carrying this query parameter (e.g. "continue")
 
     def matches(self, request: kmock.Request) -> bool:
         if self.times <= 0 or request.method.value != self.method:
+            return False
+        if self.query is not None and self.query not in request.url.query:
             return False
         if request.resource is None or str(request.resource.plural) != RESOURCES[self.kind].rsplit("/", 1)[1]:
             return False
@@ -56,8 +81,17 @@ class ApiServer(kmock.KubernetesEmulator):
     faults: list[Fault] = attrs.field(factory=list, init=False)
     # Emulated controllers: called after every change, they reconcile children from their roots.
     controllers: list[Callable[[ApiServer], None]] = attrs.field(factory=list, init=False)
+    # A watch cache that pages ``resourceVersion=0`` lists (newer servers) rather than ignoring limit.
+    cache_pages: bool = attrs.field(default=False, init=False)
     _versions: dict[Any, int] = attrs.field(factory=dict, init=False)
     _counter: Any = attrs.field(factory=lambda: itertools.count(1000), init=False)
+    _revision: int = attrs.field(default=999, init=False)  # the latest resourceVersion handed out
+    _compacted: int = attrs.field(default=0, init=False)  # continue tokens at or below it have expired
+    _cache: dict[Any, list[dict[str, Any]]] | None = attrs.field(default=None, init=False)
+    # Lists being paged: id → (what was listed, the items at its first page).
+    _snapshots: dict[int, _Snapshot] = attrs.field(factory=dict, init=False)
+    _list_ids: Any = attrs.field(factory=itertools.count, init=False)
+    list_bytes: int = attrs.field(default=0, init=False)  # bodies of list answers served, for benchmarks
 
     async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
         # kmock 0.8 cannot parse the path /api/v1/namespaces (it reads "namespaces" as the start of
@@ -73,11 +107,103 @@ class ApiServer(kmock.KubernetesEmulator):
                     resource=resource,
                 )
             )
-            items = [o.raw for (r, _, _), o in self.objects.items() if r == resource and not o.deleted]
-            return aiohttp.web.json_response(
-                {"apiVersion": "v1", "kind": "NamespaceList", "metadata": {}, "items": items}
-            )
+            try:
+                return self._serve_paged_list(self._requests[-1])
+            except kmock.KubernetesError as e:
+                body = {"kind": "Status", "status": "Failure", "reason": e.reason, "message": e.message}
+                return aiohttp.web.json_response({**body, "code": e.status}, status=e.status)
         return await super().__call__(raw_request)
+
+    # --- lists --------------------------------------------------------------------------------------
+
+    def _bump(self) -> int:
+        self._revision = next(self._counter)
+        return self._revision
+
+    def compact(self) -> None:
+        """etcd compacts its history: every continue token issued so far expires."""
+        self._compacted = self._revision
+        self._snapshots.clear()
+
+    def freeze_cache(self) -> None:
+        """The watch cache stops following changes: ``resourceVersion=0`` lists answer what is here now."""
+        cache: dict[Any, list[dict[str, Any]]] = {}
+        for (r, _, _), o in self.objects.items():
+            if not o.deleted:
+                cache.setdefault(r, []).append(json.loads(json.dumps(o.raw)))
+        self._cache = cache
+
+    def _current(self, resource: Any, cached: bool) -> list[dict[str, Any]]:
+        if cached and self._cache is not None:
+            return list(self._cache.get(resource, ()))
+        return [o.raw for (r, _, _), o in self.objects.items() if r == resource and not o.deleted]
+
+    def _serve_paged_list(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
+        built_in = _list_kind(request.resource, custom=False) != "List"  # always served, like a real server
+        if not built_in and request.resource not in self._get_resources():
+            raise kmock.KubernetesResourceNotFoundError()
+        query = request.url.query
+        selector = query.get("labelSelector", "")
+        try:
+            wanted = selectors.parse(selector)
+        except BadInputError as e:
+            raise kmock.KubernetesError(status=400, reason="BadRequest", message=str(e)) from None
+        limit = int(query.get("limit") or 0)
+        version = query.get("resourceVersion")
+        token = query.get("continue")
+        identity = (str(request.resource), request.namespace, selector)
+        if token:
+            if version not in (None, "", "0"):
+                message = "specifying resource version is not allowed when using continue"
+                raise kmock.KubernetesError(status=400, reason="BadRequest", message=message)
+            revision, sid, snapshot, start = self._resume(token, identity)
+        else:
+            cached = version == "0"
+            items = sorted(
+                (
+                    o
+                    for o in self._current(request.resource, cached)
+                    if (request.namespace is None or o["metadata"].get("namespace") == request.namespace)
+                    and selectors.matches(wanted, o["metadata"].get("labels") or {})
+                ),
+                key=lambda o: (o["metadata"].get("namespace") or "", o["metadata"]["name"]),
+            )
+            if cached and not self.cache_pages:
+                limit = 0  # the watch cache answers everything and cannot continue
+            revision, sid, start = self._revision, next(self._list_ids), 0
+            snapshot = (identity, items)
+        items = snapshot[1]
+        end = len(items) if limit <= 0 else min(len(items), start + limit)
+        meta: dict[str, Any] = {"resourceVersion": str(revision)}
+        if end < len(items):
+            self._snapshots[sid] = snapshot
+            meta["continue"] = _encode_token(revision, sid, end)
+            if not selector:
+                meta["remainingItemCount"] = len(items) - end
+        kind = _list_kind(request.resource)
+        response = aiohttp.web.json_response(
+            {"apiVersion": "v1", "kind": kind, "metadata": meta, "items": items[start:end]}
+        )
+        self.list_bytes += len(response.body or b"")  # type: ignore[arg-type]
+        return response
+
+    def _resume(self, token: str, identity: tuple[Any, ...]) -> tuple[int, int, _Snapshot, int]:
+        try:
+            doc = json.loads(base64.urlsafe_b64decode(token.encode()))
+            revision, sid, start = int(doc["rv"]), int(doc["list"]), int(doc["start"])
+        except (ValueError, KeyError, TypeError, binascii.Error):
+            raise kmock.KubernetesError(
+                status=400, reason="BadRequest", message="continue key is not valid"
+            ) from None
+        snapshot = self._snapshots.get(sid)
+        if revision <= self._compacted or snapshot is None or snapshot[0] != identity:
+            raise kmock.KubernetesError(
+                status=410,
+                reason="Expired",
+                message="The provided continue parameter is too old to display a consistent list result. "
+                "You can start a new list without the continue parameter.",
+            )
+        return revision, sid, snapshot, start
 
     async def _handle(self, request: kmock.Request) -> Any:
         fault = next((f for f in self.faults if f.matches(request)), None)
@@ -85,6 +211,8 @@ class ApiServer(kmock.KubernetesEmulator):
             fault.times -= 1
             if fault.status is not None:
                 raise kmock.KubernetesError(status=fault.status, reason="Injected", message="injected fault")
+        if request.action == kmock.action.LIST and request.resource is not None:
+            return self._serve_paged_list(request)
         self._track_versions(request)
         response = await super()._handle(request)
         if request.action in (kmock.action.UPDATE, kmock.action.CREATE):
@@ -104,7 +232,7 @@ class ApiServer(kmock.KubernetesEmulator):
     def controller_patch(self, kind: str, namespace: str | None, name: str, patch: dict[str, Any]) -> None:
         """A controller's own write: a merge into the stored object, with a new resourceVersion."""
         key = (kmock.resource(RESOURCES[kind]), None if kind in CLUSTER_SCOPED else namespace, name)
-        version = next(self._counter)
+        version = self._bump()
         self._versions[key] = version
         meta = {**patch.get("metadata", {}), "resourceVersion": str(version)}
         self.objects[key].patch({**patch, "metadata": meta})
@@ -115,9 +243,9 @@ class ApiServer(kmock.KubernetesEmulator):
             return
         meta = request.data.setdefault("metadata", {})
         if request.action == kmock.action.CREATE:
-            meta.setdefault("uid", f"uid-{next(self._counter)}")
+            meta.setdefault("uid", f"uid-{self._bump()}")
             meta.setdefault("creationTimestamp", datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
-            version = next(self._counter)
+            version = self._bump()
             key = (request.resource, request.namespace or meta.get("namespace"), meta.get("name"))
             if key not in self._versions or key not in self.objects or self.objects[key].deleted:
                 self._versions[key] = version
@@ -139,9 +267,28 @@ class ApiServer(kmock.KubernetesEmulator):
                 message=f"Operation cannot be fulfilled on {request.resource.plural} {request.name!r}: "
                 "the object has been modified; please apply your changes to the latest version and try again",
             )
-        version = next(self._counter)
+        version = self._bump()
         self._versions[key] = version
         meta["resourceVersion"] = str(version)
+
+
+def _encode_token(revision: int, list_id: int, start: int) -> str:
+    doc = {"rv": revision, "list": list_id, "start": start}
+    return base64.urlsafe_b64encode(json.dumps(doc).encode()).decode()
+
+
+def _list_kind(resource: Any, custom: bool | None = None) -> str:
+    """``DeploymentList`` for a known resource (of the given customness, if one is given), else ``List``."""
+    plural, group = str(resource.plural), str(resource.group or "")
+    api_kind = next(
+        (
+            k.api_kind
+            for k in KINDS.values()
+            if k.plural == plural and k.group == group and (custom is None or k.custom == custom)
+        ),
+        "",
+    )
+    return f"{api_kind}List"
 
 
 class EmulatedCluster:

@@ -187,8 +187,8 @@ def test_conflict_is_retried_on_the_fresh_version(cluster: EmulatedCluster) -> N
     client = cluster.client()
     real_list = client.list_objects
 
-    def list_then_race(kind: str, namespace: str | None = None) -> Any:
-        items = real_list(kind, namespace)
+    def list_then_race(kind: str, namespace: str | None = None, **options: Any) -> Any:
+        items = real_list(kind, namespace, **options)
         if kind == "Deployment":  # the snapshot has read it: the change lands before our patch
             scaled_up_meanwhile()
         return items

@@ -2,16 +2,10 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
-from pytest_httpserver import HTTPServer
-from werkzeug import Request, Response
 
-from harness.kube_emulator import EmulatedCluster, Fault, write_kubeconfig
+from harness.kube_emulator import EmulatedCluster, Fault
 from reaper import errors
-from reaper.kube import KubeClient, KubeSettings
 from simulation.cluster import manifest
 
 
@@ -38,29 +32,6 @@ def test_http_status_becomes_the_reapers_own_error(
         cluster.client().patch("Deployment", "serving", "api", {"spec": {"replicas": 0}})
     assert caught.value.status == status
     assert "PATCH /apis/apps/v1/namespaces/serving/deployments/api" in str(caught.value)
-
-
-def test_lists_follow_the_continue_token(httpserver: HTTPServer, tmp_path: Path) -> None:
-    # kmock answers a list in one page; a real API server pages it (limit + continue).
-    nodes = [manifest("Node", f"gpu-{i:02d}", spec={}) for i in range(7)]
-
-    def page(request: Request) -> Response:
-        start = int(request.args.get("continue") or 0)
-        limit = int(request.args["limit"])
-        more = start + limit < len(nodes)
-        body = {
-            "kind": "NodeList",
-            "metadata": {"continue": str(start + limit)} if more else {},
-            "items": nodes[start : start + limit],
-        }
-        return Response(json.dumps(body), content_type="application/json")
-
-    httpserver.expect_request("/api/v1/nodes").respond_with_handler(page)
-    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", httpserver.url_for("").rstrip("/"))
-    client = KubeClient.from_settings(KubeSettings(kubeconfig=str(kubeconfig), page_size=3))
-    listed = [n["metadata"]["name"] for n in client.list_objects("Node")]
-    assert listed == [f"gpu-{i:02d}" for i in range(7)]
-    assert [req.args.get("continue") for req, _ in httpserver.log] == [None, "3", "6"]
 
 
 def test_a_missing_crd_lists_as_empty(cluster: EmulatedCluster) -> None:

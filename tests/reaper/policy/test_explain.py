@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from reaper.policy import explain, json_schema, load_policy
+from reaper.policy import Policy, explain, json_schema, load_policy
 
 DOCS = Path(__file__).resolve().parents[3] / "docs"
 MINIMAL = "rules:\n  - name: idle\n    match: {findings: [idle_endpoint]}\n    action: scale_to_zero\n"
@@ -35,3 +35,10 @@ def test_explain_says_what_the_policy_does() -> None:
     assert "→ scale_to_zero after 2 consecutive runs" in text
     assert "never touched: namespaces kube-system, gpu-reaper (always)" in text
     assert "HPA/KEDA-managed workloads: never scaled" in text
+    assert "GPU nodes: those labelled nvidia.com/gpu.present=true (where none is" in text
+
+
+def test_explain_says_which_nodes_a_run_lists_without_a_selector() -> None:
+    rule = {"name": "idle", "match": {"findings": ["idle_endpoint"]}, "action": "scale_to_zero"}
+    policy = Policy.model_validate({"gpuNodeSelector": None, "rules": [rule]})
+    assert "GPU nodes: every node reporting GPUs" in explain(policy)
