@@ -52,8 +52,17 @@ def _workload_name(f: Finding) -> str:
     return f"{ref.namespace}/{ref.name}" if ref.namespace else ref.name
 
 
+_LABELS = {
+    "judged_hours": "judged for",
+    "stall_seconds": "stall length",
+    "busy_seconds": "busy length",
+}
+
+
 def _label(key: str) -> str:
     """``memory_used_mib`` → ``memory used``: the value carries its unit."""
+    if key in _LABELS:
+        return _LABELS[key]
     if UtilQuantile.level_of(key) is not None:
         return key.removesuffix("_util_percent").replace("_", ".") + " utilization"
     for suffix in ("_percent", "_mib", "_hours", "_seconds"):

@@ -39,7 +39,7 @@ def mebibytes(value: float) -> str:
 
 
 def hours(value: float) -> str:
-    return f"{value:,.2f} h" if value < 10 else f"{value:,.1f} h"
+    return f"{value:,.1f} h"
 
 
 def seconds(value: float) -> str:
