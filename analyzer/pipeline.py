@@ -17,15 +17,24 @@ import numpy as np
 from analyzer.detection import detectors, workloads
 from analyzer.detection.views import DeviceView, NodeView, RequestRate, WorkloadView
 from analyzer.scope import scope_snapshot
+from analyzer.share_series import ShareLine, bin_middles, from_histogram, from_samples
 from analyzer.sources.aggregates import FleetSnapshot
 from analyzer.sources.errors import NoDataError
 from analyzer.sources.metrics_source import MetricsSource
 from analyzer.sources.promql import duration, render_template
 from common.errors import BadInputError
-from common.model import Finding, FindingsReport, TimeWindow
+from common.model import DataloaderStarvationEvidence, Finding, FindingsReport, TimeWindow
 from common.thresholds import Thresholds
 
-__all__ = ["Analysis", "MetricsSource", "OffenderSeries", "analyze", "analyze_in_detail", "offender_series"]
+__all__ = [
+    "Analysis",
+    "MetricsSource",
+    "OffenderSeries",
+    "ShareLine",
+    "analyze",
+    "analyze_in_detail",
+    "offender_series",
+]
 
 log = logging.getLogger(__name__)
 
@@ -61,10 +70,12 @@ class UtilizationLine:
 
 @dataclass(frozen=True)
 class OffenderSeries:
-    """One finding and its GPUs' utilization over the window, for plots."""
+    """One finding and its GPUs' signals over the window, for plots: utilization, and for a bimodal
+    starvation the stalled / busy shares its verdict rests on."""
 
     finding: Finding
     lines: tuple[UtilizationLine, ...]
+    shares: tuple[ShareLine, ...] = ()
 
 
 def analyze(
@@ -141,22 +152,54 @@ def top_offenders(findings: Sequence[Finding], top: int) -> list[Finding]:
     return ranked[:top]
 
 
-def offender_series(source: MetricsSource, analysis: Analysis, top: int = 6) -> list[OffenderSeries]:
-    """Raw utilization of the top offenders' GPUs (one more batch of raw pulls)."""
+def _bimodal(f: Finding) -> DataloaderStarvationEvidence | None:
+    e = f.evidence
+    return e if isinstance(e, DataloaderStarvationEvidence) and e.pattern == "bimodal" else None
+
+
+def offender_series(
+    source: MetricsSource, analysis: Analysis, top: int = 6, thresholds: Thresholds | None = None
+) -> list[OffenderSeries]:
+    """Raw signals of the top offenders' GPUs (one more batch of raw pulls): utilization, plus the
+    sample histogram's counters for a bimodal starvation whose shares came from it."""
+    t = thresholds or Thresholds()
     chosen = top_offenders(analysis.report.findings, top)
     devices: dict[str, tuple[DeviceView, ...]] = {v.ref.key(): v.devices for v in analysis.workloads}
     devices |= {f"/Node/{n.name}": n.devices for n in analysis.nodes}
     wanted = {f.workload.key(): devices.get(f.workload.key(), ()) for f in chosen}
     keys = sorted({d.key for devs in wanted.values() for d in devs})
-    samples = source.device_samples(analysis.snapshot, keys) if keys else {}
+    bucket_keys = sorted(
+        {
+            d.key
+            for f in chosen
+            if (e := _bimodal(f)) is not None and e.shares_from == "histogram"
+            for d in wanted[f.workload.key()]
+        }
+    )
+    samples = source.device_samples(analysis.snapshot, keys, bucket_keys) if keys else {}
+    bounds = analysis.snapshot.capabilities.histogram_le
     out = []
     for f in chosen:
-        lines = []
+        lines, shares = [], []
+        evidence = _bimodal(f)
         for d in wanted[f.workload.key()]:
             raw = samples.get(d.key)
-            if raw is not None and raw.values.size:
+            if raw is None:
+                continue
+            if raw.values.size:
                 lines.append(UtilizationLine(d.key.device_id, d.info.node, raw.timestamps, raw.values))
-        out.append(OffenderSeries(f, tuple(lines)))
+            if evidence is None:
+                continue
+            binned = (
+                from_histogram(raw, bounds, f.window)
+                if evidence.shares_from == "histogram"
+                else from_samples(raw, t.starvation_idle_percent, t.starvation_busy_percent, f.window)
+            )
+            if binned is not None:
+                source_name = evidence.shares_from or "samples"
+                middles = bin_middles(f.window)
+                shares.append(ShareLine(d.key.device_id, d.info.node, middles, *binned, source=source_name))
+        out.append(OffenderSeries(f, tuple(lines), tuple(shares)))
     return out
 
 

@@ -147,7 +147,7 @@ def _analyze(args: argparse.Namespace, err: Console) -> int:
         offenders = []
         if args.format == "html" and args.top:
             progress("pulling utilization of the top offenders for the plots")
-            offenders = offender_series(source, analysis, top=args.top)
+            offenders = offender_series(source, analysis, top=args.top, thresholds=thresholds)
     report = analysis.report
     if args.format == "json":
         _write(args.output, lambda out: out.write(report.to_json() + "\n"))

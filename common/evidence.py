@@ -101,6 +101,7 @@ class UtilizationEvidence(Evidence):
     judged_from: AwareDatetime | None = None
     judged_hours: float | None = None
     memory_used_mib: float | None = None
+    gpu_equivalents: float | None = None  # whole GPUs the MIG slices add up to; unset: whole GPUs
 
     @property
     def low_quantile(self) -> UtilQuantile | None:

@@ -169,6 +169,12 @@ class Finding(_Frozen):
     def gpu_count(self) -> int:
         return len(self.gpus)
 
+    @property
+    def gpu_equivalents(self) -> float:
+        """Whole GPUs the finding's devices add up to: a MIG slice counts its share of its GPU."""
+        share = getattr(self.evidence, "gpu_equivalents", None)
+        return float(share) if share is not None else float(self.gpu_count)
+
     def to_dict(self) -> dict[str, Any]:
         """The stable JSON shape (see docs/findings.md)."""
         return {

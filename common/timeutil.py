@@ -62,6 +62,11 @@ def rfc3339(value: datetime) -> str:
     return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
+def to_the_second(value: datetime) -> str:
+    """For people: UTC to the second (``2026-01-01 12:00:05 UTC``); fractions only clutter a report."""
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 def _require_aware_utc(value: datetime) -> datetime:
     # Naive datetimes are the classic source of off-by-hours bugs in cron tools: refuse them.
     if value.tzinfo is None or value.utcoffset() is None:

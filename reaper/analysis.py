@@ -105,7 +105,7 @@ def write_html_report(
 
     if source is not None:
         result = analyze_in_detail(source, found.window, thresholds, now=found.window.end)
-        offenders = offender_series(source, result, top=6)
+        offenders = offender_series(source, result, top=6, thresholds=thresholds)
         html = render_html(
             result.report,
             thresholds,

@@ -670,14 +670,14 @@ def _target_key(c: Candidate) -> str:
     return (c.root_ref or c.ref).key()
 
 
-def _money(gpus: int, policy: Policy) -> tuple[float, float | None]:
+def _money(gpus: float, policy: Policy) -> tuple[float, float | None]:
     per_day = gpus * HOURS_PER_DAY
     price = policy.price
     return per_day, (per_day * price if price is not None else None)
 
 
 def _skip(c: Candidate, hold: Hold, policy: Policy) -> Skip:
-    per_day, cost = _money(c.finding.gpu_count, policy)
+    per_day, cost = _money(c.finding.gpu_equivalents, policy)
     # Only the skips the owner hears about are routed, with the flags they need to see.
     tells = hold.reason.tells_owner
     return Skip(
@@ -704,7 +704,8 @@ def _action(c: Candidate, p: Planning) -> PlannedAction:
         if action is Action.CORDON:
             p.budget.cordons_left -= 1
     gpus = c.finding.gpu_count or (c.node.gpus if c.node is not None else 0)
-    per_day, cost = _money(gpus, p.policy)
+    # A MIG slice frees its share of a GPU per hour, not a whole GPU.
+    per_day, cost = _money(c.finding.gpu_equivalents if c.finding.gpu_count else gpus, p.policy)
     p.targets.add(_target_key(c))
     written = c.node if c.is_node else c.root
     reason = f"{describe_finding(c.finding)} (rule {rule.name})"

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from analyzer.detection.mig import gpu_share
 from analyzer.detection.views import DeviceView, NodeView, WorkloadView
 from common.model import (
     EVIDENCE_BY_KIND,
@@ -80,8 +81,10 @@ def _numbers(devices: Sequence[DeviceView], hours: float, missing: int = 0) -> _
         coverage=coverage,
         samples=sum(s.samples for s in stats),
         hours=hours,
+        # A MIG instance wastes its share of the GPU, not a whole one (analyzer.detection.mig).
         wasted_gpu_hours=sum(
-            max(0.0, 1.0 - s.mean / 100.0) * d.span.hours for s, d in zip(stats, judged, strict=True)
+            max(0.0, 1.0 - s.mean / 100.0) * d.span.hours * gpu_share(d.info)
+            for s, d in zip(stats, judged, strict=True)
         ),
         q_low=min(s.q_low for s in stats),
         q_high=max(s.q_high for s in stats),
@@ -113,6 +116,10 @@ def _base_evidence(n: _Numbers, devices: Sequence[DeviceView], judged_from: date
     memory = [d.memory_used_mib for d in devices if d.memory_used_mib is not None]
     if memory:
         evidence["memory_used_mib"] = _r(sum(memory) / len(memory))
+    shares = {d.key.device_id: gpu_share(d.info) for d in devices}
+    if any(share < 1.0 for share in shares.values()):
+        # Written only for MIG slices, so whole-GPU findings keep their JSON unchanged.
+        evidence["gpu_equivalents"] = _r(sum(shares.values()))
     return evidence
 
 
@@ -265,7 +272,7 @@ def idle_endpoint(w: WorkloadView, t: Thresholds, now: datetime) -> Finding | No
     Evidence: ``max_util_percent``, ``mean_util_percent``, ``idle_share`` (1.0), ``coverage``,
     ``memory_used_mib`` (mean held per GPU) and ``min_memory_used_mib`` when reported,
     ``idle_min_memory_mib``, ``request_rate``.
-    Wasted GPU-hours: ``Σ over GPU holders (1 - mean) × judged hours``.
+    Wasted GPU-hours: ``Σ over GPU holders (1 - mean) × judged hours × share`` (a MIG slice's share).
     """
     del now
     if w.ref.kind not in LONG_RUNNING_KINDS:
@@ -472,8 +479,8 @@ def low_utilization(w: WorkloadView, t: Thresholds, now: datetime) -> Finding | 
     Evidence: ``mean_util_percent``, ``max_util_percent``, quantiles, ``coverage``;
     ``memory_used_mib`` / ``min_memory_used_mib`` for an idle workload whose memory was read;
     ``near_miss``; ``cpu_saturation``, ``cpu_saturation_of``, ``cpu_throttled_ratio``, ``cpu_pressed``.
-    Wasted GPU-hours: ``Σ over GPU holders (1 - mean) × judged hours``; cost when a price per GPU-hour
-    is set.
+    Wasted GPU-hours: ``Σ over GPU holders (1 - mean) × judged hours × share`` (a MIG slice's share);
+    cost when a price per GPU-hour is set.
     """
     del now
     judged_numbers = _judged_numbers(w, t)

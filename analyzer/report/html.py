@@ -12,11 +12,11 @@ from jinja2 import Environment, FunctionLoader, StrictUndefined, select_autoesca
 from markupsafe import Markup
 
 from analyzer.pipeline import OffenderSeries
-from analyzer.report import plots
+from analyzer.report import plots, units
 from analyzer.report.summaries import detail, mean_util
-from common.model import Finding, FindingKind, FindingsReport
+from common.model import Finding, FindingKind, FindingsReport, UtilQuantile
 from common.thresholds import Thresholds
-from common.timeutil import format_duration, rfc3339
+from common.timeutil import format_duration, to_the_second
 
 TEMPLATE = "report.html.j2"
 
@@ -40,6 +40,7 @@ class _Plot:
     subtitle: str
     kind: str
     data_uri: str
+    caption: str = ""
 
 
 def _data_uri(png: bytes) -> str:
@@ -51,17 +52,44 @@ def _workload_name(f: Finding) -> str:
     return f"{ref.namespace}/{ref.name}" if ref.namespace else ref.name
 
 
+_LABELS = {
+    "judged_hours": "judged for",
+    "stall_seconds": "stall length",
+    "busy_seconds": "busy length",
+}
+
+
+def _label(key: str) -> str:
+    """``memory_used_mib`` → ``memory used``: the value carries its unit."""
+    if key in _LABELS:
+        return _LABELS[key]
+    if UtilQuantile.level_of(key) is not None:
+        return key.removesuffix("_util_percent").replace("_", ".") + " utilization"
+    for suffix in ("_percent", "_mib", "_hours", "_seconds"):
+        key = key.removesuffix(suffix)
+    return key.replace("_", " ")
+
+
 def _evidence_rows(f: Finding) -> list[tuple[str, str]]:
-    rows = []
-    for key, value in f.evidence.to_json().items():
-        if isinstance(value, float):
-            text = f"{value:,.4g}"
-        elif value is None:
-            text = "–"
-        else:
-            text = str(value)
-        rows.append((key.replace("_", " "), text))
-    return rows
+    return [(_label(key), units.evidence_value(key, value)) for key, value in f.evidence.to_json().items()]
+
+
+def _caption(o: OffenderSeries, t: Thresholds) -> str:
+    """What the chart draws, so the reader knows which signal the verdict used."""
+    f = o.finding
+    if o.shares:
+        where = (
+            "the exporter's sub-second sample histogram"
+            if o.shares[0].source == "histogram"
+            else "the scraped utilization samples"
+        )
+        step = format_duration(f.window.duration / len(o.shares[0].timestamps))
+        return f"Stalled and busy shares of {where}, per {step}, one panel per GPU."
+    line = {
+        FindingKind.IDLE_ENDPOINT: f"the {t.idle_percent:g} % idle line",
+        FindingKind.LOW_UTILIZATION: f"the {t.low_utilization_percent:g} % low-utilization line",
+    }.get(f.kind, "the middling band")
+    return f"GPU utilization against {line}, one panel per GPU."
 
 
 def render_html(
@@ -87,7 +115,8 @@ def render_html(
                 f"{o.finding.wasted_gpu_hours:,.1f} GPU-h wasted · {detail(o.finding)}"
             ),
             kind=o.finding.kind.value,
-            data_uri=_data_uri(plots.utilization(o, thresholds)),
+            data_uri=_data_uri(plots.offender(o, thresholds)),
+            caption=_caption(o, thresholds),
         )
         for o in offenders
     ]
@@ -116,10 +145,10 @@ def render_html(
     ]
     return _ENV.get_template(TEMPLATE).render(
         title="GPU waste report",
-        window_start=rfc3339(report.window.start),
-        window_end=rfc3339(report.window.end),
+        window_start=to_the_second(report.window.start),
+        window_end=to_the_second(report.window.end),
         window_length=format_duration(report.window.duration),
-        generated_at=rfc3339(report.generated_at),
+        generated_at=to_the_second(report.generated_at),
         source=report.source or "unknown source",
         capabilities=capabilities,
         gpu_count=gpu_count,

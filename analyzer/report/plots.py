@@ -10,12 +10,15 @@ from collections import defaultdict
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
+import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.dates import AutoDateLocator, ConciseDateFormatter, date2num
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 from analyzer.pipeline import OffenderSeries
-from common.model import Finding, FindingKind
+from common.model import DataloaderStarvationEvidence, Finding, FindingKind
 from common.thresholds import Thresholds
 
 KIND_COLOURS = {
@@ -61,31 +64,133 @@ def waste_by_namespace(findings: Sequence[Finding]) -> bytes | None:
     return _png(fig)
 
 
-def utilization(series: OffenderSeries, thresholds: Thresholds) -> bytes:
-    """One offender's GPUs over the window, with the idle and low-utilization lines."""
-    f = series.finding
-    fig = Figure(figsize=(6.4, 2.7))
-    ax = fig.subplots()
-    ax.axhspan(0, thresholds.idle_percent, color=KIND_COLOURS[FindingKind.IDLE_ENDPOINT], alpha=0.12, lw=0)
-    ax.axhline(
-        thresholds.low_utilization_percent,
-        color=KIND_COLOURS[FindingKind.LOW_UTILIZATION],
-        lw=1,
-        ls="--",
-        label=f"{thresholds.low_utilization_percent:g} % low-utilization line",
-    )
-    for i, line in enumerate(series.lines[: len(LINE_COLOURS)]):
-        when = date2num([datetime.fromtimestamp(t, tz=UTC) for t in line.timestamps.tolist()])
-        short = line.device_id.split("-")[-1][:8] if "/" not in line.device_id else line.device_id[-14:]
-        ax.plot(when, line.percent, lw=1.1, color=LINE_COLOURS[i], label=f"{line.node} {short}")
-    if not series.lines:
-        ax.text(0.5, 0.5, "no samples", transform=ax.transAxes, ha="center", color="#666666")
-    ax.set_ylim(-2, 102)
-    ax.set_xlim(float(date2num(f.window.start)), float(date2num(f.window.end)))
-    ax.set_ylabel("GPU utilization %")
-    locator = AutoDateLocator()
-    ax.xaxis.set_major_locator(locator)
-    ax.xaxis.set_major_formatter(ConciseDateFormatter(locator))
-    ax.spines[["top", "right"]].set_visible(False)
-    ax.legend(frameon=False, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3)
+STALLED_COLOUR = "#d1495b"
+BUSY_COLOUR = "#00798c"
+MAX_PANELS = 8
+
+
+def _short_id(device_id: str) -> str:
+    """``GPU-1a2b3c4d-…`` → ``1a2b3c4d``; a MIG instance keeps its ``/mig-N``."""
+    uuid, _, mig = device_id.partition("/")
+    short = uuid.split("-")[1][:8] if uuid.count("-") >= 1 and uuid.startswith("GPU-") else uuid[-8:]
+    return f"{short}/{mig}" if mig else short
+
+
+def _dates(timestamps: np.ndarray) -> np.ndarray:
+    return np.asarray(date2num([datetime.fromtimestamp(t, tz=UTC) for t in timestamps.tolist()]))
+
+
+def _panels(count: int, f: Finding) -> tuple[Figure, list[Axes]]:
+    """One small panel per GPU (shared axes), so GPUs of one pod never hide behind each other."""
+    shown = max(1, min(count, MAX_PANELS))
+    cols = 1 if shown == 1 else 2
+    rows = -(-shown // cols)
+    fig = Figure(figsize=(6.4, 0.6 + (2.3 if rows == 1 else 1.45 * rows)))
+    grid = fig.subplots(rows, cols, sharex=True, sharey=True, squeeze=False)
+    axes = [ax for row in grid for ax in row]
+    for ax in axes[shown:]:
+        ax.set_visible(False)
+    locator = AutoDateLocator(maxticks=5)
+    for ax in axes[:shown]:
+        ax.set_xlim(float(date2num(f.window.start)), float(date2num(f.window.end)))
+        ax.xaxis.set_major_locator(locator)
+        ax.xaxis.set_major_formatter(ConciseDateFormatter(locator))
+        ax.spines[["top", "right"]].set_visible(False)
+        ax.tick_params(labelsize=7)
+    return fig, axes[:shown]
+
+
+def _finish(fig: Figure, axes: list[Axes], ylabel: str, hidden: int, top: float = 100.0) -> bytes:
+    axes[0].set_ylim(-top * 0.02, top * 1.02)
+    fig.supylabel(ylabel, fontsize=8)
+    handles, labels = axes[0].get_legend_handles_labels()
+    if hidden:
+        labels = [*labels, f"+{hidden} more GPU(s) not drawn"]
+        handles = [*handles, Line2D([], [], lw=0)]
+    fig.legend(handles, labels, frameon=False, fontsize=7, loc="lower center", ncol=3)
+    fig.tight_layout(rect=(0, 0.07 if len(axes) > 2 else 0.1, 1, 1))
     return _png(fig)
+
+
+def _util_reference(ax: Axes, f: Finding, t: Thresholds) -> None:
+    """The line (or band) the verdict compared utilization with."""
+    e = f.evidence
+    if f.kind is FindingKind.IDLE_ENDPOINT:
+        ax.axhline(
+            t.idle_percent,
+            color=KIND_COLOURS[f.kind],
+            lw=1.5,
+            ls="--",
+            label=f"{t.idle_percent:g} % idle line",
+        )
+    elif f.kind is FindingKind.LOW_UTILIZATION:
+        ax.axhline(
+            t.low_utilization_percent,
+            color=KIND_COLOURS[f.kind],
+            lw=1.5,
+            ls="--",
+            label=f"{t.low_utilization_percent:g} % low-utilization line",
+        )
+    elif isinstance(e, DataloaderStarvationEvidence) and e.pattern == "cpu_bound":
+        ax.axhspan(
+            t.starvation_middling_min_percent,
+            t.starvation_middling_max_percent,
+            color=KIND_COLOURS[f.kind],
+            alpha=0.12,
+            lw=0,
+            label="middling band (GPU waits on CPU)",
+        )
+
+
+def utilization(series: OffenderSeries, thresholds: Thresholds) -> bytes:
+    """An offender's GPUs over the window, one panel each, with the line its verdict used."""
+    f = series.finding
+    fig, axes = _panels(len(series.lines), f)
+    for ax, line in zip(axes, series.lines, strict=False):
+        _util_reference(ax, f, thresholds)
+        # Each GPU has a panel of its own: one colour, so the legend names every line.
+        ax.plot(_dates(line.timestamps), line.percent, lw=1.0, color=LINE_COLOURS[0], label="GPU utilization")
+        ax.set_title(f"{line.node} · GPU {_short_id(line.device_id)}", fontsize=8, loc="left")
+    if not series.lines:
+        _util_reference(axes[0], f, thresholds)
+        axes[0].text(0.5, 0.5, "no samples", transform=axes[0].transAxes, ha="center", color="#666666")
+    top = 100.0
+    if f.kind is FindingKind.IDLE_ENDPOINT:
+        # Everything lies at or below the idle line: zoom in, or line and samples merge at 0.
+        peak = max(
+            (float(np.nanmax(line.percent)) for line in series.lines if line.percent.size), default=0.0
+        )
+        top = min(100.0, max(10.0, 4 * thresholds.idle_percent, 1.5 * peak))
+    return _finish(fig, axes, "GPU utilization %", max(0, len(series.lines) - MAX_PANELS), top)
+
+
+def shares(series: OffenderSeries, thresholds: Thresholds) -> bytes:
+    """A bimodal starvation: each GPU's stalled and busy shares of its samples, bin by bin."""
+    f = series.finding
+    fig, axes = _panels(len(series.shares), f)
+    least = thresholds.starvation_min_share * 100
+    for ax, line in zip(axes, series.shares, strict=False):
+        when = _dates(line.timestamps)
+        ax.axhline(least, color="#666666", lw=0.8, ls=":", label=f"{least:g} % share needed for each")
+        ax.plot(
+            when,
+            line.stalled * 100,
+            lw=1.3,
+            color=STALLED_COLOUR,
+            label=f"stalled (≤ {thresholds.starvation_idle_percent:g} %)",
+        )
+        ax.plot(
+            when,
+            line.busy * 100,
+            lw=1.3,
+            ls="--",
+            color=BUSY_COLOUR,
+            label=f"busy (> {thresholds.starvation_busy_percent:g} %)",
+        )
+        ax.set_title(f"{line.node} · GPU {_short_id(line.device_id)}", fontsize=8, loc="left")
+    return _finish(fig, axes, "share of samples %", max(0, len(series.shares) - MAX_PANELS))
+
+
+def offender(series: OffenderSeries, thresholds: Thresholds) -> bytes:
+    """The chart of the signal the finding's verdict used."""
+    return shares(series, thresholds) if series.shares else utilization(series, thresholds)

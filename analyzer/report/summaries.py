@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from collections import Counter
 
+from analyzer.report.units import hours, mebibytes, percent, share
 from common.model import (
     DataloaderStarvationEvidence,
     Finding,
     FindingKind,
     FindingsReport,
+    IdleEndpointEvidence,
     LowUtilizationEvidence,
     UnknownEvidence,
     UtilizationEvidence,
@@ -22,7 +24,7 @@ def mean_util(f: Finding) -> float | None:
 
 def mean_text(f: Finding) -> str:
     value = mean_util(f)
-    return f"{value:.1f}" if value is not None else "–"
+    return percent(value) if value is not None else "–"
 
 
 def detail(f: Finding) -> str:
@@ -31,22 +33,25 @@ def detail(f: Finding) -> str:
     if isinstance(e, DataloaderStarvationEvidence):
         if e.pattern == "bimodal":
             return (
-                f"bimodal: {e.stalled_share or 0:.0%} stalled / {e.busy_share or 0:.0%} busy "
+                f"bimodal: {share(e.stalled_share or 0)} stalled / {share(e.busy_share or 0)} busy "
                 f"({e.shares_from or 'samples'})"
             )
         parts = []
         if e.cpu_saturation is not None:
-            parts.append(f"CPU {e.cpu_saturation:.0%} of {e.cpu_saturation_of or 'limit'}")
+            parts.append(f"CPU {share(e.cpu_saturation)} of {e.cpu_saturation_of or 'limit'}")
         if e.cpu_throttled_ratio is not None:
-            parts.append(f"throttled {e.cpu_throttled_ratio:.0%}")
+            parts.append(f"throttled {share(e.cpu_throttled_ratio)}")
         return "cpu-bound: " + ", ".join(parts)
     if isinstance(e, LowUtilizationEvidence) and e.near_miss:
-        return f"near miss: mean {e.mean_util_percent or 0:.1f} %"
+        return f"near miss: mean {percent(e.mean_util_percent or 0)}"
     if isinstance(e, UnknownEvidence):
         if e.reason == "too_young":
-            return f"too young: {e.judged_hours or 0:.1f} h judged"
-        return f"coverage {e.coverage or 0:.0%}"
-    return f"max {e.max_util_percent or 0:.1f} %"
+            return f"too young: {hours(e.judged_hours or 0)} judged"
+        return f"coverage {share(e.coverage or 0)}"
+    text = f"max {percent(e.max_util_percent or 0)}"
+    if isinstance(e, IdleEndpointEvidence) and e.memory_used_mib is not None:
+        text += f", {mebibytes(e.memory_used_mib)} held per GPU"
+    return text
 
 
 def summary_line(report: FindingsReport, currency: str = "USD") -> str:

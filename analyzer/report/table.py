@@ -9,7 +9,7 @@ from rich.text import Text
 
 from analyzer.report.summaries import detail, mean_text, summary_line
 from common.model import FindingKind, FindingsReport
-from common.timeutil import format_duration, rfc3339
+from common.timeutil import format_duration, to_the_second
 
 KIND_STYLE = {
     FindingKind.IDLE_ENDPOINT: "bold red",
@@ -22,7 +22,7 @@ KIND_STYLE = {
 def render_table(report: FindingsReport, console: Console, currency: str = "USD") -> None:
     window = report.window
     console.print(
-        f"[bold]GPU findings[/bold] {rfc3339(window.start)} → {rfc3339(window.end)} "
+        f"[bold]GPU findings[/bold] {to_the_second(window.start)} → {to_the_second(window.end)} "
         f"({format_duration(window.duration)}) from {escape(report.source or 'unknown source')}"
     )
     if not report.findings:
@@ -33,7 +33,7 @@ def render_table(report: FindingsReport, console: Console, currency: str = "USD"
     table.add_column("kind")
     table.add_column("workload")
     table.add_column("GPUs", justify="right")
-    table.add_column("mean %", justify="right")
+    table.add_column("mean", justify="right")
     table.add_column("detail")
     table.add_column("wasted GPU-h", justify="right")
     if priced:

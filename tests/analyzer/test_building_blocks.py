@@ -7,9 +7,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from analyzer.detection.mig import gpu_share
 from analyzer.detection.ownership import resolve
 from analyzer.sources import dcgm
 from analyzer.sources.aggregates import (
+    DeviceInfo,
     DeviceKey,
     PodRecord,
     counter_increase,
@@ -321,3 +323,21 @@ def test_units_per_scrape_job_follow_device_maxima() -> None:
     assert scales == {"dcgm-exporter": dcgm.PERCENT, "recording-rule": dcgm.RATIO, "idle-pool": dcgm.PERCENT}
     busy = dcgm.scales_by_job({"binary": [1.0, 1.0]}, {"binary": 0.8})
     assert busy == {"binary": dcgm.RATIO}
+
+
+@pytest.mark.parametrize(
+    ("profile", "model", "share"),
+    [
+        ("1g.10gb", "NVIDIA A100-SXM4-80GB", 1 / 7),
+        ("3g.40gb", "NVIDIA H100 80GB HBM3", 3 / 7),
+        ("7g.80gb", None, 1.0),
+        ("1g.6gb", "NVIDIA A30", 1 / 4),
+        ("2g.12gb", None, 2 / 4),  # no model label: the A30's 6 GB per slice tells it
+        ("1g.10gb+me", None, 1 / 7),
+        (None, "NVIDIA A100-SXM4-80GB", 1.0),  # a whole GPU
+        ("odd-profile", None, 1.0),  # unreadable: the whole GPU, never a guess
+    ],
+)
+def test_mig_share_of_a_gpu(profile: str | None, model: str | None, share: float) -> None:
+    info = DeviceInfo(node="n", metric="DCGM_FI_PROF_GR_ENGINE_ACTIVE", model=model, mig_profile=profile)
+    assert gpu_share(info) == pytest.approx(share)

@@ -1,15 +1,21 @@
-"""The HTML report renders in a real browser and shows its plots (headless Chromium screenshot)."""
+"""The HTML report renders in a real browser and shows its plots (headless Chromium screenshot); each
+chart draws the signal its verdict used; the reports speak human units."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+import numpy as np
 import pytest
+from matplotlib.image import imread
+from rich.console import Console
 
-from analyzer.pipeline import Analysis, offender_series
+from analyzer.pipeline import Analysis, OffenderSeries, offender_series
 from analyzer.report import plots
 from analyzer.report.html import render_html
-from common.model import FindingKind, FindingsReport
+from analyzer.report.table import render_table
+from common.model import DataloaderStarvationEvidence, FindingKind, FindingsReport
 from common.thresholds import Thresholds
 from harness.browser import pixels_near, screenshot
 from simulation.fleet import Fleet
@@ -65,3 +71,82 @@ def test_empty_report_says_so(standard_fleet: Fleet) -> None:
     html = render_html(FindingsReport(window=window, generated_at=window.end), Thresholds())
     assert "No findings" in html
     assert "data:image/png" not in html
+
+
+@pytest.fixture(scope="module")
+def offenders(simulated_analysis: Analysis, standard_fleet: Fleet) -> dict[str, OffenderSeries]:
+    found = offender_series(
+        SimulatedSource(standard_fleet), simulated_analysis, top=20, thresholds=Thresholds()
+    )
+    return {o.finding.workload.name: o for o in found}
+
+
+def _png(data: bytes, tmp_path: Path) -> np.ndarray:
+    path = tmp_path / "chart.png"
+    path.write_bytes(data)
+    return imread(str(path))
+
+
+@pytest.mark.parametrize("name", ["tokenizer-bench", "vision-finetune"])
+def test_bimodal_starvation_chart_shows_the_shares_its_verdict_used(
+    offenders: dict[str, OffenderSeries], name: str, tmp_path: Path
+) -> None:
+    series = offenders[name]
+    evidence = series.finding.evidence
+    assert isinstance(evidence, DataloaderStarvationEvidence)
+    assert evidence.pattern == "bimodal"
+    # One share line per GPU, from the signal the verdict used, agreeing with the verdict's numbers.
+    assert len(series.shares) == series.finding.gpu_count == 2
+    for line in series.shares:
+        assert line.source == evidence.shares_from
+        assert float(np.nanmean(line.stalled)) == pytest.approx(evidence.stalled_share, abs=0.05)
+        assert float(np.nanmean(line.busy)) == pytest.approx(evidence.busy_share, abs=0.05)
+    image = _png(plots.offender(series, Thresholds()), tmp_path)
+    half = image.shape[1] // 2
+    for part in (image[:, :half], image[:, half:]):  # one panel per GPU, side by side
+        assert pixels_near(part, plots.STALLED_COLOUR, tolerance=0.08) > 100
+        assert pixels_near(part, plots.BUSY_COLOUR, tolerance=0.08) > 100
+    stalled = pixels_near(image, plots.STALLED_COLOUR, tolerance=0.08)
+    assert pixels_near(image, plots.LINE_COLOURS[0], tolerance=0.08) < stalled / 10, "no utilization line"
+
+
+def test_idle_endpoint_chart_draws_the_idle_line_not_the_low_utilization_line(
+    offenders: dict[str, OffenderSeries], tmp_path: Path
+) -> None:
+    series = offenders["legacy-ranker"]
+    assert series.finding.kind is FindingKind.IDLE_ENDPOINT
+    image = _png(plots.offender(series, Thresholds()), tmp_path)
+    assert pixels_near(image, plots.KIND_COLOURS[FindingKind.IDLE_ENDPOINT], tolerance=0.08) > 100
+    assert pixels_near(image, plots.KIND_COLOURS[FindingKind.LOW_UTILIZATION], tolerance=0.08) == 0
+    half = image.shape[1] // 2
+    for part in (image[:, :half], image[:, half:]):  # its two GPUs in panels of their own
+        assert pixels_near(part, plots.LINE_COLOURS[0], tolerance=0.08) > 100
+
+
+def test_low_utilization_chart_draws_the_low_utilization_line(
+    offenders: dict[str, OffenderSeries], tmp_path: Path
+) -> None:
+    series = offenders["batch-scorer"]
+    assert series.finding.kind is FindingKind.LOW_UTILIZATION
+    image = _png(plots.offender(series, Thresholds()), tmp_path)
+    assert pixels_near(image, plots.KIND_COLOURS[FindingKind.LOW_UTILIZATION], tolerance=0.08) > 100
+
+
+def test_report_shows_evidence_in_human_units_and_times_to_the_second(report_html: str) -> None:
+    text = re.sub(r"data:image/png;base64,[^\"]+", "", report_html)  # the plots' bytes are no text
+    assert not re.search(r"\de[+-]\d\d", text), "a raw float in scientific notation"
+    assert not re.search(r"\d\d:\d\d:\d\d\.\d", text), "a timestamp finer than the second"
+    assert re.search(r"<dt>memory used</dt><dd>\d+\.\d GiB</dd>", text)
+    assert re.search(r"<dt>coverage</dt><dd>\d+\.\d %</dd>", text)
+    assert re.search(r"<dt>judged from</dt><dd>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC</dd>", text)
+    assert "Stalled and busy shares of the exporter&#39;s sub-second sample histogram" in report_html
+
+
+def test_terminal_table_shows_human_units(simulated_analysis: Analysis) -> None:
+    console = Console(record=True, width=200)
+    render_table(simulated_analysis.report, console)
+    text = console.export_text()
+    assert not re.search(r"\de[+-]\d\d", text)
+    assert not re.search(r"\d\d:\d\d:\d\d\.\d", text)
+    assert re.search(r"max \d+\.\d %, \d+\.\d GiB held per GPU", text)
+    assert re.search(r"bimodal: \d+\.\d % stalled / \d+\.\d % busy", text)

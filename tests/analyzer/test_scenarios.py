@@ -74,6 +74,32 @@ def test_mig_node_has_only_profiling_utilization() -> None:
     assert 0.5 < finding.evidence.max_util_percent <= 2.0
 
 
+@pytest.mark.parametrize(("profile", "instances", "share"), [("1g.10gb", 7, 1 / 7), ("3g.40gb", 2, 3 / 7)])
+def test_mig_slice_wastes_its_share_of_the_gpu(profile: str, instances: int, share: float) -> None:
+    """An idle slice wastes (1 − mean) × hours × its share of the GPU, priced per whole GPU."""
+    fleet = fleet_of(
+        [{"name": "mig", "gpus": 1, "profiling": True, "mig_profile": profile, "mig_instances": instances}],
+        [{"namespace": "a", "name": "idle-api", "behaviour": "idle", "node": "mig"}],
+    )
+    whole = fleet_of(
+        [{"name": "whole", "gpus": 1, "profiling": True}],
+        [{"namespace": "a", "name": "idle-api", "behaviour": "idle", "node": "whole"}],
+    )
+    priced = Thresholds(price_per_gpu_hour=2.5)
+    (slice_finding,) = analyze_series(fleet.series, fleet, priced).report.findings
+    (gpu_finding,) = analyze_series(whole.series, whole, priced).report.findings
+    assert slice_finding.kind is gpu_finding.kind is FindingKind.IDLE_ENDPOINT
+    mean = slice_finding.evidence.mean_util_percent or 0.0
+    expected = (1 - mean / 100) * (slice_finding.evidence.judged_hours or 0.0) * share
+    assert slice_finding.wasted_gpu_hours == pytest.approx(expected, abs=2e-3)
+    assert slice_finding.estimated_cost == pytest.approx(expected * 2.5, abs=0.02)
+    assert slice_finding.evidence.gpu_equivalents == pytest.approx(share, abs=1e-4)
+    assert slice_finding.gpu_count == 1
+    # A whole GPU keeps its figures and no gpu_equivalents key.
+    assert gpu_finding.wasted_gpu_hours > 5.5
+    assert "gpu_equivalents" not in gpu_finding.evidence.to_json()
+
+
 def _relabel_job(series: list[Series], node: str, job: str, divide: float) -> list[Series]:
     out = []
     for s in series:

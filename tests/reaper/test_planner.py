@@ -571,6 +571,16 @@ def test_planned_action_carries_what_the_executor_needs() -> None:
     assert a.rule == "idle"
 
 
+def test_mig_slices_reclaim_their_share_of_a_gpu_per_day() -> None:
+    """Two 1g.10gb slices of 7-slice GPUs are 2/7 of a GPU: 24 × 2/7 GPU-hours a day, not 48."""
+    evidence = {"mean_util_percent": 0.2, "max_util_percent": 0.9, "gpu_equivalents": 0.2857}
+    p = run_case(Case("x", (finding(IDLE, gpus=2, evidence=evidence),)))
+    (a,) = p.actions
+    assert a.gpu_count == 2
+    assert a.gpu_hours_per_day == pytest.approx(24 * 0.2857)
+    assert a.cost_per_day == pytest.approx(24 * 0.2857 * 2.0)
+
+
 def test_next_state_counts_streaks_of_eligible_candidates_only() -> None:
     objects = (*BASE_OBJECTS, deployment("web", namespace="serving", annotations={names.EXCLUDE: "true"}))
     state = {API: streak(1), "serving/Deployment/gone": streak(3)}
