@@ -16,8 +16,8 @@ import numpy as np
 
 from analyzer.detection import detectors, workloads
 from analyzer.detection.views import DeviceView, NodeView, RequestRate, WorkloadView
+from analyzer.report.share_series import ShareLine, bin_middles, from_histogram, from_samples
 from analyzer.scope import scope_snapshot
-from analyzer.share_series import ShareLine, bin_middles, from_histogram, from_samples
 from analyzer.sources.aggregates import FleetSnapshot
 from analyzer.sources.errors import NoDataError
 from analyzer.sources.metrics_source import MetricsSource
