@@ -20,9 +20,11 @@ import pytest
 from cli.reaper import main
 from common.model import FindingKind
 from common.timeutil import rfc3339
+from harness.chart import NAMESPACE, Manifest, only, render
 from harness.controllers import _replicas_from
 from harness.findings import NOW, finding, report
 from harness.kube_emulator import EmulatedCluster, Fault
+from harness.rbac import Access, Grant, access_of, grants
 from reaper import names
 from reaper.kinds import WORKLOAD_KINDS
 from simulation import controllers as objects
@@ -209,3 +211,44 @@ def test_without_the_grant_on_its_scale_nothing_is_written(
     assert any("not allowed to read modelservers/scale" in m and "scaleSubresources" in m for m in messages)
     assert any("(controller_managed)" in s and f"ModelServer {NS}/llm" in s for s in _skips(caplog))
     assert cluster.obj("ModelServer", NS, "llm")["spec"]["replicas"] == 3
+
+
+def _granted(manifests: list[Manifest]) -> set[Grant]:
+    cronjob = only(manifests, "CronJob")
+    account = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["serviceAccountName"]
+    return grants((m.doc for m in manifests), (NAMESPACE, account))
+
+
+def test_the_charts_scale_grant_is_exactly_what_the_reaper_uses(
+    served: EmulatedCluster, tmp_path: Path
+) -> None:
+    """rbac.scaleSubresources grants every request the reaper makes for the kind, and nothing more."""
+    cluster = served
+    cluster.seed(_model_server())
+    cluster.fail(Fault("PATCH", "ModelServer", name="llm", status=409, subresource="scale"))
+    _run(cluster, tmp_path, "--dry-run")
+    _run(cluster, tmp_path, "--apply")
+    _run(cluster, tmp_path, "--apply")
+    _cli(cluster, "restore", f"{NS}/llm-predictor")
+    used: set[Access] = set()
+    for method, url in cluster.request_urls():
+        if url.split("?")[0] == f"/apis/{API_VERSION}":
+            continue  # discovery: every authenticated user may read it (system:discovery)
+        used.add(access_of(method, url))
+    mine = {a for a in used if a.group == "serving.example.com"}
+    assert {(a.verb, a.resource) for a in mine} == {
+        ("get", "modelservers"),
+        ("patch", "modelservers"),
+        ("get", "modelservers/scale"),
+        ("patch", "modelservers/scale"),
+    }
+
+    values = {"rbac": {"scaleSubresources": [{"group": "serving.example.com", "resource": "modelservers"}]}}
+    granted = _granted(render(values))
+    assert sorted(str(a) for a in used if not any(g.allows(a) for g in granted)) == []
+    for_kind = {g for g in granted if g.group == "serving.example.com"}
+    unused = [str(g) for g in for_kind if not any(g.allows(a) for a in mine)]
+    assert for_kind and unused == []
+
+    by_default = _granted(render({}))
+    assert not any(g.allows(a) for a in mine for g in by_default)
