@@ -15,6 +15,7 @@ from typing import Any
 
 from reaper import names
 from reaper.cluster import Workload
+from reaper.kinds import KINDS
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,15 @@ class Suspend(Actuator):
         return Change({"suspend": False}, {}, "set spec.suspend=false")
 
 
+class ScaleSubresource(ScaleToZero):
+    """A custom kind whose CRD declares a scale subresource: spec.replicas is written through ``/scale``.
+
+    The same stop and restore as :class:`ScaleToZero`; the executor sends the replicas to
+    ``<plural>/<name>/scale`` and the annotations to the object itself (reaper.discovery).
+    """
+
+
+SCALE_SUBRESOURCE = ScaleSubresource()
 _SCALE = ScaleToZero()
 _SUSPEND = Suspend()
 ACTUATORS: Mapping[str, Actuator] = {
@@ -140,7 +150,13 @@ def actuator_for(root: Workload) -> Actuator | None:
     """The native stop of a root, or None when it has none (then :func:`notify_only` says why)."""
     if root.kind == "Job" and names.KUEUE_QUEUE_LABEL not in root.labels:
         return None
-    return ACTUATORS.get(root.kind)
+    return actuator_of(root.kind)
+
+
+def actuator_of(kind: str) -> Actuator | None:
+    """The actuator of a kind: its own, or the scale subresource's for a kind discovery found."""
+    info = KINDS.get(kind)
+    return SCALE_SUBRESOURCE if info is not None and info.scale else ACTUATORS.get(kind)
 
 
 def notify_only(root: Workload) -> str | None:

@@ -16,8 +16,9 @@ from typing import Any
 from common.model import WorkloadRef
 from common.timeutil import parse_time
 from reaper import names, selectors
-from reaper.errors import ForbiddenError
-from reaper.kinds import WORKLOAD_KINDS, KindInfo, kind_of
+from reaper.discovery import ScaleDiscovery
+from reaper.errors import ForbiddenError, NotFoundError
+from reaper.kinds import KINDS, WORKLOAD_KINDS, KindInfo, kind_of
 from reaper.kube_api import KubeApi
 from reaper.policy.schema import DEFAULT_GPU_NODE_SELECTOR, LabelSelector
 from reaper.state import ReaperState
@@ -36,6 +37,8 @@ class OwnerRef:
     kind: str  # the reaper's name for the kind (reaper.kinds)
     name: str
     uid: str = ""
+    api_version: str = ""  # as the reference spells them: discovery asks that group-version
+    api_kind: str = ""
 
     def describe(self, namespace: str) -> str:
         return f"{self.kind} {namespace}/{self.name}"
@@ -233,7 +236,13 @@ def _controller(meta: Mapping[str, Any]) -> OwnerRef | None:
     for ref in refs if isinstance(refs, list) else ():
         if isinstance(ref, Mapping) and ref.get("controller") is True:
             kind = kind_of(str(ref.get("apiVersion") or ""), str(ref.get("kind") or ""))
-            return OwnerRef(kind=kind, name=str(ref.get("name") or ""), uid=str(ref.get("uid") or ""))
+            return OwnerRef(
+                kind=kind,
+                name=str(ref.get("name") or ""),
+                uid=str(ref.get("uid") or ""),
+                api_version=str(ref.get("apiVersion") or ""),
+                api_kind=str(ref.get("kind") or ""),
+            )
     return None
 
 
@@ -268,6 +277,11 @@ def _last_progress(status: Mapping[str, Any]) -> datetime | None:
     return None
 
 
+def _scalable(kind: str) -> bool:
+    info = KINDS.get(kind)
+    return info is not None and info.scale
+
+
 def workload_from_object(kind: str, obj: Mapping[str, Any]) -> Workload:
     meta = _meta(obj)
     spec = _mapping(obj.get("spec"))
@@ -284,7 +298,7 @@ def workload_from_object(kind: str, obj: Mapping[str, Any]) -> Workload:
         annotations=_strings(meta.get("annotations")),
         created=_created(meta),
         # The API server defaults an absent spec.replicas to 1 for the kinds that have it.
-        replicas=_int(replicas, 1) if kind in REPLICATED_KINDS else None,
+        replicas=_int(replicas, 1) if kind in REPLICATED_KINDS or _scalable(kind) else None,
         suspended=spec.get("suspend") is True,
         owner=_controller(meta),
         template_annotations=_strings(template.get("annotations")),
@@ -424,11 +438,69 @@ def read_snapshot(
     """
     state_cm = reader.get_optional("ConfigMap", reaper_namespace, names.STATE_CONFIGMAP)
     state_text = ((state_cm or {}).get("data") or {}).get(names.STATE_KEY)
+    listed = {k.name: _list_workloads(reader, k) for k in WORKLOAD_KINDS}
+    listed.update(scalable_owners(reader, listed))
     return build_snapshot(
-        workloads={k.name: _list_workloads(reader, k) for k in WORKLOAD_KINDS},
+        workloads=listed,
         nodes=list_gpu_nodes(reader, gpu_node_selector),
         namespaces=reader.list_objects("Namespace"),
         hpas=reader.list_objects("HorizontalPodAutoscaler"),
         scaled_objects=reader.list_optional("ScaledObject"),
         state=ReaperState.from_json(state_text),
     )
+
+
+def with_scale_replicas(obj: Mapping[str, Any], scale: Mapping[str, Any]) -> dict[str, Any]:
+    """The object with ``spec.replicas`` as its ``/scale`` reports it (the CRD may keep it elsewhere)."""
+    replicas = _mapping(scale.get("spec")).get("replicas")
+    return {**obj, "spec": {**_mapping(obj.get("spec")), "replicas": _int(replicas)}}
+
+
+def scalable_owners(
+    reader: KubeApi, listed: Mapping[str, list[dict[str, Any]]], hops: int = 4
+) -> dict[str, list[dict[str, Any]]]:
+    """The unlisted custom controllers above listed objects that serve ``/scale``, by kind.
+
+    Only owners actually met in ownerReferences are looked up (discovery once per group-version,
+    then the object and its scale). One the reaper may not read stays unlisted: its children are
+    then skipped as controller_managed, and nothing is written.
+    """
+    discovery = ScaleDiscovery(reader)
+    found: dict[str, list[dict[str, Any]]] = {}
+    uids = {str(_meta(o).get("uid") or "") for objs in listed.values() for o in objs}
+    frontier = [o for objs in listed.values() for o in objs]
+    for _ in range(hops):
+        met: dict[tuple[str, str, str, str], None] = {}
+        for obj in frontier:
+            owner = _controller(_meta(obj))
+            if owner is None or owner.uid in uids or (owner.kind in KINDS and not _scalable(owner.kind)):
+                continue
+            met[(owner.api_version, owner.api_kind, str(_meta(obj).get("namespace") or ""), owner.name)] = (
+                None
+            )
+        frontier = []
+        for api_version, api_kind, namespace, name in met:
+            info = discovery.scalable(api_version, api_kind)
+            if info is None:
+                continue
+            try:
+                obj = reader.get(info.name, namespace, name)
+                scale = reader.get_scale(info.name, namespace, name)
+            except ForbiddenError:
+                log.warning(
+                    "not allowed to read %s/scale %s/%s (the chart's rbac.scaleSubresources): "
+                    "the workloads it controls are left alone",
+                    info.plural,
+                    namespace,
+                    name,
+                )
+                continue
+            except NotFoundError:
+                continue
+            obj = with_scale_replicas(obj, scale)
+            uids.add(str(_meta(obj).get("uid") or ""))
+            found.setdefault(info.name, []).append(obj)
+            frontier.append(obj)
+        if not frontier:
+            break
+    return found

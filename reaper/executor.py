@@ -20,8 +20,9 @@ from typing import Any, TypeVar
 from common.errors import BadInputError
 from common.timeutil import parse_time, rfc3339
 from reaper import names
-from reaper.actuators import ACTUATORS, Change
-from reaper.cluster import workload_from_object
+from reaper.actuators import ACTUATORS, SCALE_SUBRESOURCE, Change, ScaleSubresource, actuator_of
+from reaper.cluster import with_scale_replicas, workload_from_object
+from reaper.discovery import ScaleDiscovery
 from reaper.errors import (
     ConflictError,
     ForbiddenError,
@@ -83,7 +84,8 @@ def _meta(obj: Mapping[str, Any], key: str) -> str:
 
 def _marked(kind: str, obj: Mapping[str, Any]) -> bool:
     """The reaper stopped this object (its actuator's mark is on it)."""
-    return ACTUATORS[kind].marker in _annotations(obj)
+    actuator = actuator_of(kind)
+    return actuator is not None and actuator.marker in _annotations(obj)
 
 
 class _Changed(Exception):
@@ -116,6 +118,7 @@ class Executor:
         self.lease_duration = lease_duration
         self.conflict_attempts = conflict_attempts
         self.max_consecutive_failures = max_consecutive_failures
+        self._discovery = ScaleDiscovery(kube)
 
     # --- the single write point ------------------------------------------------------------------
 
@@ -213,7 +216,11 @@ class Executor:
     def _stop(self, action: PlannedAction) -> ActionResult:
         """The root's native stop (scale to zero, stop annotation, suspend), with the reaper's annotations."""
         ref = action.written
-        actuator = ACTUATORS[ref.kind]
+        actuator = actuator_of(ref.kind)
+        if actuator is None:
+            raise _Changed(f"{ref.kind} has no native stop gpu-reaper can use")  # pragma: no cover
+        if isinstance(actuator, ScaleSubresource):
+            return self._stop_through_scale(action)
         now = rfc3339(self.clock())
         holder = f" (GPUs held by {action.target.kind} {action.target.namespace}/{action.target.name})"
         via = holder if action.root is not None else ""
@@ -252,6 +259,72 @@ class Executor:
             actuator.done,
             f"gpu-reaper: {actuator.verb}, {change}{via}: {action.reason}. "
             f"Restore: gpu-reaper restore {ref.namespace}/{ref.name}",
+        )
+        return ActionResult(action, Outcome.APPLIED, change)
+
+    def _read_with_scale(self, kind: str, namespace: str, name: str) -> Callable[[], dict[str, Any]]:
+        """Reads the object and its ``/scale`` (which carries the object's resourceVersion)."""
+
+        def read() -> dict[str, Any]:
+            obj = self.kube.get(kind, namespace, name)
+            return with_scale_replicas(obj, self.kube.get_scale(kind, namespace, name))
+
+        return read
+
+    def _stop_through_scale(self, action: PlannedAction) -> ActionResult:
+        """A custom kind with a scale subresource: mark the object, then write 0 replicas to ``/scale``.
+
+        The marks go first, conditional on the version read, so a run that dies in between leaves an
+        object that ``restore`` understands; the scale write is conditional on the version the marks
+        produced, so a change by anyone in between is a 409, a re-read and a fresh try.
+        """
+        ref = action.written
+        actuator = SCALE_SUBRESOURCE
+        now = rfc3339(self.clock())
+        via = f" (GPUs held by {action.target.kind} {action.target.namespace}/{action.target.name})"
+
+        def attempt(obj: dict[str, Any]) -> tuple[dict[str, Any], str] | None:
+            self._still_wanted(obj, ref.kind.lower())
+            live = workload_from_object(ref.kind, obj)
+            done = actuator.stopped(live)
+            if done:
+                raise _Changed(done)
+            change = actuator.stop(live, now)
+            marks = {
+                "metadata": {
+                    "resourceVersion": _meta(obj, "resourceVersion"),
+                    "annotations": {**change.annotations, names.REAPED_AT: now, names.REASON: action.reason},
+                }
+            }
+
+            def write() -> dict[str, Any]:
+                marked = self.kube.patch(ref.kind, ref.namespace, ref.name, marks)
+                scale = {
+                    "metadata": {"resourceVersion": _meta(marked, "resourceVersion")},
+                    "spec": change.spec,
+                }
+                self.kube.patch_scale(ref.kind, ref.namespace, ref.name, scale)
+                return marked
+
+            patched = self._write(
+                f"scale {ref.kind} {ref.namespace}/{ref.name}{via} through its scale subresource "
+                f"{change.description} ({action.reason})",
+                write,
+            )
+            return None if patched is None else (patched, change.description)
+
+        read = self._read_with_scale(ref.kind, ref.namespace, ref.name)
+        done = self._with_conflict_retry(read, attempt)
+        if done is None:
+            return ActionResult(action, Outcome.DRY_RUN)
+        patched, change = done
+        self._event(
+            patched,
+            ref.kind,
+            actuator.done,
+            f"gpu-reaper: {actuator.verb}, {change}{via}: {action.reason}. "
+            # A custom kind is found through the object holding the GPUs: restore goes by its name.
+            f"Restore: gpu-reaper restore {action.target.namespace}/{action.target.name}",
         )
         return ActionResult(action, Outcome.APPLIED, change)
 
@@ -486,17 +559,25 @@ class Executor:
         """The controller above ``obj`` that carries the reaper's mark, following ownerReferences."""
         owner = workload_from_object(kind, obj).owner
         for _ in range(hops):
-            if owner is None or owner.kind not in ACTUATORS:
-                return None  # only the kinds it stops are readable one by one (the chart's RBAC)
+            if owner is None:
+                return None
+            owner_kind = owner.kind
+            if actuator_of(owner_kind) is None:
+                # Only the kinds it stops are readable one by one (the chart's RBAC); a custom kind
+                # is one of them when discovery says it serves /scale.
+                info = self._discovery.scalable(owner.api_version, owner.api_kind)
+                if info is None:
+                    return None
+                owner_kind = info.name
             try:
-                parent = self.kube.get_optional(owner.kind, namespace, owner.name)
+                parent = self.kube.get_optional(owner_kind, namespace, owner.name)
             except (NotFoundError, ForbiddenError):
                 return None
             if parent is None:
                 return None
-            if _marked(owner.kind, parent):
-                return owner.kind, parent
-            owner = workload_from_object(owner.kind, parent).owner
+            if _marked(owner_kind, parent):
+                return owner_kind, parent
+            owner = workload_from_object(owner_kind, parent).owner
         return None
 
     def _undo(
@@ -516,7 +597,11 @@ class Executor:
         self, kind: str, namespace: str, name: str, obj: dict[str, Any] | None = None
     ) -> RestoreResult:
         target = f"{kind} {namespace}/{name}"
-        actuator = ACTUATORS[kind]
+        actuator = actuator_of(kind)
+        if actuator is None:
+            return RestoreResult(target, Outcome.SKIPPED, "gpu-reaper stops no object of this kind")
+        if isinstance(actuator, ScaleSubresource):
+            return self._restore_through_scale(kind, namespace, name)
         now = rfc3339(self.clock())
 
         def attempt(current: dict[str, Any]) -> tuple[Outcome, str]:
@@ -547,6 +632,44 @@ class Executor:
             return self._done, change.description
 
         return self._undo(target, self._reader(kind, namespace, name, obj), attempt)
+
+    def _restore_through_scale(self, kind: str, namespace: str, name: str) -> RestoreResult:
+        """The recorded count back through ``/scale``, then the marks removed (a retry finds them)."""
+        target = f"{kind} {namespace}/{name}"
+        now = rfc3339(self.clock())
+
+        def attempt(current: dict[str, Any]) -> tuple[Outcome, str]:
+            if not _marked(kind, current):
+                return Outcome.SKIPPED, f"nothing to restore (no {SCALE_SUBRESOURCE.marker})"
+            change = SCALE_SUBRESOURCE.restore(workload_from_object(kind, current))
+            if not isinstance(change, Change):
+                return Outcome.FAILED, change
+            version = _meta(current, "resourceVersion")
+
+            def write() -> dict[str, Any]:
+                scale = {"metadata": {"resourceVersion": version}, "spec": dict(change.spec)}
+                scaled = self.kube.patch_scale(kind, namespace, name, scale)
+                marks = {
+                    "metadata": {
+                        "resourceVersion": _meta(scaled, "resourceVersion"),
+                        "annotations": {
+                            names.ORIGINAL_REPLICAS: None,
+                            names.REAPED_AT: None,
+                            names.REASON: None,
+                            names.RESTORED_AT: now,
+                        },
+                    }
+                }
+                return self.kube.patch(kind, namespace, name, marks)
+
+            patched = self._write(
+                f"restore {target} through its scale subresource: {change.description}", write
+            )
+            if patched is not None:
+                self._event(patched, kind, "Restored", f"gpu-reaper restored {change.description}")
+            return self._done, change.description
+
+        return self._undo(target, self._read_with_scale(kind, namespace, name), attempt)
 
     def restore_all(self, namespace: str | None = None) -> list[RestoreResult]:
         """Restore everything the reaper stopped (in one namespace, or everywhere plus its cordons)."""

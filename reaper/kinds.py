@@ -21,6 +21,7 @@ class KindInfo:
     plural: str
     custom: bool = False  # a CRD: listed only when served
     namespaced: bool = True
+    scale: bool = False  # a custom kind found by discovery to serve ``<plural>/scale`` (reaper.discovery)
 
     @property
     def api_version(self) -> str:
@@ -66,6 +67,24 @@ OTHER_KINDS: tuple[KindInfo, ...] = (
 )
 KINDS: Mapping[str, KindInfo] = {k.name: k for k in (*WORKLOAD_KINDS, *OTHER_KINDS)}
 _BY_GROUP_KIND = {(k.group, k.api_kind): k for k in KINDS.values()}
+_KINDS: dict[str, KindInfo] = KINDS  # type: ignore[assignment]
+
+
+def register_scalable(info: KindInfo) -> KindInfo:
+    """Add a custom kind that discovery found serving ``/scale``; returns the registered entry.
+
+    Process-wide on purpose: what discovery says about a kind holds for the whole process, and the
+    adapter, the planner and the executor all find kinds by name here. A kind whose name another
+    group already uses is registered as ``Kind.group``.
+    """
+    known = _BY_GROUP_KIND.get((info.group, info.api_kind))
+    if known is not None:
+        return known
+    name = info.api_kind if info.api_kind not in _KINDS else f"{info.api_kind}.{info.group}"
+    entry = KindInfo(name, info.api_kind, info.group, info.version, info.plural, True, info.namespaced, True)
+    _KINDS[name] = entry
+    _BY_GROUP_KIND[(entry.group, entry.api_kind)] = entry
+    return entry
 
 
 def kind_of(api_version: str, kind: str) -> str:

@@ -191,6 +191,26 @@ class KubeClient:
     def create(self, kind: str, namespace: str | None, body: Mapping[str, Any]) -> dict[str, Any]:
         return self._request("POST", kind, _path(kind, namespace), query=_MANAGER, body=body)
 
+    # --- discovery and the scale subresource (custom kinds that declare one) -------------------------
+
+    def api_resources(self, group_version: str) -> list[dict[str, Any]] | None:
+        try:
+            doc = self._request("GET", "discovery", f"/apis/{group_version}")
+        except NotFoundError:
+            return None
+        return [r for r in doc.get("resources") or () if isinstance(r, dict)]
+
+    def get_scale(self, kind: str, namespace: str | None, name: str) -> dict[str, Any]:
+        return self._request("GET", f"{kind}/scale", _path(kind, namespace, name) + "/scale")
+
+    def patch_scale(
+        self, kind: str, namespace: str | None, name: str, body: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        path = _path(kind, namespace, name) + "/scale"
+        return self._request(
+            "PATCH", f"{kind}/scale", path, query=_MANAGER, body=body, content_type=MERGE_PATCH
+        )
+
 
 def _items(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [i for i in doc.get("items") or () if isinstance(i, dict)]

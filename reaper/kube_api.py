@@ -41,3 +41,17 @@ class KubeApi(Protocol):
         ...
 
     def create(self, kind: str, namespace: str | None, body: Mapping[str, Any]) -> dict[str, Any]: ...
+
+    def api_resources(self, group_version: str) -> list[dict[str, Any]] | None:
+        """The discovery document's resources of ``group/version``; None when it is not served (404)."""
+        ...
+
+    def get_scale(self, kind: str, namespace: str | None, name: str) -> dict[str, Any]:
+        """The object's ``/scale`` subresource (an autoscaling/v1 Scale)."""
+        ...
+
+    def patch_scale(
+        self, kind: str, namespace: str | None, name: str, body: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """A merge patch of ``/scale``; ``metadata.resourceVersion`` makes it conditional."""
+        ...

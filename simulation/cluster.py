@@ -211,6 +211,17 @@ class InMemoryCluster:
         # Every kind exists here; one with no objects lists empty.
         return self.list_objects(kind, namespace, selector=selector, cached=cached)
 
+    def api_resources(self, group_version: str) -> list[dict[str, Any]] | None:
+        return None  # the demo declares no custom kind with a scale subresource
+
+    def get_scale(self, kind: str, namespace: str | None, name: str) -> dict[str, Any]:
+        raise NotFoundError(f"{kind} {namespace or ''}/{name}/scale not found")
+
+    def patch_scale(
+        self, kind: str, namespace: str | None, name: str, body: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        raise NotFoundError(f"{kind} {namespace or ''}/{name}/scale not found")
+
     def objects(self, kind: str) -> list[dict[str, Any]]:
         """For assertions: the stored objects of a kind, uncounted."""
         return [copy.deepcopy(o) for (k, _, _), o in sorted(self._objects.items()) if k == kind]

@@ -65,9 +65,12 @@ class Fault:
     delay: float = 0.0
     times: int = 1
     query: str | None = None  # only requests carrying this query parameter (e.g. "continue")
+    subresource: str | None = None  # only requests of this subresource ("scale"); None: the object
 
     def matches(self, request: kmock.Request) -> bool:
         if self.times <= 0 or request.method.value != self.method:
+            return False
+        if (request.subresource or None) != self.subresource:
             return False
         if self.query is not None and self.query not in request.url.query:
             return False
@@ -212,7 +215,11 @@ class ApiServer(kmock.KubernetesEmulator):
             if fault.status is not None:
                 raise kmock.KubernetesError(status=fault.status, reason="Injected", message="injected fault")
         if request.action == kmock.action.LIST and request.resource is not None:
+            if request.resource.plural is None:  # GET /apis/<group>/<version>: discovery
+                return aiohttp.web.json_response(await self._serve_version(request))
             return self._serve_paged_list(request)
+        if request.subresource == "scale" and request.resource is not None:
+            return self._serve_scale(request)
         self._track_versions(request)
         response = await super()._handle(request)
         if request.action in (kmock.action.UPDATE, kmock.action.CREATE):
@@ -221,6 +228,78 @@ class ApiServer(kmock.KubernetesEmulator):
         if fault is not None and fault.delay:
             await asyncio.sleep(fault.delay)  # the change is made; only the answer is late
         return response
+
+    # --- the scale subresource ----------------------------------------------------------------------
+
+    async def _serve_version(self, request: kmock.Request) -> Any:
+        # The API server lists a CRD's scale subresource as an autoscaling/v1 Scale with its own verbs.
+        doc = await super()._serve_version(request)
+        for r in doc.get("resources", ()):
+            if str(r.get("name", "")).endswith("/scale"):
+                r.update(
+                    kind="Scale",
+                    group="autoscaling",
+                    version="v1",
+                    singularName="",
+                    verbs=["get", "patch", "update"],
+                )
+        return doc
+
+    def _serve_scale(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
+        """``/scale`` of a custom kind that declares it: an autoscaling/v1 Scale over spec.replicas.
+
+        Like the API server: the Scale carries the parent's resourceVersion, a write with another
+        one is a 409, and a write changes the parent's spec.replicas (and its resourceVersion).
+        """
+        info = self.resources.get(request.resource) if request.resource in self.resources else None
+        key = (request.resource, request.namespace, request.name)
+        if (
+            info is None
+            or "scale" not in info.subresources
+            or key not in self.objects
+            or self.objects[key].deleted
+        ):
+            raise kmock.KubernetesError(status=404, reason="NotFound", message=f"{request.name!r} not found")
+        if request.method.value == "PATCH":
+            body = request.data if isinstance(request.data, dict) else {}
+            current = str(self._versions.get(key) or self.objects[key].raw["metadata"].get("resourceVersion"))
+            wanted = (body.get("metadata") or {}).get("resourceVersion")
+            if wanted and str(wanted) != current:
+                raise kmock.KubernetesError(
+                    status=409,
+                    reason="Conflict",
+                    message=f"Operation cannot be fulfilled on {request.resource.plural} {request.name!r}: "
+                    "the object has been modified; please apply your changes to the "
+                    "latest version and try again",
+                )
+            replicas = (body.get("spec") or {}).get("replicas")
+            if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+                raise kmock.KubernetesError(
+                    status=422, reason="Invalid", message="spec.replicas: Invalid value"
+                )
+            version = self._bump()
+            self._versions[key] = version
+            self.objects[key].patch(
+                {"metadata": {"resourceVersion": str(version)}, "spec": {"replicas": replicas}}
+            )
+            for controller in self.controllers:
+                controller(self)
+        elif request.method.value != "GET":
+            raise kmock.KubernetesError(status=405, reason="MethodNotAllowed", message="get or patch /scale")
+        obj = self.objects[key].raw
+        meta = obj.get("metadata") or {}
+        scale = {
+            "kind": "Scale",
+            "apiVersion": "autoscaling/v1",
+            "metadata": {
+                k: meta[k]
+                for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+                if k in meta
+            },
+            "spec": {"replicas": (obj.get("spec") or {}).get("replicas", 0)},
+            "status": {"replicas": (obj.get("status") or {}).get("replicas", 0)},
+        }
+        return aiohttp.web.json_response(scale)
 
     def raw(self, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
         """The stored object (for emulated controllers; on the emulator's loop)."""
@@ -326,6 +405,17 @@ class EmulatedCluster:
         """Make list calls of kinds with no objects answer an empty list rather than 404."""
         for kind in kinds:
             self.server.resources[RESOURCES[kind]] = kmock.ResourceInfo(kind=KINDS[kind].api_kind)
+
+    def install_crd(self, api_version: str, kind: str, plural: str, *, scale: bool) -> None:
+        """Serve a custom kind as its CRD would: in discovery, listable, with ``/scale`` if declared."""
+        RESOURCES.setdefault(kind, f"{api_version}/{plural}")
+        info = kmock.ResourceInfo(
+            kind=kind,
+            namespaced=True,
+            verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
+            subresources={"scale"} if scale else set(),
+        )
+        self.call(lambda: self.server.resources.__setitem__(RESOURCES[kind], info))
 
     def obj(self, kind: str, namespace: str | None, name: str) -> dict[str, Any]:
         return self.call(lambda: self.server.objects[self._key(kind, namespace, name)].raw)  # type: ignore[no-any-return]
