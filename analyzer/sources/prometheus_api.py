@@ -24,23 +24,30 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterable, Mapping
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from types import TracebackType
+from typing import Any, Self, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
 import requests
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
+from urllib3 import BaseHTTPResponse
+from urllib3.connectionpool import ConnectionPool
 from urllib3.util.retry import Retry
 
 from analyzer.sources.errors import BadResponseError, QueryError, SourceUnreachableError
+from analyzer.sources.pacing import AdaptiveLimit, run_all
 from analyzer.sources.prometheus_config import PrometheusConfig
 
 log = logging.getLogger(__name__)
 
 _RETRY_STATUSES = (429, 500, 502, 503, 504)
+# Answers that say "slow down" rather than "broken": they narrow the pool of queries in flight.
+_PUSH_BACK_STATUSES = frozenset({429, 503})
 # errorType values of the API envelope that mean "your query", not "my server".
 _QUERY_ERROR_TYPES = frozenset({"bad_data", "execution", "timeout", "canceled", "422"})
 # Endpoints whose data is {resultType, result}.
@@ -89,6 +96,33 @@ class PrometheusSession(requests.Session):
         return super().request(method, url, *args, **kwargs)
 
 
+class _PacedRetry(Retry):
+    """urllib3's retry policy, telling the pool when the server pushes back (429/503).
+
+    urllib3 retries below requests' hooks, so only the retry policy sees the intermediate answers.
+    """
+
+    limit: AdaptiveLimit | None = None
+
+    def new(self, **kw: Any) -> Self:
+        retry = super().new(**kw)
+        retry.limit = self.limit
+        return retry
+
+    def increment(
+        self,
+        method: str | None = None,
+        url: str | None = None,
+        response: BaseHTTPResponse | None = None,
+        error: Exception | None = None,
+        _pool: ConnectionPool | None = None,
+        _stacktrace: TracebackType | None = None,
+    ) -> Self:
+        if self.limit is not None and response is not None and response.status in _PUSH_BACK_STATUSES:
+            self.limit.push_back()
+        return super().increment(method, url, response, error, _pool, _stacktrace)
+
+
 class _Result(list[Any]):
     """``data.result`` as the library hands it back, still knowing the envelope's ``resultType``."""
 
@@ -118,8 +152,10 @@ class PrometheusClient:
         self.session = session if session is not None else PrometheusSession()
         self.session.verify = config.ca_file if config.ca_file else config.verify_tls
         self.stats = QueryStats()
+        self._stats_lock = threading.Lock()
+        self.limit = AdaptiveLimit(config.concurrency)
         self.session.hooks["response"].extend([self._count, self._check])
-        retry = Retry(
+        retry = _PacedRetry(
             total=config.retries,
             connect=config.retries,
             read=config.retries,
@@ -131,6 +167,7 @@ class PrometheusClient:
             raise_on_status=False,
             respect_retry_after_header=True,
         )
+        retry.limit = self.limit
         headers = {"Accept": "application/json"}
         if config.bearer_token is not None:
             headers["Authorization"] = f"Bearer {config.bearer_token}"
@@ -150,8 +187,6 @@ class PrometheusClient:
 
     def _count(self, response: requests.Response, *args: object, **kwargs: object) -> None:
         body = len(response.content)
-        self.stats.requests += 1
-        self.stats.body_bytes += body
         wire = body
         if response.headers.get("Content-Encoding"):
             # urllib3 counts the compressed bytes it read; chunked answers may leave it at 0.
@@ -159,7 +194,12 @@ class PrometheusClient:
             read = tell() if callable(tell) else 0
             if isinstance(read, int) and read > 0:
                 wire = read
-        self.stats.wire_bytes += wire
+        with self._stats_lock:
+            self.stats.requests += 1
+            self.stats.body_bytes += body
+            self.stats.wire_bytes += wire
+        if response.status_code == 200:
+            self.limit.success()
 
     def close(self) -> None:
         self.connect.close()
@@ -177,6 +217,10 @@ class PrometheusClient:
             VectorSample(_labels(item, promql), _value(_field(item, "value", promql), promql))
             for item in result
         ]
+
+    def vectors(self, queries: Sequence[tuple[str, datetime]]) -> list[list[VectorSample]]:
+        """Independent instant queries, run side by side through the bounded pool; answers in order."""
+        return run_all(self.limit, lambda q: self.vector(*q), queries)
 
     def matrix(self, promql: str, at: datetime) -> list[RangeSeries]:
         """An instant query over a range selector: the raw samples of each series."""

@@ -67,6 +67,18 @@ class PrometheusSource:
         self.util_scale = util_scale
         self.max_points_per_series = max_points_per_series
         self.max_samples_per_query = max_samples_per_query
+        # Answers fetched side by side ahead of the code that reads them, by (query, time).
+        self._fetched: dict[tuple[str, datetime], list[VectorSample]] = {}
+
+    def _vector(self, promql: str, at: datetime) -> list[VectorSample]:
+        fetched = self._fetched.pop((promql, at), None)
+        return fetched if fetched is not None else self.client.vector(promql, at)
+
+    def _fetch(self, queries: Sequence[str], at: datetime) -> None:
+        """Run independent queries through the client's bounded pool; ``_vector`` then reads them."""
+        wanted = list(dict.fromkeys(queries))
+        for query, answer in zip(wanted, self.client.vectors([(q, at) for q in wanted]), strict=True):
+            self._fetched[(query, at)] = answer
 
     @property
     def description(self) -> str:
@@ -134,9 +146,11 @@ class PrometheusSource:
         span_s = window.duration.total_seconds()
         at = window.end
 
+        self._fetched.clear()
+        self._fetch(self._independent(caps, q, (q_low, q_high)), at)
         counts: dict[DeviceKey, tuple[str, VectorSample]] = {}
         for metric in caps.util_metrics:
-            for s in self.client.vector(q.device_count(metric), at):
+            for s in self._vector(q.device_count(metric), at):
                 key = self._key(s.labels, caps)
                 if key is not None and key not in counts and s.value > 0:
                     counts[key] = (metric, s)  # the first metric in preference order wins
@@ -155,7 +169,7 @@ class PrometheusSource:
                 ("q_high", q.device_quantile(metric, q_high)),
                 ("median", q.device_quantile(metric, 0.5)),
             ):
-                for s in self.client.vector(query, at):
+                for s in self._vector(query, at):
                     key = self._key(s.labels, caps)
                     if key is not None and key in counts and counts[key][0] == metric:
                         numbers[name][key] = s.value
@@ -208,7 +222,7 @@ class PrometheusSource:
             )
         if caps.histogram:
             devices = self._with_histograms(devices, q, caps, at)
-        return FleetSnapshot(
+        snapshot = FleetSnapshot(
             window=window,
             capabilities=caps,
             devices=devices,
@@ -217,6 +231,36 @@ class PrometheusSource:
             jobs=self._jobs(q, at) if caps.job_owner else {},
             cpu=self._cpu(q, caps, at),
         )
+        self._fetched.clear()
+        return snapshot
+
+    def _independent(self, caps: Capabilities, q: FleetQueries, levels: tuple[float, float]) -> list[str]:
+        """Every snapshot query that depends on nothing but discovery: they go out side by side."""
+        out = []
+        for metric in caps.util_metrics:
+            out += [
+                q.device_count(metric),
+                q.device_sum(metric),
+                q.device_max(metric),
+                q.device_quantile(metric, levels[0]),
+                q.device_quantile(metric, levels[1]),
+                q.device_quantile(metric, 0.5),
+                q.device_series_count(metric),
+            ]
+        if caps.histogram:
+            out.append(q.histogram_increase())
+        if caps.kube_state_metrics:
+            out += [q.pod_owners(), q.pod_start_times(), q.pod_gpu_requests(), q.pod_last_seen()]
+            out += [q.pod_scheduled()] if caps.pod_scheduled else []
+            out += [q.pod_pending()] if caps.pod_phase else []
+            out += [q.pod_groups()] if caps.pod_labels else []
+            out += [q.cpu_limits()] if caps.cpu_limits else []
+            out += [q.cpu_requests()] if caps.cpu_requests else []
+        out += [q.replicaset_owners()] if caps.replicaset_owner else []
+        out += [q.job_owners()] if caps.job_owner else []
+        out += [q.cpu_usage()] if caps.cpu_usage else []
+        out += [q.cpu_throttled_ratio()] if caps.cpu_throttling else []
+        return out
 
     def _union_quantiles(
         self,
@@ -231,7 +275,7 @@ class PrometheusSource:
         """Replace per-series quantiles by the union's for devices whose samples span several series."""
         for metric in caps.util_metrics:
             split = set()
-            for s in self.client.vector(q.device_series_count(metric), at):
+            for s in self._vector(q.device_series_count(metric), at):
                 key = self._key(s.labels, caps)
                 if key is not None and s.value > 1 and key in counts and counts[key][0] == metric:
                     split.add(key)
@@ -240,9 +284,13 @@ class PrometheusSource:
             jobs = {counts[k][1].labels.get(dcgm.JOB, "") for k in split}
             step = min((intervals[j] for j in jobs if j in intervals), default=15.0)
             uuids = sorted({k.uuid for k in split})
-            for name, level in (("q_low", levels[0]), ("q_high", levels[1]), ("median", 0.5)):
-                query = q.device_quantile_union(metric, level, uuids, timedelta(seconds=step))
-                for s in self.client.vector(query, at):
+            named = [
+                (name, q.device_quantile_union(metric, level, uuids, timedelta(seconds=step)))
+                for name, level in (("q_low", levels[0]), ("q_high", levels[1]), ("median", 0.5))
+            ]
+            self._fetch([query for _, query in named], at)
+            for name, query in named:
+                for s in self._vector(query, at):
                     key = self._key(s.labels, caps)
                     if key in split:
                         numbers[name][key] = s.value
@@ -296,7 +344,7 @@ class PrometheusSource:
         self, devices: dict[DeviceKey, DeviceAggregate], q: FleetQueries, caps: Capabilities, at: datetime
     ) -> dict[DeviceKey, DeviceAggregate]:
         increases: dict[DeviceKey, dict[str, float]] = defaultdict(dict)
-        for s in self.client.vector(q.histogram_increase(), at):
+        for s in self._vector(q.histogram_increase(), at):
             key = self._key(s.labels, caps)
             le = s.labels.get(dcgm.LE)
             if key is not None and le is not None and np.isfinite(s.value):
@@ -312,7 +360,7 @@ class PrometheusSource:
 
     def _pods(self, q: FleetQueries, caps: Capabilities, at: datetime) -> dict[PodId, PodRecord]:
         def rows(query: str) -> list[KsmRow]:
-            return [(_pid(s), s.labels, s.value) for s in self.client.vector(query, at)]
+            return [(_pid(s), s.labels, s.value) for s in self._vector(query, at)]
 
         return pod_records(
             rows(q.pod_owners()),
@@ -327,7 +375,7 @@ class PrometheusSource:
 
     def _replicasets(self, q: FleetQueries, at: datetime) -> dict[PodId, tuple[str, str]]:
         out: dict[PodId, tuple[str, str]] = {}
-        for s in self.client.vector(q.replicaset_owners(), at):
+        for s in self._vector(q.replicaset_owners(), at):
             rs = (s.labels.get("namespace", ""), s.labels.get("replicaset", ""))
             if s.labels.get("owner_is_controller") == "true" or rs not in out:
                 out[rs] = (s.labels.get("owner_kind", ""), s.labels.get("owner_name", ""))
@@ -335,7 +383,7 @@ class PrometheusSource:
 
     def _jobs(self, q: FleetQueries, at: datetime) -> dict[PodId, tuple[str, str]]:
         out: dict[PodId, tuple[str, str]] = {}
-        for s in self.client.vector(q.job_owners(), at):
+        for s in self._vector(q.job_owners(), at):
             job = (s.labels.get("namespace", ""), s.labels.get("job_name", ""))
             if s.labels.get("owner_is_controller") == "true" or job not in out:
                 out[job] = (s.labels.get("owner_kind", ""), s.labels.get("owner_name", ""))
@@ -345,7 +393,7 @@ class PrometheusSource:
         def values(enabled: bool, query: Callable[[], str]) -> dict[PodId, float]:
             if not enabled:
                 return {}
-            return {_pid(s): s.value for s in self.client.vector(query(), at) if np.isfinite(s.value)}
+            return {_pid(s): s.value for s in self._vector(query(), at) if np.isfinite(s.value)}
 
         usage = values(caps.cpu_usage, q.cpu_usage)
         limits = values(caps.cpu_limits and caps.kube_state_metrics, q.cpu_limits)
@@ -427,14 +475,14 @@ class PrometheusSource:
         out = {}
         uuids = sorted({k.uuid for k in keys})
         for i in range(0, len(uuids), 200):
-            for s in self.client.vector(q.memory(uuids[i : i + 200]), snapshot.window.end):
+            for s in self._vector(q.memory(uuids[i : i + 200]), snapshot.window.end):
                 key = self._key(s.labels, caps)
                 if key in wanted and np.isfinite(s.value):
                     out[key] = s.value
         return out
 
     def instant_value(self, promql: str, at: datetime) -> float | None:
-        samples = self.client.vector(promql, at)
+        samples = self._vector(promql, at)
         if not samples:
             return None
         return float(sum(s.value for s in samples))
