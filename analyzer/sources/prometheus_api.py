@@ -22,9 +22,11 @@ remembering the envelope's ``resultType``.
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 import threading
+import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -93,6 +95,9 @@ class PrometheusSession(requests.Session):
         verb = method.decode() if isinstance(method, bytes) else method
         if verb.upper() == "POST" and kwargs.get("params") and kwargs.get("data") is None:
             kwargs["data"] = kwargs.pop("params")
+        # Streamed, so that the response hook reads the body as it crossed the wire (compressed)
+        # and counts those bytes before decompressing it once.
+        kwargs.setdefault("stream", True)
         return super().request(method, url, *args, **kwargs)
 
 
@@ -168,7 +173,8 @@ class PrometheusClient:
             respect_retry_after_header=True,
         )
         retry.limit = self.limit
-        headers = {"Accept": "application/json"}
+        # gzip only: the one encoding every TSDB speaks and the hook decodes (see _read_wire).
+        headers = {"Accept": "application/json", "Accept-Encoding": "gzip"}
         if config.bearer_token is not None:
             headers["Authorization"] = f"Bearer {config.bearer_token}"
         if config.tenant is not None:
@@ -186,18 +192,12 @@ class PrometheusClient:
         )
 
     def _count(self, response: requests.Response, *args: object, **kwargs: object) -> None:
+        wire = _read_wire(response, self._where())
         body = len(response.content)
-        wire = body
-        if response.headers.get("Content-Encoding"):
-            # urllib3 counts the compressed bytes it read; chunked answers may leave it at 0.
-            tell = getattr(getattr(response, "raw", None), "tell", None)
-            read = tell() if callable(tell) else 0
-            if isinstance(read, int) and read > 0:
-                wire = read
         with self._stats_lock:
             self.stats.requests += 1
             self.stats.body_bytes += body
-            self.stats.wire_bytes += wire
+            self.stats.wire_bytes += body if wire is None else wire
         if response.status_code == 200:
             self.limit.success()
 
@@ -327,6 +327,28 @@ class PrometheusClient:
                 f"{self._where()}: HTTP {status} after {self.config.retries} retries: {detail}"
             )
         raise BadResponseError(f"{self._where()}: unexpected answer (HTTP {status}): {detail}")
+
+
+def _read_wire(response: requests.Response, where: str) -> int | None:
+    """Read a streamed body as sent: returns its size on the wire and leaves it decoded in place.
+
+    None when the body was already read (a response that was not streamed).
+    """
+    raw = response.raw
+    if response.__dict__.get("_content_consumed") or raw is None:
+        return None
+    data = raw.read(decode_content=False)
+    encoding = response.headers.get("Content-Encoding", "").strip().lower()
+    try:
+        decoded = gzip.decompress(data) if encoding in ("gzip", "x-gzip") and data else data
+    except (OSError, EOFError, zlib.error) as e:
+        raise BadResponseError(f"{where}: a gzip body that does not decompress ({e})") from e
+    if encoding not in ("", "identity", "gzip", "x-gzip"):
+        raise BadResponseError(f"{where}: answered in {encoding!r}, which was not asked for")
+    response.__dict__["_content"] = decoded
+    response.__dict__["_content_consumed"] = True
+    raw.release_conn()
+    return len(data)
 
 
 def _query_text(request: requests.PreparedRequest) -> str | None:

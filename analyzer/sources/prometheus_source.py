@@ -22,6 +22,7 @@ import numpy as np
 
 from analyzer.sources import dcgm
 from analyzer.sources.aggregates import (
+    CloserLook,
     CpuUsage,
     DeviceAggregate,
     DeviceInfo,
@@ -31,8 +32,11 @@ from analyzer.sources.aggregates import (
     KsmRow,
     PodId,
     PodRecord,
+    Shares,
+    SpanNumbers,
     UtilStats,
     histogram_shares,
+    phases_from_counts,
     pod_records,
     quantile_levels,
 )
@@ -40,6 +44,15 @@ from analyzer.sources.dcgm import Capabilities, PodLabels
 from analyzer.sources.errors import NoDataError
 from analyzer.sources.fleet_queries import FleetQueries
 from analyzer.sources.prometheus_api import PrometheusClient, PrometheusConfig, RangeSeries, VectorSample
+from analyzer.sources.span_queries import (
+    AGGREGATE,
+    HOLDERS_PER_TERM,
+    MAX_QUERY_CHARS,
+    TERMS_PER_QUERY,
+    SpanTerm,
+    joined,
+    tagged,
+)
 from common.model import TimeWindow
 from common.thresholds import Thresholds
 
@@ -409,7 +422,164 @@ class PrometheusSource:
             for pid in set(usage) | set(limits) | set(throttled) | set(requests)
         }
 
-    # --- closer looks ---------------------------------------------------------------------------
+    # --- closer looks: aggregates over each holder's own span ------------------------------------
+
+    def _terms(
+        self, snapshot: FleetSnapshot, wanted: Sequence[tuple[DeviceKey, TimeWindow]]
+    ) -> list[list[SpanTerm]]:
+        """Holders grouped into per-span terms, the terms into queries none of whose terms clash."""
+        caps = snapshot.capabilities
+        groups: dict[tuple[str, str, TimeWindow], list[DeviceKey]] = defaultdict(list)
+        for key, span in wanted:
+            dev = snapshot.devices.get(key)
+            if dev is not None and key not in groups[(dev.info.metric, dev.info.job, span)]:
+                groups[(dev.info.metric, dev.info.job, span)].append(key)
+        batches: list[list[SpanTerm]] = []
+        terms = []
+        for (metric, job, span), keys in sorted(groups.items(), key=_by_span):
+            step = snapshot.devices[keys[0]].interval_s or 15.0
+            for i in range(0, len(keys), HOLDERS_PER_TERM):
+                terms.append(
+                    SpanTerm(
+                        caps, metric, keys[i : i + HOLDERS_PER_TERM], span, step, caps.scale(metric, job)
+                    )
+                )
+        for term in terms:
+            for batch in batches:
+                # No term may select another's holder: the joined answer would carry it twice.
+                clash = any(other.selects(k) for other in batch for k in term.keys) or any(
+                    term.selects(k) for other in batch for k in other.keys
+                )
+                if len(batch) < TERMS_PER_QUERY and not clash:
+                    batch.append(term)
+                    break
+            else:
+                batches.append([term])
+        return batches
+
+    def _ask_terms(
+        self,
+        snapshot: FleetSnapshot,
+        batches: list[list[SpanTerm]],
+        families: Sequence[Mapping[str, Callable[[SpanTerm], str | None]]],
+    ) -> dict[str, dict[tuple[DeviceKey, TimeWindow], list[VectorSample]]]:
+        """Per batch, one query per family of named aggregates, side by side; answers by (holder, span)."""
+        caps, at = snapshot.capabilities, snapshot.window.end
+        plan: list[tuple[dict[DeviceKey, TimeWindow], str]] = []
+        for batch in batches:
+            owner = {k: term.span for term in batch for k in term.keys}
+            for family in families:
+                built = ((name, build(term)) for term in batch for name, build in family.items())
+                parts = [tagged(name, text) for name, text in built if text]
+                # VictoriaMetrics refuses queries over 16 KiB by default: split well below that.
+                chunk: list[str] = []
+                for part in parts:
+                    if chunk and sum(len(c) + 4 for c in chunk) + len(part) > MAX_QUERY_CHARS:
+                        plan.append((owner, joined(chunk)))
+                        chunk = []
+                    chunk.append(part)
+                if chunk:
+                    plan.append((owner, joined(chunk)))
+        answers = self.client.vectors([(query, at) for _, query in plan])
+        out: dict[str, dict[tuple[DeviceKey, TimeWindow], list[VectorSample]]] = defaultdict(
+            lambda: defaultdict(list)
+        )
+        for (owner, _), answer in zip(plan, answers, strict=True):
+            for sample in answer:
+                key = self._key(sample.labels, caps)
+                if key is not None and key in owner and np.isfinite(sample.value):
+                    out[sample.labels.get(AGGREGATE, "")][(key, owner[key])].append(sample)
+        return out
+
+    def span_numbers(
+        self, snapshot: FleetSnapshot, looks: Sequence[CloserLook], t: Thresholds
+    ) -> dict[tuple[DeviceKey, TimeWindow], SpanNumbers]:
+        caps = snapshot.capabilities
+        q_low, q_high = quantile_levels(t.starvation_min_share)
+        need = {
+            "stats": {(lk.key, lk.span) for lk in looks if lk.stats},
+            "histogram": {(lk.key, lk.span) for lk in looks if lk.histogram and caps.histogram},
+            "shares": {(lk.key, lk.span) for lk in looks if lk.shares},
+        }
+        wanted = sorted({(lk.key, lk.span) for lk in looks}, key=lambda w: (w[0], w[1].start))
+        batches = self._terms(snapshot, wanted)
+
+        def when(kind: str, build: Callable[[SpanTerm], str]) -> Callable[[SpanTerm], str | None]:
+            # A term asks for an aggregate only if one of its holders needs it.
+            return lambda term: build(term) if any(w[1] == term.span for w in need[kind]) else None
+
+        idle, busy = t.starvation_idle_percent, t.starvation_busy_percent
+        answers = self._ask_terms(
+            snapshot,
+            batches,
+            [
+                {
+                    "count": when("stats", lambda term: term.stats("count")),
+                    "sum": when("stats", lambda term: term.stats("sum")),
+                    "max": when("stats", lambda term: term.stats("max")),
+                    "q_low": when("stats", lambda term: term.stats("q", q_low)),
+                    "q_high": when("stats", lambda term: term.stats("q", q_high)),
+                    "median": when("stats", lambda term: term.stats("q", 0.5)),
+                    "histogram": when("histogram", SpanTerm.histogram),
+                },
+                {
+                    "n": when("shares", SpanTerm.samples),
+                    "stalled": when("shares", lambda term: term.state_count(True, idle)),
+                    "stalled_runs": when("shares", lambda term: term.state_runs(True, idle)),
+                    "busy": when("shares", lambda term: term.state_count(False, busy)),
+                    "busy_runs": when("shares", lambda term: term.state_runs(False, busy)),
+                },
+            ],
+        )
+
+        def one(name: str, w: tuple[DeviceKey, TimeWindow]) -> float | None:
+            found = answers[name].get(w)
+            return found[0].value if found else None
+
+        out = {}
+        for w in wanted:
+            dev = snapshot.devices[w[0]]
+            scale = caps.scale(dev.info.metric, dev.info.job)
+            stats = None
+            count = one("count", w)
+            if w in need["stats"] and count:
+                values = [one(n, w) for n in ("sum", "max", "q_low", "q_high", "median")]
+                if all(v is not None for v in values[:4]):
+                    total, top, low, high, median = values
+                    stats = UtilStats(
+                        samples=round(count),
+                        mean=float(total or 0.0) / count * scale,
+                        max=float(top or 0.0) * scale,
+                        q_low=float(low or 0.0) * scale,
+                        q_high=float(high or 0.0) * scale,
+                        q_level=q_low,
+                        median=None if median is None else median * scale,
+                    )
+            histogram = None
+            if w in need["histogram"]:
+                inc = {s.labels.get(dcgm.LE): s.value for s in answers["histogram"].get(w, [])}
+                if all(le in inc for le in caps.histogram_le):
+                    idle_le, busy_le, total_le = caps.histogram_le
+                    histogram = histogram_shares(inc[idle_le], inc[busy_le], inc[total_le])
+            shares = phases = None
+            n = one("n", w)
+            if w in need["shares"] and n:
+                stalled, busy_n = one("stalled", w) or 0.0, one("busy", w) or 0.0
+                shares = Shares(stalled=stalled / n, busy=busy_n / n, weight=n, source="samples")
+                phases = phases_from_counts(
+                    stalled, one("stalled_runs", w) or 0.0, busy_n, one("busy_runs", w) or 0.0, dev.interval_s
+                )
+            out[w] = SpanNumbers(stats=stats, histogram=histogram, shares=shares, phases=phases)
+        return out
+
+    def first_busy(
+        self, snapshot: FleetSnapshot, wanted: Sequence[tuple[DeviceKey, TimeWindow]], idle_percent: float
+    ) -> dict[tuple[DeviceKey, TimeWindow], float]:
+        batches = self._terms(snapshot, wanted)
+        answers = self._ask_terms(snapshot, batches, [{"first": lambda term: term.first_busy(idle_percent)}])
+        return {w: min(s.value for s in found) for w, found in answers["first"].items()}
+
+    # --- raw samples, for plots only ------------------------------------------------------------
 
     def device_samples(
         self, snapshot: FleetSnapshot, keys: Sequence[DeviceKey], bucket_keys: Sequence[DeviceKey] = ()
@@ -486,6 +656,13 @@ class PrometheusSource:
         if not samples:
             return None
         return float(sum(s.value for s in samples))
+
+
+def _by_span(
+    group: tuple[tuple[str, str, TimeWindow], list[DeviceKey]],
+) -> tuple[datetime, datetime, str]:
+    (metric, job, span), _ = group
+    return (span.end, span.start, metric + "/" + job)
 
 
 def _pid(s: VectorSample) -> PodId:

@@ -7,6 +7,7 @@ gateway does. The analysis through it must give the same findings as straight to
 
 from __future__ import annotations
 
+import gzip
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -37,6 +38,8 @@ class Proxy:
     seen: set[bytes] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
     company: threading.Event = field(default_factory=threading.Event)
+    sent: int = 0  # body bytes written back, gzip-compressed when the client asked for it
+    plain: int = 0  # the same bodies before compression
 
 
 def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
@@ -81,11 +84,19 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
                     headers={"Content-Type": self.headers.get("Content-Type", "")},
                     timeout=30,
                 )
+                body = answer.content
+                zipped = "gzip" in self.headers.get("Accept-Encoding", "")
+                payload = gzip.compress(body) if zipped else body
                 self.send_response(answer.status_code)
                 self.send_header("Content-Type", answer.headers.get("Content-Type", "application/json"))
-                self.send_header("Content-Length", str(len(answer.content)))
+                if zipped:
+                    self.send_header("Content-Encoding", "gzip")
+                self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
-                self.wfile.write(answer.content)
+                self.wfile.write(payload)
+                with proxy.lock:
+                    proxy.sent += len(payload)
+                    proxy.plain += len(body)
             finally:
                 with proxy.lock:
                     proxy.in_flight -= 1
@@ -126,6 +137,8 @@ def test_independent_queries_run_side_by_side_within_the_bound(
     analysis = run(source, standard_fleet)
     assert _findings(analysis) == _findings(victoria_analysis)
     assert 1 < proxy.most_in_flight <= 3
+    # Bytes are counted as they crossed the wire (compressed), bodies as decoded.
+    assert source.client.stats.wire_bytes == proxy.sent < proxy.plain == source.client.stats.body_bytes
 
 
 def test_a_server_that_pushes_back_slows_the_pool_and_the_run_still_completes(
