@@ -43,6 +43,7 @@ from analyzer.sources.aggregates import (
 from analyzer.sources.dcgm import Capabilities, PodLabels
 from analyzer.sources.errors import NoDataError
 from analyzer.sources.fleet_queries import FleetQueries
+from analyzer.sources.pacing import run_all
 from analyzer.sources.prometheus_api import PrometheusClient, PrometheusConfig, RangeSeries, VectorSample
 from analyzer.sources.span_queries import (
     AGGREGATE,
@@ -62,6 +63,8 @@ log = logging.getLogger(__name__)
 MAX_POINTS_PER_SERIES = 10_000
 # Samples one raw pull may return (series × points): far below Prometheus' default 50 M query limit.
 MAX_SAMPLES_PER_QUERY = 2_000_000
+# How much of one device's series measures its job's scrape interval (the whole window if that fails).
+INTERVAL_PROBE = timedelta(hours=1)
 
 
 class PrometheusSource:
@@ -109,12 +112,22 @@ class PrometheusSource:
                 f"{self.description}: no GPU utilization series ({', '.join(dcgm.UTIL_METRICS)}) between "
                 f"{start.isoformat()} and {end.isoformat()}: is dcgm-exporter or gpu-exporter scraped?"
             )
-        gpu_labels = set(self.client.label_names(FleetQueries.util_match(), start, end))
         ksm = dcgm.KUBE_POD_OWNER in present
-        ksm_labels = set(self.client.label_names(dcgm.KUBE_POD_OWNER, start, end)) if ksm else set()
+        histogram = dcgm.SAMPLE_HISTOGRAM_BUCKET in present
+        # The label calls below depend on the names only: they go out side by side.
+        calls: list[Callable[[], list[str]]] = [
+            lambda: self.client.label_names(FleetQueries.util_match(), start, end),
+            lambda: self.client.label_names(dcgm.KUBE_POD_OWNER, start, end) if ksm else [],
+            lambda: (
+                self.client.label_values(dcgm.LE, dcgm.SAMPLE_HISTOGRAM_BUCKET, start, end)
+                if histogram
+                else []
+            ),
+        ]
+        gpu_answer, ksm_answer, les = run_all(self.client.limit, lambda call: call(), calls)
+        gpu_labels, ksm_labels = set(gpu_answer), set(ksm_answer)
         histogram_le: tuple[str, ...] = ()
-        if dcgm.SAMPLE_HISTOGRAM_BUCKET in present:
-            les = self.client.label_values(dcgm.LE, dcgm.SAMPLE_HISTOGRAM_BUCKET, start, end)
+        if histogram:
             bounds = {le: v for le in les if (v := dcgm.parse_le(le)) is not None}
             try:
                 histogram_le = dcgm.pick_buckets(bounds, t.starvation_idle_percent, t.starvation_busy_percent)
@@ -338,9 +351,14 @@ class PrometheusSource:
             return {job: t.scrape_interval.total_seconds() for job in best}
         out = {}
         for job, (_, key, metric) in sorted(best.items()):
-            series = self.client.matrix(q.one_device_raw(metric, key, job), end)
-            stamps = np.concatenate([s.timestamps for s in series]) if series else np.empty(0)
-            interval = dcgm.median_interval(stamps)
+            interval = None
+            # The last hour first: the interval needs a few hundred gaps, not a week of samples.
+            for reach in (INTERVAL_PROBE, None):
+                series = self.client.matrix(q.one_device_raw(metric, key, job, reach), end)
+                stamps = np.concatenate([s.timestamps for s in series]) if series else np.empty(0)
+                interval = dcgm.median_interval(stamps)
+                if interval is not None or q.window <= INTERVAL_PROBE:
+                    break
             if interval is None:
                 # Its devices get no coverage, hence `unknown`: reported, never acted on.
                 log.warning(
