@@ -10,7 +10,8 @@ All of it is computed by the TSDB, so the bytes per GPU do not grow with the win
 * the shares and run counts go through a subquery stepping at the scrape interval that keeps each
   raw sample once: an evaluation counts a sample only if it is fresher than one step (the
   ``time() - timestamp(x) < step`` guard), so a lookback never repeats a value after a series ends;
-* a run of a state is counted as ``resets`` of its 0/1 series plus the series' last value;
+* a run of a state is counted as ``resets`` of its 0/1 series plus the series' last value (samples
+  at or before the span's start are filtered out, so no point before the range takes part);
 * the first busy sample is the smallest ``timestamp()`` of a sample above the idle bound.
 
 Spans of many holders go out together: one ``or`` of per-span terms per query, each term for one
@@ -80,7 +81,12 @@ class SpanTerm:
         return f"({expr})[{promql.duration(_reach(self.span))}:{step}] @ {_at(self.span.end)}"
 
     def _fresh(self, expr: str) -> str:
-        return f"(({expr}) and (time() - timestamp({self.selector}) < {promql.number(self.step_s)}))"
+        # Fresh: each sample counted once. After the span's start: VictoriaMetrics' `resets` also
+        # compares with the point before the range, which must not exist.
+        ts = f"timestamp({self.selector})"
+        fresh = f"(time() - {ts} < {promql.number(self.step_s)})"
+        after = f"({ts} > {promql.number(self.span.start.timestamp())})"
+        return f"(({expr}) and {fresh} and {after})"
 
     def _state(self, op: str, percent: float) -> str:
         return self._fresh(f"{self.selector} {op} bool {promql.number(percent / self.scale)}")
