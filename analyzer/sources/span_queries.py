@@ -32,9 +32,10 @@ from common.model import TimeWindow
 AGGREGATE = "gpu_analyzer_aggregate"  # the label naming each aggregate in a joined answer
 # Per-span terms joined in one query: keeps the PromQL text (POSTed) well under servers' limits.
 TERMS_PER_QUERY = 40
-# Device holders one term names, and the longest PromQL text sent (VictoriaMetrics' default limit
-# is 16,384 characters): a query over more is split.
-HOLDERS_PER_TERM = 50
+# Device holders one term names (a run count repeats its selector six times: 15 holders keep one
+# aggregate near 7,000 characters), and the longest PromQL text sent (VictoriaMetrics' default limit
+# is 16,384 characters): a query over more is split between aggregates.
+HOLDERS_PER_TERM = 15
 MAX_QUERY_CHARS = 15_000
 
 
