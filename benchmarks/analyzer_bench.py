@@ -375,7 +375,9 @@ def child(mode: str, url: str, window: TimeWindow) -> dict[str, Any]:
         check=False,
     )
     if out.returncode != 0:
-        raise RuntimeError(f"{mode} run failed:\n{out.stderr[-3000:]}")
+        # The error line comes first; long PromQL texts follow it.
+        lines = [line[:500] for line in out.stderr.splitlines() if "Error" in line]
+        raise RuntimeError(f"{mode} run failed:\n" + "\n".join(lines[-5:]))
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
