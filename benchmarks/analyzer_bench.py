@@ -224,7 +224,10 @@ class Strong:
         self.requests += 1
         self.wire += len(raw)
         self.body += len(data)
-        return list(json.loads(data)["data"]["result"])
+        answer = json.loads(data)
+        if answer.get("status") != "success":
+            raise RuntimeError(f"strong query failed: {answer.get('error', '')[:300]}")
+        return list(answer["data"]["result"])
 
     def run(self) -> FindingsReport:
         t = Thresholds()
