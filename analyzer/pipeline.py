@@ -1,8 +1,9 @@
 """One analysis: source → aggregates → workload views → detectors → findings report.
 
-The number of queries does not depend on the fleet's size: one snapshot (a fixed set of fleet-wide
-queries), one batch of raw samples for the few devices that need a closer look, one memory query for
-idle candidates, and the policy's request-rate query per idle candidate.
+The number of queries barely depends on the fleet's size: one snapshot (a fixed set of fleet-wide
+queries), the closer looks (aggregates over holders' own spans, up to a dozen queries per 40
+distinct spans), one memory query per 200 idle candidates, and the policy's request-rate query per
+idle candidate. No raw samples are read for detection; plots alone read them.
 """
 
 from __future__ import annotations
@@ -120,11 +121,18 @@ def analyze_in_detail(
     log.info("source capabilities: %s", snapshot.capabilities.describe())
 
     planned = workloads.plan(snapshot, thresholds, now)
-    samples = {}
-    if planned.sample_keys:
-        step(f"pulling raw samples for {len(planned.sample_keys)} device(s) that need a closer look")
-        samples = source.device_samples(snapshot, planned.sample_keys, planned.bucket_keys)
-    views, nodes = workloads.finalize(planned, samples, thresholds)
+    starts = workloads.busy_starts(planned)
+    if starts:
+        step(f"finding the first busy sample of {len(starts)} Job GPU(s) that started in the window")
+        planned = workloads.settle(
+            planned, source.first_busy(snapshot, starts, thresholds.idle_percent), thresholds
+        )
+    looks = workloads.closer_looks(planned, thresholds)
+    numbers = {}
+    if looks:
+        step(f"aggregating {len(looks)} GPU(s) over their own judged span")
+        numbers = source.span_numbers(snapshot, looks, thresholds)
+    views, nodes = workloads.finalize(planned, numbers, thresholds)
 
     idle = [v for v in views if detectors.idle_endpoint_candidate(v, thresholds, now)]
     if idle:

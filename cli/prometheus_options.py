@@ -104,6 +104,13 @@ _PROMETHEUS = (
         old=("--retries",),
     ),
     _Option(
+        "--prometheus-concurrency",
+        "prometheus_concurrency",
+        "queries in flight at once (1-32); 429/503 answers narrow it for the rest of the run; default 4",
+        conventions.count_arg,
+        "N",
+    ),
+    _Option(
         "--util-scale",
         "util_scale",
         "unit of DCGM_FI_DEV_GPU_UTIL: auto (detected per scrape job, the default), percent or ratio",
@@ -114,6 +121,7 @@ _PROMETHEUS = (
 _DEFAULTS: dict[str, Any] = {
     "prometheus_timeout": timedelta(seconds=60),
     "prometheus_retries": 3,
+    "prometheus_concurrency": 4,
     "util_scale": "auto",
     "prometheus_insecure_skip_verify": False,
 }
@@ -203,6 +211,7 @@ def prometheus_config(args: argparse.Namespace, env: Mapping[str, str] | None = 
         ca_file=str(args.prometheus_ca_file) if args.prometheus_ca_file else None,
         timeout_s=args.prometheus_timeout.total_seconds(),
         retries=args.prometheus_retries,
+        concurrency=args.prometheus_concurrency,
         tenant=args.prometheus_tenant,
     )
 

@@ -131,8 +131,8 @@ class DataloaderStarvationEvidence(UtilizationEvidence):
     cpu_saturation: float | None = None
     cpu_throttled_ratio: float | None = None
     cpu_saturation_of: Literal["limit", "request"] | None = None  # what cpu_saturation divides by
-    stall_seconds: float | None = None  # median length of a stalled stretch (raw samples)
-    busy_seconds: float | None = None  # median length of a busy stretch (raw samples)
+    stall_seconds: float | None = None  # mean length of a stalled stretch (scraped samples)
+    busy_seconds: float | None = None  # mean length of a busy stretch (scraped samples)
     request_rate: float | None = None
     request_rate_query: str | None = None
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from analyzer.sources import dcgm
 from analyzer.sources.aggregates import (
+    CloserLook,
     CpuUsage,
     DeviceAggregate,
     DeviceInfo,
@@ -26,11 +27,14 @@ from analyzer.sources.aggregates import (
     KsmRow,
     PodId,
     PodRecord,
+    SpanNumbers,
     counter_increase,
     counter_rate,
+    first_busy_from_samples,
     histogram_shares,
     pod_records,
     quantile_levels,
+    span_numbers_from_samples,
     util_stats,
 )
 from analyzer.sources.dcgm import Capabilities, PodLabels
@@ -338,6 +342,39 @@ class InMemorySource:
         }
 
     # --- closer looks ---------------------------------------------------------------------------
+
+    def first_busy(
+        self, snapshot: FleetSnapshot, wanted: Sequence[tuple[DeviceKey, TimeWindow]], idle_percent: float
+    ) -> dict[tuple[DeviceKey, TimeWindow], float]:
+        samples = self.device_samples(snapshot, sorted({k for k, _ in wanted}))
+        out = {}
+        for key, span in wanted:
+            if (
+                key in samples
+                and (first := first_busy_from_samples(samples[key], span, idle_percent)) is not None
+            ):
+                out[(key, span)] = first
+        return out
+
+    def span_numbers(
+        self, snapshot: FleetSnapshot, looks: Sequence[CloserLook], t: Thresholds
+    ) -> dict[tuple[DeviceKey, TimeWindow], SpanNumbers]:
+        keys = sorted({look.key for look in looks})
+        buckets = sorted({look.key for look in looks if look.histogram})
+        samples = self.device_samples(snapshot, keys, buckets)
+        level = quantile_levels(t.starvation_min_share)[0]
+        return {
+            (look.key, look.span): span_numbers_from_samples(
+                look,
+                samples[look.key],
+                snapshot.capabilities.histogram_le,
+                t.starvation_idle_percent,
+                t.starvation_busy_percent,
+                level,
+            )
+            for look in looks
+            if look.key in samples
+        }
 
     def device_samples(
         self, snapshot: FleetSnapshot, keys: Sequence[DeviceKey], bucket_keys: Sequence[DeviceKey] = ()

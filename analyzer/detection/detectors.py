@@ -376,8 +376,9 @@ def dataloader_starvation(w: WorkloadView, t: Thresholds, now: datetime) -> Find
       ``starvation_idle_percent`` AND at least as many above ``starvation_busy_percent``: the GPU
       alternates between computing and waiting for the next batch. Shares come from the exporter's
       sub-second sample histogram where every GPU has one (it sees stalls a 15-60 s scrape averages
-      away), from the raw scraped samples otherwise; then stalled and busy stretches must both
-      last under ``MAX_BATCH_PHASE`` (median): long idle gaps between runs are not batch stalls.
+      away), from the scraped samples (counted by the TSDB) otherwise; then stalled and busy
+      stretches must both last under ``MAX_BATCH_PHASE`` (mean): long idle gaps between runs are not
+      batch stalls.
     * ``cpu_bound`` — mean between ``starvation_middling_min_percent`` and ``..._max_percent``, flat
       (on every GPU the highest quantile lies within half of ``starvation_flat_spread_percent``
       points of the median, so start-up, checkpoint or evaluation zeros do not break it), while a

@@ -2,37 +2,33 @@
 
 Two steps, both pure. ``plan`` groups every device holder of the window by the workload whose pod
 held it (every pod kube-state-metrics reported in the window, resolved to its controller, not only
-those alive at the end), works out each holder's judged span (its pod's life in the window, past
-that pod's own warm-up) and lists the devices that need a closer look at raw samples: holders whose
-pod's warm-up falls inside the window, and those whose quantiles make them starvation candidates
-without a sample histogram. ``finalize`` folds the raw samples in and returns the views.
+those alive at the end) and works out each holder's judged span (its pod's life in the window, past
+that pod's own warm-up). ``settle`` starts a Job's span at its first busy sample; ``closer_looks``
+lists the holders that need aggregates over their own span (those whose pod's warm-up falls inside
+the window, and starvation candidates without a sample histogram), which the source computes — in
+the TSDB for Prometheus, never from raw samples. ``finalize`` folds them in and returns the views.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from analyzer.detection.ownership import resolve_all
 from analyzer.detection.views import DeviceView, NodeView, PodView, RequestRate, WorkloadView
 from analyzer.sources.aggregates import (
+    CloserLook,
     CpuUsage,
     DeviceAggregate,
     DeviceKey,
-    DeviceSamples,
     FleetSnapshot,
     PodId,
     PodRecord,
     Shares,
+    SpanNumbers,
     UtilStats,
-    counter_increase,
-    histogram_shares,
-    phase_lengths,
-    quantile_levels,
-    sample_shares,
-    util_stats,
 )
 from analyzer.sources.aggregates import (
     coverage as device_coverage,
@@ -52,7 +48,7 @@ class Holder:
 
     device: DeviceAggregate
     span: TimeWindow | None
-    cut: bool  # the pod's warm-up lies inside the window: numbers come from raw samples cut to `span`
+    cut: bool  # the pod's warm-up lies inside the window: numbers are aggregates over `span` alone
     # A Job pod's warm-up ends at its first busy sample, at the latest after the grace: `span` then
     # starts at the incarnation's start and `born` is when it started.
     until_busy: bool = False
@@ -74,9 +70,6 @@ class Plan:
     snapshot: FleetSnapshot
     workloads: tuple[WorkloadDraft, ...]
     nodes: Mapping[str, tuple[DeviceAggregate, ...]]
-    sample_keys: tuple[DeviceKey, ...] = ()  # devices to pull raw samples for
-    bucket_keys: tuple[DeviceKey, ...] = ()  # ... and their histogram counters
-    young_keys: frozenset[DeviceKey] = field(default_factory=frozenset)
 
 
 def incarnations(
@@ -166,9 +159,6 @@ def plan(snapshot: FleetSnapshot, thresholds: Thresholds, now: datetime) -> Plan
             grouped[owners[pid]].append(pod)
 
     drafts = []
-    sample_keys: set[DeviceKey] = set()
-    bucket_keys: set[DeviceKey] = set()
-    young: set[DeviceKey] = set()
     for ref, members in sorted(grouped.items(), key=lambda item: item[0].key()):
         holders: list[Holder] = []
         spans: list[TimeWindow] = []
@@ -193,16 +183,6 @@ def plan(snapshot: FleetSnapshot, thresholds: Thresholds, now: datetime) -> Plan
             holders += [Holder(d, life, cut=warm_in_window) for d in devices for life in lives]
             holders += [Holder(d, None, cut=False) for d in devices if not lives]
         drafts.append(WorkloadDraft(ref, tuple(members), tuple(holders), tuple(spans), missing))
-        for h in holders:
-            if h.span is None:
-                continue
-            if h.cut:
-                young.add(h.device.key)
-                sample_keys.add(h.device.key)
-                if h.device.histogram is not None:
-                    bucket_keys.add(h.device.key)
-            elif _bimodal_candidate(h.device, thresholds):
-                sample_keys.add(h.device.key)
 
     # A node counts as unallocated only if no pod held any of its GPUs during the window, and no
     # pod requesting GPUs ran there (GPU series without pod labels must not empty a node).
@@ -217,14 +197,11 @@ def plan(snapshot: FleetSnapshot, thresholds: Thresholds, now: datetime) -> Plan
         snapshot=snapshot,
         workloads=tuple(drafts),
         nodes=nodes,
-        sample_keys=tuple(sorted(sample_keys)),
-        bucket_keys=tuple(sorted(bucket_keys)),
-        young_keys=frozenset(young),
     )
 
 
 def _bimodal_candidate(dev: DeviceAggregate, t: Thresholds) -> bool:
-    """Quantiles say a share of samples is stalled and a share busy; only raw samples can confirm.
+    """Quantiles say a share of samples is stalled and a share busy; the shares themselves confirm.
 
     If at least ``min_share`` of the samples are at or below the idle bound, the quantile at
     ``min_share / 2`` is too, and likewise for busy samples: the test never misses a bimodal device.
@@ -235,24 +212,65 @@ def _bimodal_candidate(dev: DeviceAggregate, t: Thresholds) -> bool:
     return s.q_low <= t.starvation_idle_percent and s.q_high > t.starvation_busy_percent
 
 
+Judged = tuple[DeviceKey, TimeWindow]
+
+
+def busy_starts(planned: Plan) -> list[Judged]:
+    """Job holders whose warm-up ends at their first busy sample: the source finds that sample."""
+    wanted = {
+        (h.device.key, h.span)
+        for d in planned.workloads
+        for h in d.holders
+        if h.until_busy and h.span is not None
+    }
+    return sorted(wanted, key=lambda w: (w[0], w[1].start))
+
+
+def settle(planned: Plan, first_busy: Mapping[Judged, float], t: Thresholds) -> Plan:
+    """Each Job holder's span from its first busy sample (at the latest from its grace's end)."""
+    drafts = []
+    for draft in planned.workloads:
+        holders = []
+        for h in draft.holders:
+            if h.until_busy and h.span is not None:
+                span = _past_first_busy(h, h.span, first_busy.get((h.device.key, h.span)), t)
+                h = replace(h, span=span, until_busy=False)
+            holders.append(h)
+        drafts.append(replace(draft, holders=tuple(holders)))
+    return replace(planned, workloads=tuple(drafts))
+
+
+def closer_looks(planned: Plan, t: Thresholds) -> list[CloserLook]:
+    """What the source computes over holders' own spans: young holders, starvation candidates."""
+    looks: dict[Judged, CloserLook] = {}
+    for draft in planned.workloads:
+        for h in draft.holders:
+            if h.span is None:
+                continue
+            if h.cut:
+                look = CloserLook(h.device.key, h.span, stats=True, histogram=h.device.histogram is not None)
+                looks[(h.device.key, h.span)] = replace(look, shares=True)
+            elif _bimodal_candidate(h.device, t) and (h.device.key, h.span) not in looks:
+                looks[(h.device.key, h.span)] = CloserLook(h.device.key, h.span, shares=True)
+    return [looks[w] for w in sorted(looks, key=lambda w: (w[0], w[1].start))]
+
+
 def finalize(
     planned: Plan,
-    samples: Mapping[DeviceKey, DeviceSamples],
+    numbers: Mapping[Judged, SpanNumbers],
     thresholds: Thresholds,
 ) -> tuple[list[WorkloadView], list[NodeView]]:
     snap = planned.snapshot
+    del thresholds
     views = []
     for draft in planned.workloads:
         devices = []
         spans = list(draft.spans)
         for h in draft.holders:
             span = h.span
-            raw = samples.get(h.device.key)
-            if span is not None and h.until_busy:
-                span = _past_first_busy(h, span, raw, thresholds)
             if span is None:
                 continue
-            devices.append(_device_view(h.device, span, raw, planned, thresholds))
+            devices.append(_device_view(h.device, span, numbers.get((h.device.key, span)), h.cut))
             spans.append(span)
         pods = tuple(
             PodView(
@@ -281,7 +299,7 @@ def finalize(
     nodes = [
         NodeView(
             name=name,
-            devices=tuple(_device_view(d, planned.window, None, planned, thresholds) for d in devs),
+            devices=tuple(_device_view(d, planned.window, None, False) for d in devs),
             window=planned.window,
         )
         for name, devs in planned.nodes.items()
@@ -289,44 +307,31 @@ def finalize(
     return views, nodes
 
 
-def _past_first_busy(
-    h: Holder, life: TimeWindow, raw: DeviceSamples | None, t: Thresholds
-) -> TimeWindow | None:
+def _past_first_busy(h: Holder, life: TimeWindow, first: float | None, t: Thresholds) -> TimeWindow | None:
     """A Job's life from its first sample above ``idle_percent``, at the latest from its grace's end."""
     grace_end = life.start if h.born is None else h.born + t.warmup_grace
     begin = max(life.start, grace_end)
-    if raw is not None:
-        cut = raw.between(life)
-        busy = cut.timestamps[cut.values > t.idle_percent]
-        if busy.size:
-            # The span is (start, end]: start just before the first busy sample so that it counts.
-            first = _utc(float(busy[0]) - 1e-3)
-            begin = max(life.start, min(grace_end, first))
+    if first is not None:
+        # The span is (start, end]: start just before the first busy sample so that it counts (2 ms:
+        # a TSDB's range reaches back to 1 ms after a span's start).
+        begin = max(life.start, min(grace_end, _utc(first - 2e-3)))
     return TimeWindow(start=begin, end=life.end) if life.end > begin else None
 
 
 def _device_view(
-    dev: DeviceAggregate,
-    span: TimeWindow,
-    raw: DeviceSamples | None,
-    planned: Plan,
-    t: Thresholds,
+    dev: DeviceAggregate, span: TimeWindow, numbers: SpanNumbers | None, young: bool
 ) -> DeviceView:
     stats: UtilStats | None = dev.stats
     shares: Shares | None = dev.histogram
     phases = None
-    if raw is not None:
-        cut = raw.between(span)
-        if dev.key in planned.young_keys:
-            # The pod's warm-up lies inside the window: every number comes from the samples past it.
-            stats = util_stats(cut.values, quantile_levels(t.starvation_min_share)[0])
+    if numbers is not None:
+        if young:
+            # The pod's warm-up lies inside the window: every number covers the span past it alone.
+            stats = numbers.stats
             if dev.histogram is not None:
-                shares = _bucket_shares(cut, planned)
+                shares = numbers.histogram
         if shares is None or shares.source != "histogram":
-            shares = sample_shares(cut.values, t.starvation_idle_percent, t.starvation_busy_percent)
-            phases = phase_lengths(
-                cut.timestamps, cut.values, t.starvation_idle_percent, t.starvation_busy_percent
-            )
+            shares, phases = numbers.shares, numbers.phases
     coverage = device_coverage(stats.samples if stats else 0, span.duration.total_seconds(), dev.interval_s)
     return DeviceView(
         key=dev.key,
@@ -338,15 +343,6 @@ def _device_view(
         memory_used_mib=dev.memory_used_mib,
         phases=phases,
     )
-
-
-def _bucket_shares(cut: DeviceSamples, planned: Plan) -> Shares | None:
-    bounds = planned.snapshot.capabilities.histogram_le
-    if len(bounds) != 3 or not all(le in cut.buckets for le in bounds):
-        return None
-    idle_le, busy_le, total_le = bounds
-    inc = {le: counter_increase(cut.buckets[le][1]) for le in bounds}
-    return histogram_shares(inc[idle_le], inc[busy_le], inc[total_le])
 
 
 def with_extras(

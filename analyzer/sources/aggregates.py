@@ -306,10 +306,29 @@ def sample_shares(values: np.ndarray, idle_percent: float, busy_percent: float) 
 
 @dataclass(frozen=True)
 class Phases:
-    """Median length (seconds) of the runs of consecutive stalled and of consecutive busy samples."""
+    """Mean length (seconds) of the runs of consecutive stalled and of consecutive busy samples."""
 
     stalled_s: float
     busy_s: float
+
+
+def run_count(state: np.ndarray) -> int:
+    """Runs of True in a boolean sequence: each True followed by a False ends one, as does the end.
+
+    The TSDB counts them the same way: ``resets`` of the 0/1 series plus its last value.
+    """
+    if state.size == 0:
+        return 0
+    return int(np.count_nonzero(state[:-1] & ~state[1:]) + bool(state[-1]))
+
+
+def phases_from_counts(
+    stalled: float, stalled_runs: float, busy: float, busy_runs: float, interval_s: float
+) -> Phases | None:
+    """Mean run lengths from sample and run counts: each sample stands for one interval."""
+    if stalled <= 0 or busy <= 0 or stalled_runs <= 0 or busy_runs <= 0 or interval_s <= 0:
+        return None
+    return Phases(stalled_s=stalled * interval_s / stalled_runs, busy_s=busy * interval_s / busy_runs)
 
 
 def phase_lengths(
@@ -317,27 +336,72 @@ def phase_lengths(
 ) -> Phases | None:
     """How long a GPU stays stalled, and busy, before switching: the time scale of its alternation.
 
-    A run lasts from its first sample to the next sample of another state (one sample interval for
-    a lone sample). Samples between the bounds end a run. None without both states.
+    The mean run of each state, in sample intervals (the median gap between samples). Samples
+    between the bounds end a run. None without both states. A TSDB computes the same from four
+    aggregates (see ``analyzer.sources.span_queries``), so no raw samples are needed.
     """
     finite = np.isfinite(values)
     t, v = timestamps[finite], values[finite]
     if t.size < 2:
         return None
-    state = np.where(v <= idle_percent, -1, np.where(v > busy_percent, 1, 0))
-    step = float(np.median(np.diff(t)))
-    change = np.flatnonzero(np.diff(state)) + 1
-    starts = np.concatenate(([0], change))
-    ends = np.concatenate((change, [t.size]))
-    lengths: dict[int, list[float]] = {-1: [], 1: []}
-    for a, b in zip(starts, ends, strict=True):
-        kind = int(state[a])
-        if kind in lengths:
-            last = t[b] if b < t.size else t[b - 1] + step
-            lengths[kind].append(float(last - t[a]))
-    if not lengths[-1] or not lengths[1]:
-        return None
-    return Phases(stalled_s=float(np.median(lengths[-1])), busy_s=float(np.median(lengths[1])))
+    stalled, busy = v <= idle_percent, v > busy_percent
+    return phases_from_counts(
+        float(stalled.sum()),
+        run_count(stalled),
+        float(busy.sum()),
+        run_count(busy),
+        float(np.median(np.diff(t))),
+    )
+
+
+@dataclass(frozen=True)
+class CloserLook:
+    """What one device holder needs computed over its own judged span, beyond the snapshot."""
+
+    key: DeviceKey
+    span: TimeWindow
+    stats: bool = False  # utilization statistics over the span (its pod's warm-up lies in the window)
+    histogram: bool = False  # sample-histogram shares over the span
+    shares: bool = False  # stalled/busy shares and phase lengths from the scraped samples
+
+
+@dataclass(frozen=True)
+class SpanNumbers:
+    """A closer look's answer: aggregates over the holder's span (None where nothing was there)."""
+
+    stats: UtilStats | None = None
+    histogram: Shares | None = None
+    shares: Shares | None = None
+    phases: Phases | None = None
+
+
+def span_numbers_from_samples(
+    look: CloserLook,
+    samples: DeviceSamples,
+    histogram_le: tuple[str, ...],
+    idle: float,
+    busy: float,
+    q_level: float,
+) -> SpanNumbers:
+    """The numpy twin of the TSDB's span aggregates, for sources that hold raw samples."""
+    cut = samples.between(look.span)
+    stats = util_stats(cut.values, q_level) if look.stats else None
+    histogram = None
+    if look.histogram and len(histogram_le) == 3 and all(le in cut.buckets for le in histogram_le):
+        inc = {le: counter_increase(cut.buckets[le][1]) for le in histogram_le}
+        histogram = histogram_shares(inc[histogram_le[0]], inc[histogram_le[1]], inc[histogram_le[2]])
+    shares = phases = None
+    if look.shares:
+        shares = sample_shares(cut.values, idle, busy)
+        phases = phase_lengths(cut.timestamps, cut.values, idle, busy)
+    return SpanNumbers(stats=stats, histogram=histogram, shares=shares, phases=phases)
+
+
+def first_busy_from_samples(samples: DeviceSamples, span: TimeWindow, idle: float) -> float | None:
+    """Time of the first sample above ``idle`` in (start, end] of ``span``."""
+    cut = samples.between(span)
+    busy = cut.timestamps[cut.values > idle]
+    return float(busy[0]) if busy.size else None
 
 
 def counter_increase(values: np.ndarray) -> float:

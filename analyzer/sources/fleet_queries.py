@@ -99,12 +99,14 @@ class FleetQueries:
         matchers = [one_of(dcgm.UUID, uuids), one_of(dcgm.LE, self.caps.histogram_le)]
         return promql.ranged(promql.selector(dcgm.SAMPLE_HISTOGRAM_BUCKET, matchers), window)
 
-    def one_device_raw(self, metric: str, key: DeviceKey, job: str) -> str:
-        """Every sample of one device holder: how the scrape interval is measured."""
+    def one_device_raw(self, metric: str, key: DeviceKey, job: str, reach: timedelta | None = None) -> str:
+        """The samples of one device holder over the window's last ``reach`` (all of it by default):
+        how the scrape interval is measured."""
         matchers = [eq(dcgm.UUID, key.uuid), eq(self.caps.gpu_pod.pod, key.pod), eq(dcgm.JOB, job)]
         if self.caps.mig:
             matchers.append(eq(dcgm.MIG_INSTANCE, key.mig_instance))
-        return promql.ranged(promql.selector(metric, matchers), self.window)
+        window = self.window if reach is None else min(self.window, reach)
+        return promql.ranged(promql.selector(metric, matchers), window)
 
     def memory(self, uuids: Sequence[str]) -> str:
         return promql.aggregate(

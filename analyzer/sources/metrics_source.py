@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
 
-from analyzer.sources.aggregates import DeviceKey, DeviceSamples, FleetSnapshot
+from analyzer.sources.aggregates import CloserLook, DeviceKey, DeviceSamples, FleetSnapshot, SpanNumbers
 from common.model import TimeWindow
 from common.thresholds import Thresholds
 
@@ -27,10 +27,22 @@ class MetricsSource(Protocol):
         """Discover what the source holds, then every per-device and per-pod aggregate over ``window``."""
         ...
 
+    def first_busy(
+        self, snapshot: FleetSnapshot, wanted: Sequence[tuple[DeviceKey, TimeWindow]], idle_percent: float
+    ) -> dict[tuple[DeviceKey, TimeWindow], float]:
+        """Per holder and span, the time of its first sample above ``idle_percent`` (absent: none)."""
+        ...
+
+    def span_numbers(
+        self, snapshot: FleetSnapshot, looks: Sequence[CloserLook], t: Thresholds
+    ) -> dict[tuple[DeviceKey, TimeWindow], SpanNumbers]:
+        """Per holder and span, the aggregates each look asks for, over that span alone."""
+        ...
+
     def device_samples(
         self, snapshot: FleetSnapshot, keys: Sequence[DeviceKey], bucket_keys: Sequence[DeviceKey] = ()
     ) -> dict[DeviceKey, DeviceSamples]:
-        """Raw utilization samples (percent) over the snapshot's window for a few devices.
+        """Raw utilization samples (percent) over the snapshot's window for a few devices (plots).
 
         ``bucket_keys`` also get the raw histogram counters of the stalled / busy / +Inf buckets.
         """

@@ -22,25 +22,34 @@ remembering the envelope's ``resultType``.
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
-from collections.abc import Callable, Iterable, Mapping
+import threading
+import zlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from types import TracebackType
+from typing import Any, Self, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
 import requests
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
+from urllib3 import BaseHTTPResponse
+from urllib3.connectionpool import ConnectionPool
 from urllib3.util.retry import Retry
 
 from analyzer.sources.errors import BadResponseError, QueryError, SourceUnreachableError
+from analyzer.sources.pacing import AdaptiveLimit, run_all
 from analyzer.sources.prometheus_config import PrometheusConfig
 
 log = logging.getLogger(__name__)
 
 _RETRY_STATUSES = (429, 500, 502, 503, 504)
+# Answers that say "slow down" rather than "broken": they narrow the pool of queries in flight.
+_PUSH_BACK_STATUSES = frozenset({429, 503})
 # errorType values of the API envelope that mean "your query", not "my server".
 _QUERY_ERROR_TYPES = frozenset({"bad_data", "execution", "timeout", "canceled", "422"})
 # Endpoints whose data is {resultType, result}.
@@ -86,7 +95,37 @@ class PrometheusSession(requests.Session):
         verb = method.decode() if isinstance(method, bytes) else method
         if verb.upper() == "POST" and kwargs.get("params") and kwargs.get("data") is None:
             kwargs["data"] = kwargs.pop("params")
+        # Streamed, so that the response hook reads the body as it crossed the wire (compressed)
+        # and counts those bytes before decompressing it once.
+        kwargs.setdefault("stream", True)
         return super().request(method, url, *args, **kwargs)
+
+
+class _PacedRetry(Retry):
+    """urllib3's retry policy, telling the pool when the server pushes back (429/503).
+
+    urllib3 retries below requests' hooks, so only the retry policy sees the intermediate answers.
+    """
+
+    limit: AdaptiveLimit | None = None
+
+    def new(self, **kw: Any) -> Self:
+        retry = super().new(**kw)
+        retry.limit = self.limit
+        return retry
+
+    def increment(
+        self,
+        method: str | None = None,
+        url: str | None = None,
+        response: BaseHTTPResponse | None = None,
+        error: Exception | None = None,
+        _pool: ConnectionPool | None = None,
+        _stacktrace: TracebackType | None = None,
+    ) -> Self:
+        if self.limit is not None and response is not None and response.status in _PUSH_BACK_STATUSES:
+            self.limit.push_back()
+        return super().increment(method, url, response, error, _pool, _stacktrace)
 
 
 class _Result(list[Any]):
@@ -118,8 +157,10 @@ class PrometheusClient:
         self.session = session if session is not None else PrometheusSession()
         self.session.verify = config.ca_file if config.ca_file else config.verify_tls
         self.stats = QueryStats()
+        self._stats_lock = threading.Lock()
+        self.limit = AdaptiveLimit(config.concurrency)
         self.session.hooks["response"].extend([self._count, self._check])
-        retry = Retry(
+        retry = _PacedRetry(
             total=config.retries,
             connect=config.retries,
             read=config.retries,
@@ -131,7 +172,9 @@ class PrometheusClient:
             raise_on_status=False,
             respect_retry_after_header=True,
         )
-        headers = {"Accept": "application/json"}
+        retry.limit = self.limit
+        # gzip only: the one encoding every TSDB speaks and the hook decodes (see _read_wire).
+        headers = {"Accept": "application/json", "Accept-Encoding": "gzip"}
         if config.bearer_token is not None:
             headers["Authorization"] = f"Bearer {config.bearer_token}"
         if config.tenant is not None:
@@ -149,17 +192,14 @@ class PrometheusClient:
         )
 
     def _count(self, response: requests.Response, *args: object, **kwargs: object) -> None:
+        wire = _read_wire(response, self._where())
         body = len(response.content)
-        self.stats.requests += 1
-        self.stats.body_bytes += body
-        wire = body
-        if response.headers.get("Content-Encoding"):
-            # urllib3 counts the compressed bytes it read; chunked answers may leave it at 0.
-            tell = getattr(getattr(response, "raw", None), "tell", None)
-            read = tell() if callable(tell) else 0
-            if isinstance(read, int) and read > 0:
-                wire = read
-        self.stats.wire_bytes += wire
+        with self._stats_lock:
+            self.stats.requests += 1
+            self.stats.body_bytes += body
+            self.stats.wire_bytes += body if wire is None else wire
+        if response.status_code == 200:
+            self.limit.success()
 
     def close(self) -> None:
         self.connect.close()
@@ -177,6 +217,10 @@ class PrometheusClient:
             VectorSample(_labels(item, promql), _value(_field(item, "value", promql), promql))
             for item in result
         ]
+
+    def vectors(self, queries: Sequence[tuple[str, datetime]]) -> list[list[VectorSample]]:
+        """Independent instant queries, run side by side through the bounded pool; answers in order."""
+        return run_all(self.limit, lambda q: self.vector(*q), queries)
 
     def matrix(self, promql: str, at: datetime) -> list[RangeSeries]:
         """An instant query over a range selector: the raw samples of each series."""
@@ -283,6 +327,28 @@ class PrometheusClient:
                 f"{self._where()}: HTTP {status} after {self.config.retries} retries: {detail}"
             )
         raise BadResponseError(f"{self._where()}: unexpected answer (HTTP {status}): {detail}")
+
+
+def _read_wire(response: requests.Response, where: str) -> int | None:
+    """Read a streamed body as sent: returns its size on the wire and leaves it decoded in place.
+
+    None when the body was already read (a response that was not streamed).
+    """
+    raw = response.raw
+    if response.__dict__.get("_content_consumed") or raw is None:
+        return None
+    data = raw.read(decode_content=False)
+    encoding = response.headers.get("Content-Encoding", "").strip().lower()
+    try:
+        decoded = gzip.decompress(data) if encoding in ("gzip", "x-gzip") and data else data
+    except (OSError, EOFError, zlib.error) as e:
+        raise BadResponseError(f"{where}: a gzip body that does not decompress ({e})") from e
+    if encoding not in ("", "identity", "gzip", "x-gzip"):
+        raise BadResponseError(f"{where}: answered in {encoding!r}, which was not asked for")
+    response.__dict__["_content"] = decoded
+    response.__dict__["_content_consumed"] = True
+    raw.release_conn()
+    return len(data)
 
 
 def _query_text(request: requests.PreparedRequest) -> str | None:

@@ -47,6 +47,8 @@ class PrometheusConfig:
     timeout_s: float = 60.0
     retries: int = 3
     backoff_s: float = 0.5
+    # Queries in flight at once; 429/503 answers narrow it (see analyzer.sources.pacing).
+    concurrency: int = 4
     # Mimir (and Cortex, Loki-style multi-tenant gateways): the tenant sent as X-Scope-OrgID.
     tenant: str | None = None
 
@@ -62,6 +64,8 @@ class PrometheusConfig:
             )
         if self.retries < 0 or self.backoff_s < 0:
             raise BadInputError("--prometheus-retries and the backoff cannot be negative")
+        if not 1 <= self.concurrency <= 32:
+            raise BadInputError(f"--prometheus-concurrency {self.concurrency!r}: must be between 1 and 32")
         if self.tenant is not None and not _TENANT.fullmatch(self.tenant):
             raise BadInputError(
                 f"--prometheus-tenant {self.tenant!r}: a tenant ID is letters, digits and !-_.*'() "

@@ -22,6 +22,7 @@ import numpy as np
 
 from analyzer.sources import dcgm
 from analyzer.sources.aggregates import (
+    CloserLook,
     CpuUsage,
     DeviceAggregate,
     DeviceInfo,
@@ -31,15 +32,28 @@ from analyzer.sources.aggregates import (
     KsmRow,
     PodId,
     PodRecord,
+    Shares,
+    SpanNumbers,
     UtilStats,
     histogram_shares,
+    phases_from_counts,
     pod_records,
     quantile_levels,
 )
 from analyzer.sources.dcgm import Capabilities, PodLabels
 from analyzer.sources.errors import NoDataError
 from analyzer.sources.fleet_queries import FleetQueries
+from analyzer.sources.pacing import run_all
 from analyzer.sources.prometheus_api import PrometheusClient, PrometheusConfig, RangeSeries, VectorSample
+from analyzer.sources.span_queries import (
+    AGGREGATE,
+    HOLDERS_PER_TERM,
+    MAX_QUERY_CHARS,
+    TERMS_PER_QUERY,
+    SpanTerm,
+    joined,
+    tagged,
+)
 from common.model import TimeWindow
 from common.thresholds import Thresholds
 
@@ -49,6 +63,8 @@ log = logging.getLogger(__name__)
 MAX_POINTS_PER_SERIES = 10_000
 # Samples one raw pull may return (series × points): far below Prometheus' default 50 M query limit.
 MAX_SAMPLES_PER_QUERY = 2_000_000
+# How much of one device's series measures its job's scrape interval (the whole window if that fails).
+INTERVAL_PROBE = timedelta(hours=1)
 
 
 class PrometheusSource:
@@ -67,6 +83,18 @@ class PrometheusSource:
         self.util_scale = util_scale
         self.max_points_per_series = max_points_per_series
         self.max_samples_per_query = max_samples_per_query
+        # Answers fetched side by side ahead of the code that reads them, by (query, time).
+        self._fetched: dict[tuple[str, datetime], list[VectorSample]] = {}
+
+    def _vector(self, promql: str, at: datetime) -> list[VectorSample]:
+        fetched = self._fetched.pop((promql, at), None)
+        return fetched if fetched is not None else self.client.vector(promql, at)
+
+    def _fetch(self, queries: Sequence[str], at: datetime) -> None:
+        """Run independent queries through the client's bounded pool; ``_vector`` then reads them."""
+        wanted = list(dict.fromkeys(queries))
+        for query, answer in zip(wanted, self.client.vectors([(q, at) for q in wanted]), strict=True):
+            self._fetched[(query, at)] = answer
 
     @property
     def description(self) -> str:
@@ -84,12 +112,22 @@ class PrometheusSource:
                 f"{self.description}: no GPU utilization series ({', '.join(dcgm.UTIL_METRICS)}) between "
                 f"{start.isoformat()} and {end.isoformat()}: is dcgm-exporter or gpu-exporter scraped?"
             )
-        gpu_labels = set(self.client.label_names(FleetQueries.util_match(), start, end))
         ksm = dcgm.KUBE_POD_OWNER in present
-        ksm_labels = set(self.client.label_names(dcgm.KUBE_POD_OWNER, start, end)) if ksm else set()
+        histogram = dcgm.SAMPLE_HISTOGRAM_BUCKET in present
+        # The label calls below depend on the names only: they go out side by side.
+        calls: list[Callable[[], list[str]]] = [
+            lambda: self.client.label_names(FleetQueries.util_match(), start, end),
+            lambda: self.client.label_names(dcgm.KUBE_POD_OWNER, start, end) if ksm else [],
+            lambda: (
+                self.client.label_values(dcgm.LE, dcgm.SAMPLE_HISTOGRAM_BUCKET, start, end)
+                if histogram
+                else []
+            ),
+        ]
+        gpu_answer, ksm_answer, les = run_all(self.client.limit, lambda call: call(), calls)
+        gpu_labels, ksm_labels = set(gpu_answer), set(ksm_answer)
         histogram_le: tuple[str, ...] = ()
-        if dcgm.SAMPLE_HISTOGRAM_BUCKET in present:
-            les = self.client.label_values(dcgm.LE, dcgm.SAMPLE_HISTOGRAM_BUCKET, start, end)
+        if histogram:
             bounds = {le: v for le in les if (v := dcgm.parse_le(le)) is not None}
             try:
                 histogram_le = dcgm.pick_buckets(bounds, t.starvation_idle_percent, t.starvation_busy_percent)
@@ -134,9 +172,11 @@ class PrometheusSource:
         span_s = window.duration.total_seconds()
         at = window.end
 
+        self._fetched.clear()
+        self._fetch(self._independent(caps, q, (q_low, q_high)), at)
         counts: dict[DeviceKey, tuple[str, VectorSample]] = {}
         for metric in caps.util_metrics:
-            for s in self.client.vector(q.device_count(metric), at):
+            for s in self._vector(q.device_count(metric), at):
                 key = self._key(s.labels, caps)
                 if key is not None and key not in counts and s.value > 0:
                     counts[key] = (metric, s)  # the first metric in preference order wins
@@ -155,7 +195,7 @@ class PrometheusSource:
                 ("q_high", q.device_quantile(metric, q_high)),
                 ("median", q.device_quantile(metric, 0.5)),
             ):
-                for s in self.client.vector(query, at):
+                for s in self._vector(query, at):
                     key = self._key(s.labels, caps)
                     if key is not None and key in counts and counts[key][0] == metric:
                         numbers[name][key] = s.value
@@ -208,7 +248,7 @@ class PrometheusSource:
             )
         if caps.histogram:
             devices = self._with_histograms(devices, q, caps, at)
-        return FleetSnapshot(
+        snapshot = FleetSnapshot(
             window=window,
             capabilities=caps,
             devices=devices,
@@ -217,6 +257,36 @@ class PrometheusSource:
             jobs=self._jobs(q, at) if caps.job_owner else {},
             cpu=self._cpu(q, caps, at),
         )
+        self._fetched.clear()
+        return snapshot
+
+    def _independent(self, caps: Capabilities, q: FleetQueries, levels: tuple[float, float]) -> list[str]:
+        """Every snapshot query that depends on nothing but discovery: they go out side by side."""
+        out = []
+        for metric in caps.util_metrics:
+            out += [
+                q.device_count(metric),
+                q.device_sum(metric),
+                q.device_max(metric),
+                q.device_quantile(metric, levels[0]),
+                q.device_quantile(metric, levels[1]),
+                q.device_quantile(metric, 0.5),
+                q.device_series_count(metric),
+            ]
+        if caps.histogram:
+            out.append(q.histogram_increase())
+        if caps.kube_state_metrics:
+            out += [q.pod_owners(), q.pod_start_times(), q.pod_gpu_requests(), q.pod_last_seen()]
+            out += [q.pod_scheduled()] if caps.pod_scheduled else []
+            out += [q.pod_pending()] if caps.pod_phase else []
+            out += [q.pod_groups()] if caps.pod_labels else []
+            out += [q.cpu_limits()] if caps.cpu_limits else []
+            out += [q.cpu_requests()] if caps.cpu_requests else []
+        out += [q.replicaset_owners()] if caps.replicaset_owner else []
+        out += [q.job_owners()] if caps.job_owner else []
+        out += [q.cpu_usage()] if caps.cpu_usage else []
+        out += [q.cpu_throttled_ratio()] if caps.cpu_throttling else []
+        return out
 
     def _union_quantiles(
         self,
@@ -231,7 +301,7 @@ class PrometheusSource:
         """Replace per-series quantiles by the union's for devices whose samples span several series."""
         for metric in caps.util_metrics:
             split = set()
-            for s in self.client.vector(q.device_series_count(metric), at):
+            for s in self._vector(q.device_series_count(metric), at):
                 key = self._key(s.labels, caps)
                 if key is not None and s.value > 1 and key in counts and counts[key][0] == metric:
                     split.add(key)
@@ -240,9 +310,13 @@ class PrometheusSource:
             jobs = {counts[k][1].labels.get(dcgm.JOB, "") for k in split}
             step = min((intervals[j] for j in jobs if j in intervals), default=15.0)
             uuids = sorted({k.uuid for k in split})
-            for name, level in (("q_low", levels[0]), ("q_high", levels[1]), ("median", 0.5)):
-                query = q.device_quantile_union(metric, level, uuids, timedelta(seconds=step))
-                for s in self.client.vector(query, at):
+            named = [
+                (name, q.device_quantile_union(metric, level, uuids, timedelta(seconds=step)))
+                for name, level in (("q_low", levels[0]), ("q_high", levels[1]), ("median", 0.5))
+            ]
+            self._fetch([query for _, query in named], at)
+            for name, query in named:
+                for s in self._vector(query, at):
                     key = self._key(s.labels, caps)
                     if key in split:
                         numbers[name][key] = s.value
@@ -277,9 +351,14 @@ class PrometheusSource:
             return {job: t.scrape_interval.total_seconds() for job in best}
         out = {}
         for job, (_, key, metric) in sorted(best.items()):
-            series = self.client.matrix(q.one_device_raw(metric, key, job), end)
-            stamps = np.concatenate([s.timestamps for s in series]) if series else np.empty(0)
-            interval = dcgm.median_interval(stamps)
+            interval = None
+            # The last hour first: the interval needs a few hundred gaps, not a week of samples.
+            for reach in (INTERVAL_PROBE, None):
+                series = self.client.matrix(q.one_device_raw(metric, key, job, reach), end)
+                stamps = np.concatenate([s.timestamps for s in series]) if series else np.empty(0)
+                interval = dcgm.median_interval(stamps)
+                if interval is not None or q.window <= INTERVAL_PROBE:
+                    break
             if interval is None:
                 # Its devices get no coverage, hence `unknown`: reported, never acted on.
                 log.warning(
@@ -296,7 +375,7 @@ class PrometheusSource:
         self, devices: dict[DeviceKey, DeviceAggregate], q: FleetQueries, caps: Capabilities, at: datetime
     ) -> dict[DeviceKey, DeviceAggregate]:
         increases: dict[DeviceKey, dict[str, float]] = defaultdict(dict)
-        for s in self.client.vector(q.histogram_increase(), at):
+        for s in self._vector(q.histogram_increase(), at):
             key = self._key(s.labels, caps)
             le = s.labels.get(dcgm.LE)
             if key is not None and le is not None and np.isfinite(s.value):
@@ -312,7 +391,7 @@ class PrometheusSource:
 
     def _pods(self, q: FleetQueries, caps: Capabilities, at: datetime) -> dict[PodId, PodRecord]:
         def rows(query: str) -> list[KsmRow]:
-            return [(_pid(s), s.labels, s.value) for s in self.client.vector(query, at)]
+            return [(_pid(s), s.labels, s.value) for s in self._vector(query, at)]
 
         return pod_records(
             rows(q.pod_owners()),
@@ -327,7 +406,7 @@ class PrometheusSource:
 
     def _replicasets(self, q: FleetQueries, at: datetime) -> dict[PodId, tuple[str, str]]:
         out: dict[PodId, tuple[str, str]] = {}
-        for s in self.client.vector(q.replicaset_owners(), at):
+        for s in self._vector(q.replicaset_owners(), at):
             rs = (s.labels.get("namespace", ""), s.labels.get("replicaset", ""))
             if s.labels.get("owner_is_controller") == "true" or rs not in out:
                 out[rs] = (s.labels.get("owner_kind", ""), s.labels.get("owner_name", ""))
@@ -335,7 +414,7 @@ class PrometheusSource:
 
     def _jobs(self, q: FleetQueries, at: datetime) -> dict[PodId, tuple[str, str]]:
         out: dict[PodId, tuple[str, str]] = {}
-        for s in self.client.vector(q.job_owners(), at):
+        for s in self._vector(q.job_owners(), at):
             job = (s.labels.get("namespace", ""), s.labels.get("job_name", ""))
             if s.labels.get("owner_is_controller") == "true" or job not in out:
                 out[job] = (s.labels.get("owner_kind", ""), s.labels.get("owner_name", ""))
@@ -345,7 +424,7 @@ class PrometheusSource:
         def values(enabled: bool, query: Callable[[], str]) -> dict[PodId, float]:
             if not enabled:
                 return {}
-            return {_pid(s): s.value for s in self.client.vector(query(), at) if np.isfinite(s.value)}
+            return {_pid(s): s.value for s in self._vector(query(), at) if np.isfinite(s.value)}
 
         usage = values(caps.cpu_usage, q.cpu_usage)
         limits = values(caps.cpu_limits and caps.kube_state_metrics, q.cpu_limits)
@@ -361,7 +440,164 @@ class PrometheusSource:
             for pid in set(usage) | set(limits) | set(throttled) | set(requests)
         }
 
-    # --- closer looks ---------------------------------------------------------------------------
+    # --- closer looks: aggregates over each holder's own span ------------------------------------
+
+    def _terms(
+        self, snapshot: FleetSnapshot, wanted: Sequence[tuple[DeviceKey, TimeWindow]]
+    ) -> list[list[SpanTerm]]:
+        """Holders grouped into per-span terms, the terms into queries none of whose terms clash."""
+        caps = snapshot.capabilities
+        groups: dict[tuple[str, str, TimeWindow], list[DeviceKey]] = defaultdict(list)
+        for key, span in wanted:
+            dev = snapshot.devices.get(key)
+            if dev is not None and key not in groups[(dev.info.metric, dev.info.job, span)]:
+                groups[(dev.info.metric, dev.info.job, span)].append(key)
+        batches: list[list[SpanTerm]] = []
+        terms = []
+        for (metric, job, span), keys in sorted(groups.items(), key=_by_span):
+            step = snapshot.devices[keys[0]].interval_s or 15.0
+            for i in range(0, len(keys), HOLDERS_PER_TERM):
+                terms.append(
+                    SpanTerm(
+                        caps, metric, keys[i : i + HOLDERS_PER_TERM], span, step, caps.scale(metric, job)
+                    )
+                )
+        for term in terms:
+            for batch in batches:
+                # No term may select another's holder: the joined answer would carry it twice.
+                clash = any(other.selects(k) for other in batch for k in term.keys) or any(
+                    term.selects(k) for other in batch for k in other.keys
+                )
+                if len(batch) < TERMS_PER_QUERY and not clash:
+                    batch.append(term)
+                    break
+            else:
+                batches.append([term])
+        return batches
+
+    def _ask_terms(
+        self,
+        snapshot: FleetSnapshot,
+        batches: list[list[SpanTerm]],
+        families: Sequence[Mapping[str, Callable[[SpanTerm], str | None]]],
+    ) -> dict[str, dict[tuple[DeviceKey, TimeWindow], list[VectorSample]]]:
+        """Per batch, one query per family of named aggregates, side by side; answers by (holder, span)."""
+        caps, at = snapshot.capabilities, snapshot.window.end
+        plan: list[tuple[dict[DeviceKey, TimeWindow], str]] = []
+        for batch in batches:
+            owner = {k: term.span for term in batch for k in term.keys}
+            for family in families:
+                built = ((name, build(term)) for term in batch for name, build in family.items())
+                parts = [tagged(name, text) for name, text in built if text]
+                # VictoriaMetrics refuses queries over 16 KiB by default: split well below that.
+                chunk: list[str] = []
+                for part in parts:
+                    if chunk and sum(len(c) + 4 for c in chunk) + len(part) > MAX_QUERY_CHARS:
+                        plan.append((owner, joined(chunk)))
+                        chunk = []
+                    chunk.append(part)
+                if chunk:
+                    plan.append((owner, joined(chunk)))
+        answers = self.client.vectors([(query, at) for _, query in plan])
+        out: dict[str, dict[tuple[DeviceKey, TimeWindow], list[VectorSample]]] = defaultdict(
+            lambda: defaultdict(list)
+        )
+        for (owner, _), answer in zip(plan, answers, strict=True):
+            for sample in answer:
+                key = self._key(sample.labels, caps)
+                if key is not None and key in owner and np.isfinite(sample.value):
+                    out[sample.labels.get(AGGREGATE, "")][(key, owner[key])].append(sample)
+        return out
+
+    def span_numbers(
+        self, snapshot: FleetSnapshot, looks: Sequence[CloserLook], t: Thresholds
+    ) -> dict[tuple[DeviceKey, TimeWindow], SpanNumbers]:
+        caps = snapshot.capabilities
+        q_low, q_high = quantile_levels(t.starvation_min_share)
+        need = {
+            "stats": {(lk.key, lk.span) for lk in looks if lk.stats},
+            "histogram": {(lk.key, lk.span) for lk in looks if lk.histogram and caps.histogram},
+            "shares": {(lk.key, lk.span) for lk in looks if lk.shares},
+        }
+        wanted = sorted({(lk.key, lk.span) for lk in looks}, key=lambda w: (w[0], w[1].start))
+        batches = self._terms(snapshot, wanted)
+
+        def when(kind: str, build: Callable[[SpanTerm], str]) -> Callable[[SpanTerm], str | None]:
+            # A term asks for an aggregate only if one of its holders needs it.
+            return lambda term: build(term) if any(w[1] == term.span for w in need[kind]) else None
+
+        idle, busy = t.starvation_idle_percent, t.starvation_busy_percent
+        answers = self._ask_terms(
+            snapshot,
+            batches,
+            [
+                {
+                    "count": when("stats", lambda term: term.stats("count")),
+                    "sum": when("stats", lambda term: term.stats("sum")),
+                    "max": when("stats", lambda term: term.stats("max")),
+                    "q_low": when("stats", lambda term: term.stats("q", q_low)),
+                    "q_high": when("stats", lambda term: term.stats("q", q_high)),
+                    "median": when("stats", lambda term: term.stats("q", 0.5)),
+                    "histogram": when("histogram", SpanTerm.histogram),
+                },
+                {
+                    "n": when("shares", SpanTerm.samples),
+                    "stalled": when("shares", lambda term: term.state_count(True, idle)),
+                    "stalled_runs": when("shares", lambda term: term.state_runs(True, idle)),
+                    "busy": when("shares", lambda term: term.state_count(False, busy)),
+                    "busy_runs": when("shares", lambda term: term.state_runs(False, busy)),
+                },
+            ],
+        )
+
+        def one(name: str, w: tuple[DeviceKey, TimeWindow]) -> float | None:
+            found = answers[name].get(w)
+            return found[0].value if found else None
+
+        out = {}
+        for w in wanted:
+            dev = snapshot.devices[w[0]]
+            scale = caps.scale(dev.info.metric, dev.info.job)
+            stats = None
+            count = one("count", w)
+            if w in need["stats"] and count:
+                values = [one(n, w) for n in ("sum", "max", "q_low", "q_high", "median")]
+                if all(v is not None for v in values[:4]):
+                    total, top, low, high, median = values
+                    stats = UtilStats(
+                        samples=round(count),
+                        mean=float(total or 0.0) / count * scale,
+                        max=float(top or 0.0) * scale,
+                        q_low=float(low or 0.0) * scale,
+                        q_high=float(high or 0.0) * scale,
+                        q_level=q_low,
+                        median=None if median is None else median * scale,
+                    )
+            histogram = None
+            if w in need["histogram"]:
+                inc = {s.labels.get(dcgm.LE): s.value for s in answers["histogram"].get(w, [])}
+                if all(le in inc for le in caps.histogram_le):
+                    idle_le, busy_le, total_le = caps.histogram_le
+                    histogram = histogram_shares(inc[idle_le], inc[busy_le], inc[total_le])
+            shares = phases = None
+            n = one("n", w)
+            if w in need["shares"] and n:
+                stalled, busy_n = one("stalled", w) or 0.0, one("busy", w) or 0.0
+                shares = Shares(stalled=stalled / n, busy=busy_n / n, weight=n, source="samples")
+                phases = phases_from_counts(
+                    stalled, one("stalled_runs", w) or 0.0, busy_n, one("busy_runs", w) or 0.0, dev.interval_s
+                )
+            out[w] = SpanNumbers(stats=stats, histogram=histogram, shares=shares, phases=phases)
+        return out
+
+    def first_busy(
+        self, snapshot: FleetSnapshot, wanted: Sequence[tuple[DeviceKey, TimeWindow]], idle_percent: float
+    ) -> dict[tuple[DeviceKey, TimeWindow], float]:
+        batches = self._terms(snapshot, wanted)
+        answers = self._ask_terms(snapshot, batches, [{"first": lambda term: term.first_busy(idle_percent)}])
+        return {w: min(s.value for s in found) for w, found in answers["first"].items()}
+
+    # --- raw samples, for plots only ------------------------------------------------------------
 
     def device_samples(
         self, snapshot: FleetSnapshot, keys: Sequence[DeviceKey], bucket_keys: Sequence[DeviceKey] = ()
@@ -427,17 +663,24 @@ class PrometheusSource:
         out = {}
         uuids = sorted({k.uuid for k in keys})
         for i in range(0, len(uuids), 200):
-            for s in self.client.vector(q.memory(uuids[i : i + 200]), snapshot.window.end):
+            for s in self._vector(q.memory(uuids[i : i + 200]), snapshot.window.end):
                 key = self._key(s.labels, caps)
                 if key in wanted and np.isfinite(s.value):
                     out[key] = s.value
         return out
 
     def instant_value(self, promql: str, at: datetime) -> float | None:
-        samples = self.client.vector(promql, at)
+        samples = self._vector(promql, at)
         if not samples:
             return None
         return float(sum(s.value for s in samples))
+
+
+def _by_span(
+    group: tuple[tuple[str, str, TimeWindow], list[DeviceKey]],
+) -> tuple[datetime, datetime, str]:
+    (metric, job, span), _ = group
+    return (span.end, span.start, metric + "/" + job)
 
 
 def _pid(s: VectorSample) -> PodId:

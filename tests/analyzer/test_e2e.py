@@ -36,10 +36,11 @@ Score = dict[FindingKind, tuple[float, float, int, int, int]]
 Scoreboard = Callable[[str, Analysis, Fleet], Score]
 MIN_PRECISION = 1.0  # a false verdict can stop someone's work
 MIN_RECALL = 0.95
-# A run's query count is a constant of the code, not of the fleet: discovery, one interval probe per
-# scrape job, four aggregates per utilization metric, a histogram, Kubernetes and cAdvisor queries,
-# and the closer looks. The standard fleet exercises every branch.
-MAX_QUERIES = 40
+# A run's query count does not follow the number of GPUs: discovery, one interval probe per scrape
+# job, the per-metric aggregates, a histogram, Kubernetes and cAdvisor queries, then the closer
+# looks, which grow with the number of distinct judged spans (young pods), a few per query. The
+# fleets here hold a few dozen such spans.
+MAX_QUERIES = 50
 
 
 def assert_meets_targets(result: Score) -> None:

@@ -95,7 +95,7 @@ def test_recorded_vector_and_matrix_parse(mock: responses.RequestsMock) -> None:
         matrix_call["params"]["query"], datetime.fromtimestamp(float(matrix_call["params"]["time"]), tz=UTC)
     )
     assert series
-    assert all(s.timestamps.size == s.values.size > 100 for s in series)
+    assert all(s.timestamps.size == s.values.size > 10 for s in series)  # an hour of one device
     assert all((s.timestamps[1:] > s.timestamps[:-1]).all() for s in series)
 
 

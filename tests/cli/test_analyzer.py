@@ -175,12 +175,23 @@ def test_garbage_or_empty_source_exits_3(
         pytest.param(
             ["analyze", "--prometheus-url", "http://x", "--prometheus-retries", "-1"], id="bad-retries"
         ),
+        pytest.param(
+            ["analyze", "--prometheus-url", "http://x", "--prometheus-concurrency", "0"], id="no-concurrency"
+        ),
+        pytest.param(
+            ["analyze", "--prometheus-url", "http://x", "--prometheus-concurrency", "33"], id="too-concurrent"
+        ),
         pytest.param(["simulate", "no-such-scenario"], id="simulate-unknown-scenario"),
     ],
 )
 def test_bad_input_exits_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(argv) == 2
     assert "gpu-analyzer" in capsys.readouterr().err
+
+
+def test_concurrency_out_of_range_names_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["analyze", "--prometheus-url", "http://x", "--prometheus-concurrency", "0"]) == 2
+    assert "--prometheus-concurrency" in capsys.readouterr().err
 
 
 def test_bad_policy_names_the_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
