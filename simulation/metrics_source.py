@@ -37,7 +37,7 @@ from analyzer.sources.aggregates import (
     span_numbers_from_samples,
     util_stats,
 )
-from analyzer.sources.dcgm import Capabilities, PodLabels
+from analyzer.sources.dcgm import Capabilities
 from analyzer.sources.errors import NoDataError
 from common.model import TimeWindow
 from common.thresholds import Thresholds
@@ -101,26 +101,7 @@ class InMemorySource:
                 histogram_le = dcgm.pick_buckets(bounds, t.starvation_idle_percent, t.starvation_busy_percent)
             except ValueError:
                 histogram_le = ()
-        ksm = dcgm.KUBE_POD_OWNER in present
-        caps = Capabilities(
-            util_metrics=util,
-            host_label=dcgm.choose_host_label(gpu_labels),
-            gpu_pod=dcgm.choose_pod_labels(gpu_labels),
-            mig=dcgm.MIG_INSTANCE in gpu_labels,
-            histogram_le=histogram_le,
-            memory=dcgm.DEV_FB_USED in present,
-            kube_state_metrics=ksm,
-            replicaset_owner=dcgm.KUBE_REPLICASET_OWNER in present,
-            ksm_pod=dcgm.choose_pod_labels(ksm_labels) if ksm_labels else PodLabels(),
-            cpu_usage=dcgm.CPU_USAGE in present,
-            cpu_limits=dcgm.KUBE_POD_LIMITS in present,
-            cpu_throttling=dcgm.CPU_THROTTLED in present and dcgm.CPU_PERIODS in present,
-            cpu_requests=ksm and dcgm.KUBE_POD_REQUESTS in present,
-            pod_phase=ksm and dcgm.KUBE_POD_STATUS_PHASE in present,
-            pod_scheduled=ksm and dcgm.KUBE_POD_STATUS_SCHEDULED in present,
-            job_owner=ksm and dcgm.KUBE_JOB_OWNER in present,
-            pod_labels=ksm and dcgm.KUBE_POD_LABELS in present,
-        )
+        caps = Capabilities.discovered(present, util, gpu_labels, ksm_labels, histogram_le)
         return replace(
             caps,
             dev_scale=self._dev_scales(window) if dcgm.DEV_GPU_UTIL in util else {},

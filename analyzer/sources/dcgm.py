@@ -116,6 +116,38 @@ class Capabilities:
     dev_scale: Mapping[str, float] = field(default_factory=dict)
     interval_s: Mapping[str, float] = field(default_factory=dict)
 
+    @classmethod
+    def discovered(
+        cls,
+        present: Collection[str],
+        util_metrics: tuple[str, ...],
+        gpu_labels: Collection[str],
+        ksm_labels: Collection[str],
+        histogram_le: tuple[str, ...],
+    ) -> Capabilities:
+        """What a source holds, from the metric names present and the labels of the GPU and owner
+        series: the one definition both metrics sources (TSDB and in-memory) decide by."""
+        ksm = KUBE_POD_OWNER in present
+        return cls(
+            util_metrics=util_metrics,
+            host_label=choose_host_label(gpu_labels),
+            gpu_pod=choose_pod_labels(gpu_labels),
+            mig=MIG_INSTANCE in gpu_labels,
+            histogram_le=histogram_le,
+            memory=DEV_FB_USED in present,
+            kube_state_metrics=ksm,
+            replicaset_owner=KUBE_REPLICASET_OWNER in present,
+            ksm_pod=choose_pod_labels(ksm_labels) if ksm and ksm_labels else PodLabels(),
+            cpu_usage=CPU_USAGE in present,
+            cpu_limits=KUBE_POD_LIMITS in present,
+            cpu_throttling=CPU_THROTTLED in present and CPU_PERIODS in present,
+            cpu_requests=ksm and KUBE_POD_REQUESTS in present,
+            pod_phase=ksm and KUBE_POD_STATUS_PHASE in present,
+            pod_scheduled=ksm and KUBE_POD_STATUS_SCHEDULED in present,
+            job_owner=ksm and KUBE_JOB_OWNER in present,
+            pod_labels=ksm and KUBE_POD_LABELS in present,
+        )
+
     @property
     def histogram(self) -> bool:
         return bool(self.histogram_le)

@@ -40,7 +40,7 @@ from analyzer.sources.aggregates import (
     pod_records,
     quantile_levels,
 )
-from analyzer.sources.dcgm import Capabilities, PodLabels
+from analyzer.sources.dcgm import Capabilities
 from analyzer.sources.errors import NoDataError
 from analyzer.sources.fleet_queries import FleetQueries
 from analyzer.sources.pacing import run_all
@@ -133,26 +133,7 @@ class PrometheusSource:
                 histogram_le = dcgm.pick_buckets(bounds, t.starvation_idle_percent, t.starvation_busy_percent)
             except ValueError as e:
                 log.warning("ignoring %s: %s", dcgm.SAMPLE_HISTOGRAM_BUCKET, e)
-        caps = Capabilities(
-            util_metrics=util,
-            host_label=dcgm.choose_host_label(gpu_labels),
-            gpu_pod=dcgm.choose_pod_labels(gpu_labels),
-            mig=dcgm.MIG_INSTANCE in gpu_labels,
-            histogram_le=histogram_le,
-            memory=dcgm.DEV_FB_USED in present,
-            kube_state_metrics=ksm,
-            replicaset_owner=dcgm.KUBE_REPLICASET_OWNER in present,
-            ksm_pod=dcgm.choose_pod_labels(ksm_labels) if ksm else PodLabels(),
-            cpu_usage=dcgm.CPU_USAGE in present,
-            cpu_limits=dcgm.KUBE_POD_LIMITS in present,
-            cpu_throttling=dcgm.CPU_THROTTLED in present and dcgm.CPU_PERIODS in present,
-            cpu_requests=ksm and dcgm.KUBE_POD_REQUESTS in present,
-            pod_phase=ksm and dcgm.KUBE_POD_STATUS_PHASE in present,
-            pod_scheduled=ksm and dcgm.KUBE_POD_STATUS_SCHEDULED in present,
-            job_owner=ksm and dcgm.KUBE_JOB_OWNER in present,
-            pod_labels=ksm and dcgm.KUBE_POD_LABELS in present,
-        )
-        return caps
+        return Capabilities.discovered(present, util, gpu_labels, ksm_labels, histogram_le)
 
     def _dev_scales(
         self, device_max: Mapping[str, list[float]], mean: Mapping[str, float]

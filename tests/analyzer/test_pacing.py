@@ -93,10 +93,11 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
                     self.send_header("Content-Encoding", "gzip")
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
-                self.wfile.write(payload)
+                # Counted before the write: once the client has the bytes, the count must hold them.
                 with proxy.lock:
                     proxy.sent += len(payload)
                     proxy.plain += len(body)
+                self.wfile.write(payload)
             finally:
                 with proxy.lock:
                     proxy.in_flight -= 1
