@@ -9,6 +9,7 @@ safe native stop is only reported (:func:`notify_only`).
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +28,7 @@ class Change:
     description: str  # "scale from 3 to 0 replicas", "set kubeflow-resource-stopped"
 
 
-class Actuator:
+class Actuator(ABC):
     """A root kind's native stop. ``marker`` is the annotation that says the reaper stopped it."""
 
     verb = "stop"
@@ -35,16 +36,17 @@ class Actuator:
     done = "Stopped"
     marker = names.REAPED_AT
 
+    @abstractmethod
     def stopped(self, w: Workload) -> str | None:
         """Why the object is already stopped (nothing to do), or None."""
-        raise NotImplementedError
 
+    @abstractmethod
     def stop(self, w: Workload, now: str) -> Change:
-        raise NotImplementedError
+        """The write that stops ``w``."""
 
+    @abstractmethod
     def restore(self, w: Workload) -> Change | str:
         """The change that undoes the stop, or why it cannot be undone automatically."""
-        raise NotImplementedError
 
 
 class ScaleToZero(Actuator):
