@@ -214,16 +214,22 @@ class Executor:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _stop(self, action: PlannedAction) -> ActionResult:
-        """The root's native stop (scale to zero, stop annotation, suspend), with the reaper's annotations."""
+        """The root's native stop (scale to zero, stop annotation, suspend), with the reaper's annotations.
+
+        A custom kind with a scale subresource is marked first, then scaled through ``/scale``: the
+        marks are conditional on the version read, so a run that dies in between leaves an object that
+        ``restore`` understands; the scale write is conditional on the version the marks produced, so
+        a change by anyone in between is a 409, a re-read and a fresh try.
+        """
         ref = action.written
         actuator = actuator_of(ref.kind)
         if actuator is None:
             raise _Changed(f"{ref.kind} has no native stop gpu-reaper can use")  # pragma: no cover
-        if isinstance(actuator, ScaleSubresource):
-            return self._stop_through_scale(action)
+        through_scale = isinstance(actuator, ScaleSubresource)
         now = rfc3339(self.clock())
         holder = f" (GPUs held by {action.target.kind} {action.target.namespace}/{action.target.name})"
-        via = holder if action.root is not None else ""
+        via = holder if action.root is not None or through_scale else ""
+        where = f"{ref.kind} {ref.namespace}/{ref.name}{via}"
 
         def attempt(obj: dict[str, Any]) -> tuple[dict[str, Any], str] | None:
             self._still_wanted(obj, ref.kind.lower())
@@ -232,33 +238,51 @@ class Executor:
             if done:
                 raise _Changed(done)
             change = actuator.stop(live, now)
-            body = {
-                "metadata": {
-                    "resourceVersion": _meta(obj, "resourceVersion"),
-                    "annotations": {**change.annotations, names.REAPED_AT: now, names.REASON: action.reason},
-                },
-                **({"spec": dict(change.spec)} if change.spec else {}),
+            marks = {
+                "resourceVersion": _meta(obj, "resourceVersion"),
+                "annotations": {**change.annotations, names.REAPED_AT: now, names.REASON: action.reason},
             }
-            patched = self._write(
-                f"{actuator.log_verb} {ref.kind} {ref.namespace}/{ref.name}{via} {change.description} "
-                f"({action.reason})",
-                lambda: self.kube.patch(ref.kind, ref.namespace, ref.name, body),
-            )
+            if through_scale:
+                what = f"scale {where} through its scale subresource {change.description}"
+
+                def write() -> dict[str, Any]:
+                    marked = self.kube.patch(ref.kind, ref.namespace, ref.name, {"metadata": marks})
+                    scale = {
+                        "metadata": {"resourceVersion": _meta(marked, "resourceVersion")},
+                        "spec": change.spec,
+                    }
+                    self.kube.patch_scale(ref.kind, ref.namespace, ref.name, scale)
+                    return marked
+
+            else:
+                what = f"{actuator.log_verb} {where} {change.description}"
+                body = {"metadata": marks, **({"spec": dict(change.spec)} if change.spec else {})}
+
+                def write() -> dict[str, Any]:
+                    return self.kube.patch(ref.kind, ref.namespace, ref.name, body)
+
+            patched = self._write(f"{what} ({action.reason})", write)
             return None if patched is None else (patched, change.description)
 
-        planned = self._planned_copy(
-            action, {"replicas": action.replicas} if action.replicas is not None else {}
-        )
-        done = self._with_conflict_retry(self._reader(ref.kind, ref.namespace, ref.name, planned), attempt)
+        if through_scale:
+            read = self._read_with_scale(ref.kind, ref.namespace, ref.name)
+        else:
+            planned = self._planned_copy(
+                action, {"replicas": action.replicas} if action.replicas is not None else {}
+            )
+            read = self._reader(ref.kind, ref.namespace, ref.name, planned)
+        done = self._with_conflict_retry(read, attempt)
         if done is None:
             return ActionResult(action, Outcome.DRY_RUN)
         patched, change = done
+        # A custom kind scaled through /scale is found again through the object holding the GPUs.
+        again = action.target if through_scale else ref
         self._event(
             patched,
             ref.kind,
             actuator.done,
             f"gpu-reaper: {actuator.verb}, {change}{via}: {action.reason}. "
-            f"Restore: gpu-reaper restore {ref.namespace}/{ref.name}",
+            f"Restore: gpu-reaper restore {again.namespace}/{again.name}",
         )
         return ActionResult(action, Outcome.APPLIED, change)
 
@@ -270,63 +294,6 @@ class Executor:
             return with_scale_replicas(obj, self.kube.get_scale(kind, namespace, name))
 
         return read
-
-    def _stop_through_scale(self, action: PlannedAction) -> ActionResult:
-        """A custom kind with a scale subresource: mark the object, then write 0 replicas to ``/scale``.
-
-        The marks go first, conditional on the version read, so a run that dies in between leaves an
-        object that ``restore`` understands; the scale write is conditional on the version the marks
-        produced, so a change by anyone in between is a 409, a re-read and a fresh try.
-        """
-        ref = action.written
-        actuator = SCALE_SUBRESOURCE
-        now = rfc3339(self.clock())
-        via = f" (GPUs held by {action.target.kind} {action.target.namespace}/{action.target.name})"
-
-        def attempt(obj: dict[str, Any]) -> tuple[dict[str, Any], str] | None:
-            self._still_wanted(obj, ref.kind.lower())
-            live = workload_from_object(ref.kind, obj)
-            done = actuator.stopped(live)
-            if done:
-                raise _Changed(done)
-            change = actuator.stop(live, now)
-            marks = {
-                "metadata": {
-                    "resourceVersion": _meta(obj, "resourceVersion"),
-                    "annotations": {**change.annotations, names.REAPED_AT: now, names.REASON: action.reason},
-                }
-            }
-
-            def write() -> dict[str, Any]:
-                marked = self.kube.patch(ref.kind, ref.namespace, ref.name, marks)
-                scale = {
-                    "metadata": {"resourceVersion": _meta(marked, "resourceVersion")},
-                    "spec": change.spec,
-                }
-                self.kube.patch_scale(ref.kind, ref.namespace, ref.name, scale)
-                return marked
-
-            patched = self._write(
-                f"scale {ref.kind} {ref.namespace}/{ref.name}{via} through its scale subresource "
-                f"{change.description} ({action.reason})",
-                write,
-            )
-            return None if patched is None else (patched, change.description)
-
-        read = self._read_with_scale(ref.kind, ref.namespace, ref.name)
-        done = self._with_conflict_retry(read, attempt)
-        if done is None:
-            return ActionResult(action, Outcome.DRY_RUN)
-        patched, change = done
-        self._event(
-            patched,
-            ref.kind,
-            actuator.done,
-            f"gpu-reaper: {actuator.verb}, {change}{via}: {action.reason}. "
-            # A custom kind is found through the object holding the GPUs: restore goes by its name.
-            f"Restore: gpu-reaper restore {action.target.namespace}/{action.target.name}",
-        )
-        return ActionResult(action, Outcome.APPLIED, change)
 
     def _cordon(self, action: PlannedAction) -> ActionResult:
         name = action.target.name
