@@ -132,6 +132,10 @@ def analyze_in_detail(
     if looks:
         step(f"aggregating {len(looks)} GPU(s) over their own judged span")
         numbers = source.span_numbers(snapshot, looks, thresholds)
+    more = workloads.share_looks(planned, numbers, thresholds)
+    if more:
+        step(f"measuring stalled and busy shares of {len(more)} young starvation candidate GPU(s)")
+        numbers = workloads.with_shares(numbers, source.span_numbers(snapshot, more, thresholds))
     views, nodes = workloads.finalize(planned, numbers, thresholds)
 
     idle = [v for v in views if detectors.idle_endpoint_candidate(v, thresholds, now)]

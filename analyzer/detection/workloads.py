@@ -4,9 +4,10 @@ Two steps, both pure. ``plan`` groups every device holder of the window by the w
 held it (every pod kube-state-metrics reported in the window, resolved to its controller, not only
 those alive at the end) and works out each holder's judged span (its pod's life in the window, past
 that pod's own warm-up). ``settle`` starts a Job's span at its first busy sample; ``closer_looks``
-lists the holders that need aggregates over their own span (those whose pod's warm-up falls inside
-the window, and starvation candidates without a sample histogram), which the source computes — in
-the TSDB for Prometheus, never from raw samples. ``finalize`` folds them in and returns the views.
+and then ``share_looks`` list the holders that need aggregates over their own span (those whose
+pod's warm-up falls inside the window, and starvation candidates without a sample histogram), which
+the source computes — in the TSDB for Prometheus, never from raw samples. ``finalize`` folds them
+in and returns the views.
 """
 
 from __future__ import annotations
@@ -200,16 +201,15 @@ def plan(snapshot: FleetSnapshot, thresholds: Thresholds, now: datetime) -> Plan
     )
 
 
-def _bimodal_candidate(dev: DeviceAggregate, t: Thresholds) -> bool:
+def _bimodal_candidate(stats: UtilStats | None, histogram: Shares | None, t: Thresholds) -> bool:
     """Quantiles say a share of samples is stalled and a share busy; the shares themselves confirm.
 
     If at least ``min_share`` of the samples are at or below the idle bound, the quantile at
     ``min_share / 2`` is too, and likewise for busy samples: the test never misses a bimodal device.
     """
-    if dev.histogram is not None:
+    if histogram is not None or stats is None:
         return False
-    s = dev.stats
-    return s.q_low <= t.starvation_idle_percent and s.q_high > t.starvation_busy_percent
+    return stats.q_low <= t.starvation_idle_percent and stats.q_high > t.starvation_busy_percent
 
 
 Judged = tuple[DeviceKey, TimeWindow]
@@ -241,18 +241,47 @@ def settle(planned: Plan, first_busy: Mapping[Judged, float], t: Thresholds) -> 
 
 
 def closer_looks(planned: Plan, t: Thresholds) -> list[CloserLook]:
-    """What the source computes over holders' own spans: young holders, starvation candidates."""
+    """The first round of aggregates over holders' own spans: young holders' statistics (and sample
+    histogram), and the stalled/busy shares of starvation candidates judged over the whole window.
+
+    A young holder's shares wait for its statistics (``share_looks``): the shares' subqueries are the
+    costly part, and most holders are no starvation candidate.
+    """
     looks: dict[Judged, CloserLook] = {}
     for draft in planned.workloads:
         for h in draft.holders:
             if h.span is None:
                 continue
+            dev, judged = h.device, (h.device.key, h.span)
             if h.cut:
-                look = CloserLook(h.device.key, h.span, stats=True, histogram=h.device.histogram is not None)
-                looks[(h.device.key, h.span)] = replace(look, shares=True)
-            elif _bimodal_candidate(h.device, t) and (h.device.key, h.span) not in looks:
-                looks[(h.device.key, h.span)] = CloserLook(h.device.key, h.span, shares=True)
+                looks[judged] = CloserLook(dev.key, h.span, stats=True, histogram=dev.histogram is not None)
+            elif judged not in looks and _bimodal_candidate(dev.stats, dev.histogram, t):
+                looks[judged] = CloserLook(dev.key, h.span, shares=True)
     return [looks[w] for w in sorted(looks, key=lambda w: (w[0], w[1].start))]
+
+
+def share_looks(planned: Plan, numbers: Mapping[Judged, SpanNumbers], t: Thresholds) -> list[CloserLook]:
+    """The second round: shares for young holders whose statistics over their span make them
+    starvation candidates (holders with a sample histogram have their shares already)."""
+    wanted: set[Judged] = set()
+    for draft in planned.workloads:
+        for h in draft.holders:
+            if not h.cut or h.span is None or h.device.histogram is not None:
+                continue
+            found = numbers.get((h.device.key, h.span))
+            if found is not None and _bimodal_candidate(found.stats, None, t):
+                wanted.add((h.device.key, h.span))
+    return [CloserLook(k, span, shares=True) for k, span in sorted(wanted, key=lambda w: (w[0], w[1].start))]
+
+
+def with_shares(
+    numbers: Mapping[Judged, SpanNumbers], shares: Mapping[Judged, SpanNumbers]
+) -> dict[Judged, SpanNumbers]:
+    """The first round's numbers with the second round's shares and phases folded in."""
+    out = dict(numbers)
+    for w, found in shares.items():
+        out[w] = replace(out.get(w, SpanNumbers()), shares=found.shares, phases=found.phases)
+    return out
 
 
 def finalize(

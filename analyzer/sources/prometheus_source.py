@@ -434,6 +434,7 @@ class PrometheusSource:
             if dev is not None and key not in groups[(dev.info.metric, dev.info.job, span)]:
                 groups[(dev.info.metric, dev.info.job, span)].append(key)
         batches: list[list[SpanTerm]] = []
+        batch_uuids: list[set[str]] = []
         terms = []
         for (metric, job, span), keys in sorted(groups.items(), key=_by_span):
             step = snapshot.devices[keys[0]].interval_s or 15.0
@@ -444,16 +445,22 @@ class PrometheusSource:
                     )
                 )
         for term in terms:
-            for batch in batches:
-                # No term may select another's holder: the joined answer would carry it twice.
-                clash = any(other.selects(k) for other in batch for k in term.keys) or any(
-                    term.selects(k) for other in batch for k in other.keys
+            for batch, uuids in zip(batches, batch_uuids, strict=True):
+                if len(batch) >= TERMS_PER_QUERY:
+                    continue
+                # No term may select another's holder: the joined answer would carry it twice (only
+                # terms sharing a GPU can).
+                clash = not term.uuids.isdisjoint(uuids) and (
+                    any(other.selects(k) for other in batch for k in term.keys)
+                    or any(term.selects(k) for other in batch for k in other.keys)
                 )
-                if len(batch) < TERMS_PER_QUERY and not clash:
+                if not clash:
                     batch.append(term)
+                    uuids.update(term.uuids)
                     break
             else:
                 batches.append([term])
+                batch_uuids.append(set(term.uuids))
         return batches
 
     def _ask_terms(
@@ -503,9 +510,11 @@ class PrometheusSource:
         wanted = sorted({(lk.key, lk.span) for lk in looks}, key=lambda w: (w[0], w[1].start))
         batches = self._terms(snapshot, wanted)
 
+        spans = {kind: {span for _, span in wanted} for kind, wanted in need.items()}
+
         def when(kind: str, build: Callable[[SpanTerm], str]) -> Callable[[SpanTerm], str | None]:
-            # A term asks for an aggregate only if one of its holders needs it.
-            return lambda term: build(term) if any(w[1] == term.span for w in need[kind]) else None
+            # A term asks for an aggregate only if one of its holders' spans needs it.
+            return lambda term: build(term) if term.span in spans[kind] else None
 
         idle, busy = t.starvation_idle_percent, t.starvation_busy_percent
         answers = self._ask_terms(

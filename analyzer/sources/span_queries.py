@@ -20,8 +20,9 @@ span and the GPUs judged over it, at most one term per device holder in a query.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from datetime import datetime, timedelta
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 
 from analyzer.sources import dcgm, promql
 from analyzer.sources.aggregates import DeviceKey
@@ -37,6 +38,18 @@ TERMS_PER_QUERY = 40
 # is 16,384 characters): a query over more is split between aggregates.
 HOLDERS_PER_TERM = 15
 MAX_QUERY_CHARS = 15_000
+# Steps one subquery may take: VictoriaMetrics refuses more than 30,000 points per series by default
+# (`-search.maxPointsPerTimeseries`), which a 7-day span at 15 s passes; longer spans are cut.
+MAX_SUBQUERY_STEPS = 10_000
+PIECE = "gpu_analyzer_piece"  # the label keeping a long span's pieces apart until they are folded
+
+
+def _ms(moment: datetime) -> int:
+    return round(moment.timestamp() * 1000)
+
+
+def _utc_ms(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
 def _at(moment: datetime) -> str:
@@ -77,20 +90,47 @@ class SpanTerm:
     def _range(self, expr: str) -> str:
         return f"{expr}[{promql.duration(_reach(self.span))}] @ {_at(self.span.end)}"
 
-    def _sub(self, expr: str) -> str:
+    def pieces(self) -> list[TimeWindow]:
+        """The span cut where a subquery over it would pass ``MAX_SUBQUERY_STEPS``.
+
+        Inner cuts fall on multiples of the step (subqueries evaluate there), so each sample is
+        counted in exactly one piece.
+        """
+        step_ms = max(1, round(self.step_s * 1000))
+        start_ms, end_ms = _ms(self.span.start), _ms(self.span.end)
+        longest = MAX_SUBQUERY_STEPS * step_ms
+        cuts = [start_ms]
+        while end_ms - cuts[-1] > longest:
+            cuts.append((cuts[-1] + longest) // step_ms * step_ms)
+        cuts.append(end_ms)
+        return [TimeWindow(start=_utc_ms(a), end=_utc_ms(b)) for a, b in pairwise(cuts)]
+
+    def _sub(self, expr: str, piece: TimeWindow) -> str:
         step = promql.duration(timedelta(seconds=self.step_s))
-        return f"({expr})[{promql.duration(_reach(self.span))}:{step}] @ {_at(self.span.end)}"
+        return f"({expr})[{promql.duration(_reach(piece))}:{step}] @ {_at(piece.end)}"
 
-    def _fresh(self, expr: str) -> str:
-        # Fresh: each sample counted once. After the span's start: VictoriaMetrics' `resets` also
-        # compares with the point before the range, which must not exist.
+    def _fresh(self, expr: str, piece: TimeWindow) -> str:
+        # Fresh: each sample counted once. After the piece's start: VictoriaMetrics' `resets` also
+        # compares with the point before the range, which must not exist. Both tests filter one
+        # timestamp vector by scalars, so each step pays for a single join (two cost twice as much).
         ts = f"timestamp({self.selector})"
-        fresh = f"(time() - {ts} < {promql.number(self.step_s)})"
-        after = f"({ts} > {promql.number(self.span.start.timestamp())})"
-        return f"(({expr}) and {fresh} and {after})"
+        after = promql.number(piece.start.timestamp())
+        return f"(({expr}) and (({ts} > {after}) - time() > -{promql.number(self.step_s)}))"
 
-    def _state(self, op: str, percent: float) -> str:
-        return self._fresh(f"{self.selector} {op} bool {promql.number(percent / self.scale)}")
+    def _state(self, op: str, percent: float, piece: TimeWindow) -> str:
+        return self._fresh(f"{self.selector} {op} bool {promql.number(percent / self.scale)}", piece)
+
+    def _over_pieces(self, op: str, per_piece: Callable[[TimeWindow], str]) -> str:
+        """``op by (device labels)`` over every piece's answer (one piece: no union needed)."""
+        parts = self.pieces()
+        if len(parts) == 1:
+            inner = per_piece(parts[0])
+        else:
+            # Tagged apart, so that `or` keeps every piece's answer and the aggregation folds them.
+            inner = " or ".join(
+                f'label_replace({per_piece(p)}, "{PIECE}", "{i}", "", "")' for i, p in enumerate(parts)
+            )
+        return promql.aggregate(op, self.caps.device_labels(), inner)
 
     def stats(self, name: str, q: float | None = None) -> str:
         labels = self.caps.device_labels()
@@ -106,18 +146,28 @@ class SpanTerm:
 
     def samples(self) -> str:
         """Samples the subquery keeps (each raw sample once): the shares' denominator."""
-        fresh = self._fresh(f"{self.selector} >= bool 0")
-        return promql.aggregate("sum", self.caps.device_labels(), f"count_over_time({self._sub(fresh)})")
+
+        def kept(piece: TimeWindow) -> str:
+            return f"count_over_time({self._sub(self._fresh(f'{self.selector} >= bool 0', piece), piece)})"
+
+        return self._over_pieces("sum", kept)
 
     def state_count(self, stalled: bool, percent: float) -> str:
-        state = self._state("<=" if stalled else ">", percent)
-        return promql.aggregate("sum", self.caps.device_labels(), f"sum_over_time({self._sub(state)})")
+        op = "<=" if stalled else ">"
+        return self._over_pieces(
+            "sum", lambda piece: f"sum_over_time({self._sub(self._state(op, percent, piece), piece)})"
+        )
 
     def state_runs(self, stalled: bool, percent: float) -> str:
-        state = self._sub(self._state("<=" if stalled else ">", percent))
-        return promql.aggregate(
-            "sum", self.caps.device_labels(), f"resets({state}) + last_over_time({state})"
-        )
+        """Runs of the state: its 1 → 0 steps plus a run still open at the end. A run crossing an inner
+        cut of a long span counts once per piece (at most one extra per cut)."""
+        op = "<=" if stalled else ">"
+
+        def runs(piece: TimeWindow) -> str:
+            state = self._sub(self._state(op, percent, piece), piece)
+            return f"(resets({state}) + last_over_time({state}))"
+
+        return self._over_pieces("sum", runs)
 
     def histogram(self) -> str:
         labels = (*self.caps.device_labels(), dcgm.LE)
@@ -127,10 +177,13 @@ class SpanTerm:
         return promql.aggregate("sum", labels, f"increase({self._range(buckets)})")
 
     def first_busy(self, percent: float) -> str:
-        after = f"timestamp({self.selector}) > {promql.number(self.span.start.timestamp())}"
         busy = f"{self.selector} > {promql.number(percent / self.scale)}"
-        inner = f"min_over_time({self._sub(f'({after}) and ({busy})')})"
-        return promql.aggregate("min", self.caps.device_labels(), inner)
+
+        def first(piece: TimeWindow) -> str:
+            after = f"timestamp({self.selector}) > {promql.number(piece.start.timestamp())}"
+            return f"min_over_time({self._sub(f'({after}) and ({busy})', piece)})"
+
+        return self._over_pieces("min", first)
 
 
 def tagged(name: str, expr: str) -> str:

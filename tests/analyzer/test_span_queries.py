@@ -7,18 +7,22 @@ simulator's own samples: counts exactly, statistics and shares to rounding.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import requests
 
 from analyzer.pipeline import analyze
+from analyzer.sources import span_queries
 from analyzer.sources.aggregates import CloserLook
 from analyzer.sources.prometheus_api import PrometheusClient, PrometheusConfig, PrometheusSession
 from analyzer.sources.prometheus_source import PrometheusSource
-from common.model import TimeWindow
+from common.model import DataloaderStarvationEvidence, FindingKind, TimeWindow
 from common.thresholds import Thresholds
+from harness.recordings import JobPod, Readings, cluster_series
 from harness.servers import VictoriaMetricsServer
 from simulation.fleet import Fleet
 from simulation.fleet.truth import window_of
@@ -102,3 +106,65 @@ def test_detection_reads_aggregates_never_raw_samples(
     # The one exception: one device per scrape job over the window's last hour, for the interval.
     assert raw and all(query.endswith("[3600s]") for query in raw), raw
     assert len(raw) == len(source.snapshot(window, T).capabilities.interval_s)
+
+
+@pytest.mark.parametrize("tsdb", ["victoria_standard", "prometheus_standard"])
+def test_long_spans_cut_into_pieces_give_the_same_numbers(
+    tsdb: str, request: pytest.FixtureRequest, standard_fleet: Fleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Subqueries over spans longer than the step limit go out in pieces: counts and shares stay exact,
+    a run crossing a cut counts once per piece, and the first busy sample is the earliest piece's."""
+    steps = 97  # the 6 h window at 15 s: 15 pieces, cuts off the step grid of the span's start
+    monkeypatch.setattr(span_queries, "MAX_SUBQUERY_STEPS", steps)
+    window = window_of(standard_fleet)
+    ours = PrometheusSource(PrometheusConfig(request.getfixturevalue(tsdb).url))
+    twin = SimulatedSource(standard_fleet)
+    snapshot = ours.snapshot(window, T)
+    late = TimeWindow(start=window.start + timedelta(hours=2, seconds=7), end=window.end)
+    keys = sorted(k for k, d in snapshot.devices.items() if k.allocated and d.interval_s == 15.0)
+    looks = [CloserLook(k, span, shares=True) for k in keys for span in (window, late)]
+    got = ours.span_numbers(snapshot, looks, T)
+    want = twin.span_numbers(twin.snapshot(window, T), looks, T)
+    compared = 0
+    for (key, span), expected in want.items():
+        if expected.shares is None:
+            continue
+        actual = got[(key, span)]
+        assert actual.shares is not None
+        assert actual.shares.weight == expected.shares.weight
+        assert actual.shares.stalled == pytest.approx(expected.shares.stalled, abs=1e-9)
+        assert actual.shares.busy == pytest.approx(expected.shares.busy, abs=1e-9)
+        cuts = int(span.duration.total_seconds() // (steps * 15.0))
+        assert cuts >= 4
+        if expected.phases is not None and actual.phases is not None:
+            for state in ("stalled", "busy"):
+                samples = getattr(expected.shares, state) * expected.shares.weight
+                if samples == 0:
+                    continue
+                runs_want = samples * 15.0 / getattr(expected.phases, f"{state}_s")
+                runs_got = samples * 15.0 / getattr(actual.phases, f"{state}_s")
+                assert runs_want - 1e-6 <= runs_got <= runs_want + cuts + 1e-6, (key, state)
+        compared += 1
+    assert compared >= len(keys)
+    starts = [(k, late) for k in keys]
+    assert ours.first_busy(snapshot, starts, T.idle_percent) == pytest.approx(
+        twin.first_busy(twin.snapshot(window, T), starts, T.idle_percent)
+    )
+
+
+@pytest.mark.victoriametrics
+def test_a_seven_day_window_runs_within_victoriametrics_default_limits(tmp_path: Path) -> None:
+    """7 days at 15 s is 40,320 steps, over VictoriaMetrics' default 30,000 points per series: the
+    shares of a starving Job judged over the whole week still come back, and it is found bimodal."""
+    end = datetime(2026, 1, 5, tzinfo=UTC)
+    t = end.timestamp() - 15.0 * np.arange(8 * 5760, 0, -1)  # eight days, every 15 s
+    values = np.where(np.arange(t.size) % 8 < 3, 2.0, 95.0)  # 45 s stalled, 75 s busy, over and over
+    series = list(cluster_series(Readings(t, values), JobPod(namespace="ml", job="week"), 15.0))
+    window = TimeWindow.ending(end, timedelta(days=7))
+    with VictoriaMetricsServer(tmp_path / "tsdb") as server:
+        server.import_series(series)
+        report = analyze(PrometheusSource(PrometheusConfig(server.url)), window, T, now=end)
+    (finding,) = report.findings
+    assert finding.kind is FindingKind.DATALOADER_STARVATION
+    assert isinstance(finding.evidence, DataloaderStarvationEvidence)
+    assert finding.evidence.pattern == "bimodal"
