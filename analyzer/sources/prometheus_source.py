@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from functools import partial
+from math import ceil
 
 import numpy as np
 
@@ -49,6 +50,7 @@ from analyzer.sources.span_queries import (
     AGGREGATE,
     HOLDERS_PER_TERM,
     MAX_QUERY_CHARS,
+    MAX_SUBQUERY_STEPS,
     TERMS_PER_QUERY,
     SpanTerm,
     joined,
@@ -65,6 +67,8 @@ MAX_POINTS_PER_SERIES = 10_000
 MAX_SAMPLES_PER_QUERY = 2_000_000
 # How much of one device's series measures its job's scrape interval (the whole window if that fails).
 INTERVAL_PROBE = timedelta(hours=1)
+# Pods one first-busy query names (their names repeat twice: a few hundred keep it under 15,000 characters).
+PODS_PER_QUERY = 150
 
 
 class PrometheusSource:
@@ -290,6 +294,9 @@ class PrometheusSource:
                 continue
             jobs = {counts[k][1].labels.get(dcgm.JOB, "") for k in split}
             step = min((intervals[j] for j in jobs if j in intervals), default=15.0)
+            # Over a long window the union is sampled every few scrapes, as no subquery may take more
+            # than MAX_SUBQUERY_STEPS steps (the quantiles of these few devices are then estimates).
+            step *= max(1, ceil(q.window.total_seconds() / step / MAX_SUBQUERY_STEPS))
             uuids = sorted({k.uuid for k in split})
             named = [
                 (name, q.device_quantile_union(metric, level, uuids, timedelta(seconds=step)))
@@ -583,9 +590,47 @@ class PrometheusSource:
     def first_busy(
         self, snapshot: FleetSnapshot, wanted: Sequence[tuple[DeviceKey, TimeWindow]], idle_percent: float
     ) -> dict[tuple[DeviceKey, TimeWindow], float]:
-        batches = self._terms(snapshot, wanted)
-        answers = self._ask_terms(snapshot, batches, [{"first": lambda term: term.first_busy(idle_percent)}])
-        return {w: min(s.value for s in found) for w, found in answers["first"].items()}
+        """Each holder's first busy sample in its span.
+
+        One query per scrape job (naming the pods, a few hundred per query) finds every holder's
+        first busy sample in the window: a Job's pod has a name of its own, so its series start
+        with its life. Only a holder whose first one lies before its span (a pod recreated under its
+        name) is asked again over its own span.
+        """
+        caps, window = snapshot.capabilities, snapshot.window
+        pods: dict[tuple[str, str, float], set[str]] = defaultdict(set)
+        for key, _ in wanted:
+            if (d := snapshot.devices.get(key)) is not None and key.pod:
+                pods[(d.info.metric, d.info.job, d.interval_s or 15.0)].add(key.pod)
+        queries = []
+        for (metric, job, step), names in sorted(pods.items()):
+            ordered = sorted(names)
+            for i in range(0, len(ordered), PODS_PER_QUERY):
+                term = SpanTerm.pods_of_job(
+                    caps, metric, job, ordered[i : i + PODS_PER_QUERY], window, step, caps.scale(metric, job)
+                )
+                queries.append(term.first_busy(idle_percent))
+        earliest: dict[DeviceKey, float] = {}
+        for answer in self.client.vectors([(query, window.end) for query in queries]):
+            for sample in answer:
+                found = self._key(sample.labels, caps)
+                if found is not None and np.isfinite(sample.value):
+                    earliest[found] = min(sample.value, earliest.get(found, np.inf))
+        out: dict[tuple[DeviceKey, TimeWindow], float] = {}
+        again = []
+        for key, span in wanted:
+            first = earliest.get(key)
+            if first is None or first > span.end.timestamp():
+                continue  # no busy sample in the span
+            if first > span.start.timestamp():
+                out[(key, span)] = first
+            else:
+                again.append((key, span))
+        if again:
+            batches = self._terms(snapshot, again)
+            answers = self._ask_terms(snapshot, batches, [{"first": lambda t: t.first_busy(idle_percent)}])
+            out |= {w: min(s.value for s in found) for w, found in answers["first"].items()}
+        return out
 
     # --- raw samples, for plots only ------------------------------------------------------------
 

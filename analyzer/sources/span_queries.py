@@ -27,7 +27,7 @@ from itertools import pairwise
 from analyzer.sources import dcgm, promql
 from analyzer.sources.aggregates import DeviceKey
 from analyzer.sources.dcgm import Capabilities
-from analyzer.sources.promql import one_of
+from analyzer.sources.promql import Matcher, one_of
 from common.model import TimeWindow
 
 AGGREGATE = "gpu_analyzer_aggregate"  # the label naming each aggregate in a joined answer
@@ -72,16 +72,33 @@ class SpanTerm:
         span: TimeWindow,
         step_s: float,
         scale: float,
+        holders: Sequence[Matcher] = (),
     ) -> None:
         self.caps, self.span, self.step_s, self.scale = caps, span, step_s, scale
         self.keys = tuple(keys)
         self.uuids = frozenset(k.uuid for k in keys)
         self.pods = frozenset(k.pod for k in keys)
-        holders = [one_of(dcgm.UUID, sorted(self.uuids))]
-        if all(self.pods):
-            holders.append(one_of(caps.gpu_pod.pod, sorted(self.pods)))
-        self.holders = holders
-        self.selector = promql.selector(metric, holders)
+        if not holders:
+            holders = [one_of(dcgm.UUID, sorted(self.uuids))]
+            if all(self.pods):
+                holders.append(one_of(caps.gpu_pod.pod, sorted(self.pods)))
+        self.holders = list(holders)
+        self.selector = promql.selector(metric, self.holders)
+
+    @classmethod
+    def pods_of_job(
+        cls,
+        caps: Capabilities,
+        metric: str,
+        job: str,
+        pods: Sequence[str],
+        span: TimeWindow,
+        step_s: float,
+        scale: float,
+    ) -> SpanTerm:
+        """Every GPU the pods held in one scrape job's series over ``span``: names pods, not GPUs."""
+        holders = [promql.eq(dcgm.JOB, job), one_of(caps.gpu_pod.pod, sorted(pods))]
+        return cls(caps, metric, (), span, step_s, scale, holders=holders)
 
     def selects(self, key: DeviceKey) -> bool:
         """Whether this term's selector also matches ``key`` (any pairing of its GPUs and pods)."""
