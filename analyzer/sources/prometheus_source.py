@@ -56,6 +56,7 @@ from analyzer.sources.span_queries import (
     joined,
     tagged,
 )
+from common.errors import DataUnavailableError
 from common.model import TimeWindow
 from common.thresholds import Thresholds
 
@@ -109,27 +110,34 @@ class PrometheusSource:
     def discover(self, window: TimeWindow, t: Thresholds) -> Capabilities:
         """What the source holds over the window, decided once per run."""
         start, end = window.start, window.end
-        present = set(self.client.label_values("__name__", FleetQueries.names_match(), start, end))
+        # Four label calls side by side: the three that matter only if a name is present answer
+        # empty when it is not, and one round trip is cheaper than two.
+        calls: list[Callable[[], list[str]]] = [
+            lambda: self.client.label_values("__name__", FleetQueries.names_match(), start, end),
+            lambda: self.client.label_names(FleetQueries.util_match(), start, end),
+            lambda: self.client.label_names(dcgm.KUBE_POD_OWNER, start, end),
+            lambda: self.client.label_values(dcgm.LE, dcgm.SAMPLE_HISTOGRAM_BUCKET, start, end),
+        ]
+        answers = run_all(self.client.limit, _attempt, calls)
+        (names, failed), *rest = answers
+        if failed is not None:
+            raise failed
+        present = set(names)
         util = tuple(m for m in dcgm.UTIL_METRICS if m in present)
         if not util:
+            # Said first: no GPU series is the finding, whatever the other calls met.
             raise NoDataError(
                 f"{self.description}: no GPU utilization series ({', '.join(dcgm.UTIL_METRICS)}) between "
                 f"{start.isoformat()} and {end.isoformat()}: is dcgm-exporter or gpu-exporter scraped?"
             )
+        for _, failed in rest:
+            if failed is not None:
+                raise failed
+        gpu_answer, ksm_answer, les = (answer for answer, _ in rest)
         ksm = dcgm.KUBE_POD_OWNER in present
         histogram = dcgm.SAMPLE_HISTOGRAM_BUCKET in present
-        # The label calls below depend on the names only: they go out side by side.
-        calls: list[Callable[[], list[str]]] = [
-            lambda: self.client.label_names(FleetQueries.util_match(), start, end),
-            lambda: self.client.label_names(dcgm.KUBE_POD_OWNER, start, end) if ksm else [],
-            lambda: (
-                self.client.label_values(dcgm.LE, dcgm.SAMPLE_HISTOGRAM_BUCKET, start, end)
-                if histogram
-                else []
-            ),
-        ]
-        gpu_answer, ksm_answer, les = run_all(self.client.limit, lambda call: call(), calls)
-        gpu_labels, ksm_labels = set(gpu_answer), set(ksm_answer)
+        gpu_labels, ksm_labels = set(gpu_answer), set(ksm_answer) if ksm else set()
+        les = les if histogram else []
         histogram_le: tuple[str, ...] = ()
         if histogram:
             bounds = {le: v for le in les if (v := dcgm.parse_le(le)) is not None}
@@ -709,6 +717,14 @@ class PrometheusSource:
         if not samples:
             return None
         return float(sum(s.value for s in samples))
+
+
+def _attempt(call: Callable[[], list[str]]) -> tuple[list[str], DataUnavailableError | None]:
+    """A discovery call's answer, or the error it met (raised once the answers are weighed)."""
+    try:
+        return call(), None
+    except DataUnavailableError as e:
+        return [], e
 
 
 def _by_span(
