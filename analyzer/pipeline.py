@@ -1,15 +1,17 @@
 """One analysis: source → aggregates → workload views → detectors → findings report.
 
-The number of queries barely depends on the fleet's size: one snapshot (a fixed set of fleet-wide
-queries), the closer looks (aggregates over holders' own spans, up to a dozen queries per 40
-distinct spans), one memory query per 200 idle candidates, and the policy's request-rate query per
-idle candidate. No raw samples are read for detection; plots alone read them.
-"""
+The number of queries barely depends on the fleet's size: discovery (four label calls side by
+side), one snapshot (a fixed set of fleet-wide queries side by side), the closer looks (range
+aggregates over young holders' own spans, the young Jobs' first busy samples found alongside,
+then the stalled/busy shares of starvation candidates only), one memory query per 200 idle
+candidates, and the policy's request-rate query per idle candidate. No raw samples are read for
+detection; plots alone read them."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Collection, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -19,7 +21,7 @@ from analyzer.detection import detectors, workloads
 from analyzer.detection.views import DeviceView, NodeView, RequestRate, WorkloadView
 from analyzer.report.share_series import ShareLine, bin_middles, from_histogram, from_samples
 from analyzer.scope import scope_snapshot
-from analyzer.sources.aggregates import FleetSnapshot
+from analyzer.sources.aggregates import CloserLook, DeviceKey, FleetSnapshot, SpanNumbers
 from analyzer.sources.errors import NoDataError
 from analyzer.sources.metrics_source import MetricsSource
 from analyzer.sources.promql import duration, render_template
@@ -122,16 +124,24 @@ def analyze_in_detail(
 
     planned = workloads.plan(snapshot, thresholds, now)
     starts = workloads.busy_starts(planned)
-    if starts:
-        step(f"finding the first busy sample of {len(starts)} Job GPU(s) that started in the window")
-        planned = workloads.settle(
-            planned, source.first_busy(snapshot, starts, thresholds.idle_percent), thresholds
-        )
+    # Spans known now (every holder but young Jobs') are aggregated while the young Jobs' first
+    # busy samples are found: the two rounds overlap.
     looks = workloads.closer_looks(planned, thresholds)
-    numbers = {}
-    if looks:
-        step(f"aggregating {len(looks)} GPU(s) over their own judged span")
-        numbers = source.span_numbers(snapshot, looks, thresholds)
+    with ThreadPoolExecutor(max_workers=1) as side:
+        busy = None
+        if starts:
+            step(f"finding the first busy sample of {len(starts)} Job GPU(s) that started in the window")
+            busy = side.submit(source.first_busy, snapshot, starts, thresholds.idle_percent)
+        numbers = _span_numbers(source, snapshot, looks, thresholds, step)
+        if busy is not None:
+            planned = workloads.settle(planned, busy.result(), thresholds)
+            asked = {(look.key, look.span) for look in looks}
+            rest = [
+                look
+                for look in workloads.closer_looks(planned, thresholds)
+                if (look.key, look.span) not in asked
+            ]
+            numbers |= _span_numbers(source, snapshot, rest, thresholds, step)
     more = workloads.share_looks(planned, numbers, thresholds)
     if more:
         step(f"measuring stalled and busy shares of {len(more)} young starvation candidate GPU(s)")
@@ -153,6 +163,19 @@ def analyze_in_detail(
     found: list[Finding] = detectors.detect(views, nodes, thresholds, now)
     report = FindingsReport(window=window, generated_at=now, source=source.description, findings=tuple(found))
     return Analysis(report=report, snapshot=snapshot, workloads=tuple(views), nodes=tuple(nodes))
+
+
+def _span_numbers(
+    source: MetricsSource,
+    snapshot: FleetSnapshot,
+    looks: Sequence[CloserLook],
+    thresholds: Thresholds,
+    step: Callable[[str], None],
+) -> dict[tuple[DeviceKey, TimeWindow], SpanNumbers]:
+    if not looks:
+        return {}
+    step(f"aggregating {len(looks)} GPU(s) over their own judged span")
+    return source.span_numbers(snapshot, looks, thresholds)
 
 
 def top_offenders(findings: Sequence[Finding], top: int) -> list[Finding]:

@@ -250,8 +250,8 @@ def closer_looks(planned: Plan, t: Thresholds) -> list[CloserLook]:
     looks: dict[Judged, CloserLook] = {}
     for draft in planned.workloads:
         for h in draft.holders:
-            if h.span is None:
-                continue
+            if h.span is None or h.until_busy:
+                continue  # a young Job's span is known once its first busy sample is
             dev, judged = h.device, (h.device.key, h.span)
             if h.cut:
                 looks[judged] = CloserLook(dev.key, h.span, stats=True, histogram=dev.histogram is not None)
