@@ -31,12 +31,58 @@ from harness.servers import PrometheusServer, backfill_rules, merged_blocks
 from simulation.fleet import Fleet
 from simulation.fleet.truth import window_of
 
-pytestmark = pytest.mark.prometheus
-
 RULES_FILE = ALERTS_DIR / "gpu-analyzer.recording.yaml"
 # Rules evaluated over the last 7 h of the fleet's day: the scored 6 h window is covered, a 9 h one
 # starts before the first rollup.
 RULES_SPAN = timedelta(hours=7)
+
+
+END = datetime(2026, 1, 5, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("window", "latest", "expected"),
+    [
+        # Rollups on the window's edges: the lead is a whole step, so that the sample on ``start``
+        # is read raw with the raw query's own range semantics.
+        pytest.param(
+            TimeWindow.ending(END, timedelta(hours=1)),
+            END,
+            rollups.Cover(lead=timedelta(minutes=5), interior=timedelta(minutes=55), trail=timedelta(0)),
+            id="aligned",
+        ),
+        pytest.param(
+            TimeWindow.ending(END, timedelta(hours=1)),
+            END - timedelta(minutes=2, milliseconds=8),
+            rollups.Cover(
+                lead=timedelta(minutes=2, seconds=59, milliseconds=992),
+                interior=timedelta(minutes=55),
+                trail=timedelta(minutes=2, milliseconds=8),
+            ),
+            id="ragged",
+        ),
+        pytest.param(TimeWindow.ending(END, timedelta(minutes=5)), END, None, id="no-whole-step"),
+        pytest.param(
+            TimeWindow.ending(END, timedelta(hours=1)), END + timedelta(seconds=1), None, id="after"
+        ),
+        pytest.param(TimeWindow.ending(END, timedelta(hours=1)), END - timedelta(hours=1), None, id="before"),
+    ],
+)
+def test_window_splits_into_raw_edges_and_whole_rollup_steps(
+    window: TimeWindow, latest: datetime, expected: rollups.Cover | None
+) -> None:
+    found = rollups.cover(window, latest)
+    assert found == expected
+    if found is not None:
+        assert found.lead + found.interior + found.trail == window.duration
+        assert timedelta(0) < found.lead <= rollups.STEP
+
+
+def test_a_missed_evaluation_means_raw_samples() -> None:
+    c = rollups.Cover(lead=timedelta(minutes=5), interior=timedelta(hours=1), trail=timedelta(0))
+    assert rollups.missing(c, 12.0) is None
+    assert rollups.missing(c, 11.0) == "11 of the 12 evaluations in the window recorded"
+    assert rollups.missing(c, None) == "0 of the 12 evaluations in the window recorded"
 
 
 def test_rules_file_passes_promtool_check_rules() -> None:
@@ -95,6 +141,7 @@ def _assert_same_numbers(rolled: FleetSnapshot, raw: FleetSnapshot) -> None:
     assert rolled.capabilities.dev_scale == raw.capabilities.dev_scale
 
 
+@pytest.mark.prometheus
 @pytest.mark.parametrize(
     ("back", "length"),
     [
@@ -123,6 +170,7 @@ def test_rollups_give_the_raw_numbers(
     _assert_same_numbers(rolled, raw)
 
 
+@pytest.mark.prometheus
 def test_rules_starting_mid_window_fall_back_to_raw_samples(
     rules_server: PrometheusServer, standard_fleet: Fleet, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -134,6 +182,7 @@ def test_rules_starting_mid_window_fall_back_to_raw_samples(
     _assert_same_numbers(rolled, raw)
 
 
+@pytest.mark.prometheus
 def test_without_rules_the_analyzer_reads_raw_samples(
     prometheus_standard: PrometheusServer, standard_fleet: Fleet
 ) -> None:
@@ -176,6 +225,7 @@ def _analysis(url: str, fleet: Fleet, recording_rules: bool) -> tuple[Analysis, 
     return analyze_in_detail(source, window, Thresholds(), now=window.end), source, recorder
 
 
+@pytest.mark.prometheus
 def test_findings_are_the_same_with_and_without_rules_for_fewer_samples_read(
     rules_server: PrometheusServer, standard_fleet: Fleet, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -223,6 +273,7 @@ def _openmetrics(path: Path, uuids: list[str], stamps: list[float]) -> None:
         fh.write("# EOF\n")
 
 
+@pytest.mark.prometheus
 def test_samples_on_rollup_instants_count_once(
     rules_server: PrometheusServer, standard_fleet: Fleet, tmp_path: Path
 ) -> None:
