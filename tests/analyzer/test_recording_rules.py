@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import parse_qs
 
+import numpy as np
 import pytest
 import requests
 import yaml
@@ -27,8 +28,8 @@ from common.model import TimeWindow
 from common.thresholds import Thresholds
 from harness.binaries import require_binary
 from harness.rules import ALERTS_DIR
-from harness.servers import PrometheusServer, backfill_rules, merged_blocks
-from simulation.fleet import Fleet
+from harness.servers import PrometheusServer, VictoriaMetricsServer, backfill_rules, merged_blocks
+from simulation.fleet import Fleet, Series
 from simulation.fleet.truth import window_of
 
 RULES_FILE = ALERTS_DIR / "gpu-analyzer.recording.yaml"
@@ -312,3 +313,40 @@ def test_samples_on_rollup_instants_count_once(
             _assert_same_numbers(rolled, plain)
             expected = round(window.duration / timedelta(minutes=1)) + 1  # 2.x: both edges count
             assert {d.stats.samples for d in rolled.devices.values()} == {expected}
+
+
+# --- VictoriaMetrics: ranges open on the left, the same split -------------------------------------
+
+
+@pytest.mark.prometheus
+@pytest.mark.victoriametrics
+def test_victoriametrics_reads_the_same_rollups_to_the_same_numbers(
+    rules_server: PrometheusServer, standard_fleet: Fleet, tmp_path: Path
+) -> None:
+    """The rollups as vmalert would have written them (copied from Prometheus, stamps and all)
+    next to the raw samples: VictoriaMetrics' left-open ranges give the raw numbers too."""
+    end = standard_fleet.scenario.end
+    recorded = []
+    for name in rollups.ALL_NAMES:
+        answer = requests.post(
+            rules_server.url + "/api/v1/query",
+            data={"query": f"{name}[{int(RULES_SPAN.total_seconds())}s]", "time": end.timestamp()},
+            timeout=30,
+        ).json()["data"]["result"]
+        for item in answer:
+            labels = tuple(sorted((k, v) for k, v in item["metric"].items() if k != "__name__"))
+            stamps = np.array([float(t) for t, _ in item["values"]])
+            values = np.array([float(v) for _, v in item["values"]])
+            recorded.append(Series(name, labels, stamps, values))
+    assert recorded
+    with VictoriaMetricsServer(tmp_path / "victoria") as server:
+        # Raw samples as Prometheus got them; rollups at full precision (the text import keeps 10 digits).
+        server.import_series(standard_fleet.series)
+        server.import_json_lines(recorded)
+        for window in (
+            window_of(standard_fleet),
+            TimeWindow.ending(end - timedelta(minutes=2, seconds=30, milliseconds=7), timedelta(hours=5)),
+        ):
+            rolled, raw = _snapshots(server.url, window)
+            assert set(rolled.capabilities.rollups) == set(dcgm.UTIL_METRICS)
+            _assert_same_numbers(rolled, raw)
