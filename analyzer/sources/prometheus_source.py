@@ -170,12 +170,12 @@ class PrometheusSource:
                 log.info("%s: recording rules do not cover the window (%s); reading raw samples", metric, why)
                 continue
             log.info(
-                "%s: count, sum and max from %d recording-rule rollups, raw samples for the first %s "
-                "and the last %s of the window",
+                "%s: count, sum and max from %d recording-rule rollups, raw samples for the first %.3f s "
+                "and the last %.3f s of the window",
                 metric,
                 c.steps,
-                c.lead,
-                c.trail,
+                c.lead.total_seconds(),
+                c.trail.total_seconds(),
             )
             out[metric] = c
         return out
