@@ -1,23 +1,24 @@
 """The optional recording rules of ``alerts/gpu-analyzer.recording.yaml``, and how the snapshot reads them.
 
-The rules record, every 5 minutes and per utilization series (all its labels kept), the count, sum
-and maximum of its samples over ``(t - 5m, t]``, plus one fleet-wide series per metric: the total
-sample count of that evaluation. Where they cover a window, the snapshot's count, sum, max and
-series count come from three parts per holder, all computed by the TSDB in one query per aggregate:
+Every 5 minutes one rule per utilization metric records, per series (all its labels kept, plus
+``rollup``), the count, sum and maximum of its samples over one 5-minute span, and the fleet's
+total count. A rollup stamped t covers ``(t - 6m, t - 1m]``: the span's edges are "rollup edges".
+Where the rollups cover a window ``(start, end]``, the snapshot's count, sum, max and series count
+come from three parts per holder, all computed by the TSDB in one query per aggregate:
 
-* the lead, ``start`` to ``a``, the first rollup instant after ``start``: raw samples, read with the
-  same range selector as the raw query, so its left end behaves exactly as the raw query's does;
-* the interior ``(a, b]``: the rollups stamped ``a + 5m`` … ``b``, ``b`` the last one before ``end``;
-* the trail ``(b, end]``: raw samples, as ``[b - 5m, end]`` minus ``[b - 5m, b]`` so the result is
-  left-open whatever the evaluator's range semantics.
+* the lead ``(start, a]``, ``a`` the first rollup edge after ``start``: raw samples, read with the
+  raw query's own range selector, so ``start`` counts exactly as it does without rules;
+* the interior ``(a, b]``, whole 5-minute spans: the rollups, ``b`` the last edge before ``end``;
+* the trail ``(b, end]``: raw samples, as ``[b - 5m, end]`` minus ``[b - 5m, b]``, left-open
+  whatever the TSDB's range semantics.
 
 Counts and maxima are exact; sums are exact up to float rounding (they are added in another
 order). Quantiles cannot be composed from rollups and stay on raw samples.
 
-The rollups are used for a metric only when the fleet series shows an evaluation at every rollup
-instant of ``(a, b]``, the per-series counts add up to its totals (no series lost a rollup), and
-the sum and max rollups exist wherever the count rollups do. Anything else — rules absent, added
-mid-window, an evaluation missed — and the metric is read raw for that run, as without rules.
+A metric's rollups are used only when the fleet series shows an evaluation for every span of the
+interior: each evaluation records every series with samples in its span, or nothing. Anything
+else — rules absent, added mid-window, an evaluation missed — and the metric is read raw for that
+run, as without rules.
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ from common.model import TimeWindow
 log = logging.getLogger(__name__)
 
 STEP = timedelta(minutes=5)  # the rule group's interval, the rollups' range and the names' suffix
+# A rollup stamped t covers (t - LAG - 5m, t - LAG]: by t every sample of that span has been
+# appended, even one scraped just before it from a slow target (the rules' ``offset 1m``).
+LAG = timedelta(minutes=1)
 KINDS = ("count", "sum", "max")
 FLEET = "fleet_count"
 ROLLUP_LABEL = "rollup"  # which number a rollup series holds
@@ -75,10 +79,11 @@ class Cover:
 
 
 def cover(window: TimeWindow, latest: datetime) -> Cover | None:
-    """The split of ``window`` around the rollup instants, ``latest`` being the last at or before
-    its end; None when no whole rollup step fits between the first instant after ``start`` and it."""
-    b = latest
-    if b > window.end or b <= window.start:
+    """The split of ``window`` around the rollups' spans, ``latest`` being the stamp of the last
+    evaluation at or before its end; None when no whole step fits between the first span edge after
+    ``start`` and the end of the last span."""
+    b = latest - LAG
+    if latest > window.end or b <= window.start:
         return None
     a = b - STEP * ((b - window.start) // STEP)
     if a <= window.start:
@@ -124,7 +129,7 @@ def latest_query(metrics: Sequence[str]) -> str:
 def check_query(covers: Mapping[str, Cover]) -> str:
     """How many evaluations recorded each metric's rollups over its interior: one number per metric."""
     parts = [
-        f"label_replace(count_over_time({_ranged(selector(m, FLEET), _interior(c), c.trail)}), "
+        f"label_replace(count_over_time({_ranged(selector(m, FLEET), _interior(c), c.trail - LAG)}), "
         f'"{METRIC_LABEL}", "{promql.escape(m)}", "", "")'
         for m, c in covers.items()
     ]
@@ -154,13 +159,14 @@ class RolledUpQueries(FleetQueries):
 
     def _parts(self, metric: str, raw_func: str, kind: str, rollup_func: str) -> list[tuple[str, str]]:
         c = self.covers[metric]
-        rollup = f"{rollup_func}({_ranged(selector(metric, kind), _interior(c), c.trail)})"
+        # Rollups are stamped LAG after the span they cover.
+        rollup = f"{rollup_func}({_ranged(selector(metric, kind), _interior(c), c.trail - LAG)})"
         parts = [
             ("lead", f"{raw_func}({_ranged(metric, c.lead, c.interior + c.trail)})"),
             # Without its ``rollup`` label a rollup series carries exactly its raw series' labels.
             ("rollups", f'label_replace({rollup}, "{ROLLUP_LABEL}", "", "", "")'),
         ]
-        if c.trail > timedelta(0):
+        if c.trail > timedelta(0):  # always, LAG at least; kept for a LAG of 0
             if raw_func == "max_over_time":
                 # A maximum may see b's sample twice: [b, end] is as good as (b, end].
                 trail = f"max_over_time({_ranged(metric, c.trail, timedelta(0))})"

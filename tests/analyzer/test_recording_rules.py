@@ -44,25 +44,36 @@ END = datetime(2026, 1, 5, tzinfo=UTC)
 @pytest.mark.parametrize(
     ("window", "latest", "expected"),
     [
-        # Rollups on the window's edges: the lead is a whole step, so that the sample on ``start``
-        # is read raw with the raw query's own range semantics.
+        # A rollup stamped t covers (t - 6m, t - 1m]: the last span ends a minute before ``end``.
         pytest.param(
             TimeWindow.ending(END, timedelta(hours=1)),
             END,
-            rollups.Cover(lead=timedelta(minutes=5), interior=timedelta(minutes=55), trail=timedelta(0)),
-            id="aligned",
+            rollups.Cover(
+                lead=timedelta(minutes=4), interior=timedelta(minutes=55), trail=timedelta(minutes=1)
+            ),
+            id="stamped-on-end",
         ),
         pytest.param(
             TimeWindow.ending(END, timedelta(hours=1)),
             END - timedelta(minutes=2, milliseconds=8),
             rollups.Cover(
-                lead=timedelta(minutes=2, seconds=59, milliseconds=992),
+                lead=timedelta(minutes=1, seconds=59, milliseconds=992),
                 interior=timedelta(minutes=55),
-                trail=timedelta(minutes=2, milliseconds=8),
+                trail=timedelta(minutes=3, milliseconds=8),
             ),
             id="ragged",
         ),
-        pytest.param(TimeWindow.ending(END, timedelta(minutes=5)), END, None, id="no-whole-step"),
+        # ``start`` on a span edge: the lead is a whole step, so that the sample on ``start`` is
+        # read raw, with the raw query's own range semantics.
+        pytest.param(
+            TimeWindow.ending(END, timedelta(minutes=61)),
+            END,
+            rollups.Cover(
+                lead=timedelta(minutes=5), interior=timedelta(minutes=55), trail=timedelta(minutes=1)
+            ),
+            id="start-on-an-edge",
+        ),
+        pytest.param(TimeWindow.ending(END, timedelta(minutes=6)), END, None, id="no-whole-step"),
         pytest.param(
             TimeWindow.ending(END, timedelta(hours=1)), END + timedelta(seconds=1), None, id="after"
         ),
@@ -291,6 +302,7 @@ def test_samples_on_rollup_instants_count_once(
     ).json()["data"]["result"]
     # promtool runs a group at the same phase whatever the data: learn it from the first backfill.
     instant = datetime.fromtimestamp(round(float(at[0]["value"][1]) * 1000) / 1000, tz=UTC)
+    edge = instant - rollups.LAG  # where that evaluation's span ends
     first = instant - timedelta(hours=3)
     stamps = [(first + timedelta(seconds=60 * n)).timestamp() for n in range(181)]
     source = tmp_path / "edges.om"
@@ -305,7 +317,8 @@ def test_samples_on_rollup_instants_count_once(
         rule_blocks = backfill_rules(server.url, RULES_FILE, first, instant, tmp_path)
     with PrometheusServer(tmp_path / "second", merged_blocks(tmp_path, raw, rule_blocks)) as server:
         for window in (
-            TimeWindow(start=first + timedelta(minutes=30), end=instant),  # both edges on rollup instants
+            TimeWindow(start=edge - timedelta(hours=2, minutes=30), end=instant),  # start on a span edge
+            TimeWindow(start=edge - timedelta(hours=2), end=edge),  # both on span edges
             TimeWindow(start=first + timedelta(minutes=31), end=instant - timedelta(minutes=2)),
         ):
             rolled, plain = _snapshots(server.url, window)
