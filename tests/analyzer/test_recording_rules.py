@@ -275,22 +275,23 @@ def test_findings_are_the_same_with_and_without_rules_for_fewer_samples_read(
 # --- samples stamped exactly on rollup instants ---------------------------------------------------
 
 
-def _openmetrics(path: Path, uuids: list[str], stamps: list[float]) -> None:
+def _openmetrics(path: Path, stamps: dict[str, list[datetime]]) -> None:
     with path.open("w", encoding="utf-8") as fh:
         fh.write("# TYPE DCGM_FI_DEV_GPU_UTIL gauge\n")
-        for i, uuid in enumerate(uuids):
+        for i, (uuid, times) in enumerate(stamps.items()):
             labels = f'UUID="{uuid}",gpu="{i}",Hostname="node-a",modelName="NVIDIA H100",job="dcgm"'
-            for n, t in enumerate(stamps):
+            for n, t in enumerate(s.timestamp() for s in times):
                 fh.write(f"DCGM_FI_DEV_GPU_UTIL{{{labels}}} {(n * 7 + i * 13) % 101} {t:.3f}\n")
         fh.write("# EOF\n")
 
 
 @pytest.mark.prometheus
-def test_samples_on_rollup_instants_count_once(
+def test_samples_on_span_edges_count_once_and_edge_only_holders_keep_theirs(
     rules_server: PrometheusServer, standard_fleet: Fleet, tmp_path: Path
 ) -> None:
-    """Prometheus 2.x ranges include their left end: a sample stamped exactly when the rules run
-    must still land in one rollup only, and the window's edges must count as the raw query does."""
+    """Prometheus 2.x ranges include their left end: a sample stamped exactly on a span's edge must
+    still land in one rollup only, the window's edges must count as the raw query does, and a
+    holder whose samples lie in the raw edges only keeps them."""
     end = standard_fleet.scenario.end
     at = requests.post(
         rules_server.url + "/api/v1/query",
@@ -304,9 +305,19 @@ def test_samples_on_rollup_instants_count_once(
     instant = datetime.fromtimestamp(round(float(at[0]["value"][1]) * 1000) / 1000, tz=UTC)
     edge = instant - rollups.LAG  # where that evaluation's span ends
     first = instant - timedelta(hours=3)
-    stamps = [(first + timedelta(seconds=60 * n)).timestamp() for n in range(181)]
+    every_minute = [first + timedelta(seconds=60 * n) for n in range(181)]
+    lead_start = edge - timedelta(hours=2, minutes=30)
     source = tmp_path / "edges.om"
-    _openmetrics(source, ["GPU-edge-0", "GPU-edge-1"], stamps)
+    _openmetrics(
+        source,
+        {
+            "GPU-edge-0": every_minute,
+            "GPU-edge-1": every_minute,
+            # Holders with samples in one raw edge of the first window and no rollup inside it.
+            "GPU-lead-only": [lead_start + timedelta(minutes=m) for m in (1, 2, 3)],
+            "GPU-trail-only": [instant - timedelta(seconds=s) for s in (40, 20, 0)],
+        },
+    )
     raw = tmp_path / "raw"
     subprocess.run(
         [require_binary("promtool"), "tsdb", "create-blocks-from", "openmetrics", str(source), str(raw)],
@@ -317,7 +328,7 @@ def test_samples_on_rollup_instants_count_once(
         rule_blocks = backfill_rules(server.url, RULES_FILE, first, instant, tmp_path)
     with PrometheusServer(tmp_path / "second", merged_blocks(tmp_path, raw, rule_blocks)) as server:
         for window in (
-            TimeWindow(start=edge - timedelta(hours=2, minutes=30), end=instant),  # start on a span edge
+            TimeWindow(start=lead_start, end=instant),  # start on a span edge
             TimeWindow(start=edge - timedelta(hours=2), end=edge),  # both on span edges
             TimeWindow(start=first + timedelta(minutes=31), end=instant - timedelta(minutes=2)),
         ):
@@ -325,7 +336,10 @@ def test_samples_on_rollup_instants_count_once(
             assert rolled.capabilities.rollups == (dcgm.DEV_GPU_UTIL,)
             _assert_same_numbers(rolled, plain)
             expected = round(window.duration / timedelta(minutes=1)) + 1  # 2.x: both edges count
-            assert {d.stats.samples for d in rolled.devices.values()} == {expected}
+            samples = {k.uuid: d.stats.samples for k, d in rolled.devices.items()}
+            assert samples["GPU-edge-0"] == samples["GPU-edge-1"] == expected
+            if window.start == lead_start:
+                assert samples["GPU-lead-only"] == samples["GPU-trail-only"] == 3
 
 
 # --- VictoriaMetrics: ranges open on the left, the same split -------------------------------------
