@@ -112,6 +112,8 @@ class Capabilities:
     pod_scheduled: bool = False
     job_owner: bool = False
     pod_labels: bool = False
+    # Utilization metrics whose recording-rule rollups exist; after the snapshot's check, those it read.
+    rollups: tuple[str, ...] = ()
     # Per scrape job: multiplier from the DEV gauge's unit to percent, and the sample interval (s).
     dev_scale: Mapping[str, float] = field(default_factory=dict)
     interval_s: Mapping[str, float] = field(default_factory=dict)
@@ -124,6 +126,7 @@ class Capabilities:
         gpu_labels: Collection[str],
         ksm_labels: Collection[str],
         histogram_le: tuple[str, ...],
+        rollups: tuple[str, ...] = (),
     ) -> Capabilities:
         """What a source holds, from the metric names present and the labels of the GPU and owner
         series: the one definition both metrics sources (TSDB and in-memory) decide by."""
@@ -146,6 +149,7 @@ class Capabilities:
             pod_scheduled=ksm and KUBE_POD_STATUS_SCHEDULED in present,
             job_owner=ksm and KUBE_JOB_OWNER in present,
             pod_labels=ksm and KUBE_POD_LABELS in present,
+            rollups=rollups,
         )
 
     @property
@@ -179,6 +183,8 @@ class Capabilities:
         ratio_jobs = sorted(j or "(no job)" for j, s in self.dev_scale.items() if s == RATIO)
         if ratio_jobs:
             parts.append(f"{DEV_GPU_UTIL} in 0-1 for {', '.join(ratio_jobs)}")
+        if self.rollups:
+            parts.append("5-minute recording-rule rollups for " + ", ".join(self.rollups))
         if self.histogram:
             parts.append("sample histogram")
         if self.mig:

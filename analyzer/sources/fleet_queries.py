@@ -41,8 +41,9 @@ class FleetQueries:
     # --- discovery ------------------------------------------------------------------------------
 
     @staticmethod
-    def names_match() -> str:
-        return "{" + str(one_of("__name__", dcgm.KNOWN_METRICS)) + "}"
+    def names_match(extra: Sequence[str] = ()) -> str:
+        """The metric names discovery asks about: those the analyzer reads, and ``extra`` (rollups)."""
+        return "{" + str(one_of("__name__", (*dcgm.KNOWN_METRICS, *extra))) + "}"
 
     @staticmethod
     def util_match() -> str:

@@ -21,7 +21,7 @@ from math import ceil
 
 import numpy as np
 
-from analyzer.sources import dcgm
+from analyzer.sources import dcgm, rollups
 from analyzer.sources.aggregates import (
     CloserLook,
     CpuUsage,
@@ -46,6 +46,7 @@ from analyzer.sources.errors import NoDataError
 from analyzer.sources.fleet_queries import FleetQueries
 from analyzer.sources.pacing import run_all
 from analyzer.sources.prometheus_api import PrometheusClient, PrometheusConfig, RangeSeries, VectorSample
+from analyzer.sources.rollups import Cover, RolledUpQueries
 from analyzer.sources.span_queries import (
     AGGREGATE,
     HOLDERS_PER_TERM,
@@ -81,6 +82,7 @@ class PrometheusSource:
         util_scale: str = "auto",
         max_points_per_series: int = MAX_POINTS_PER_SERIES,
         max_samples_per_query: int = MAX_SAMPLES_PER_QUERY,
+        recording_rules: bool = True,
     ) -> None:
         self.client = client if isinstance(client, PrometheusClient) else PrometheusClient(client)
         if util_scale not in ("auto", "percent", "ratio"):
@@ -88,6 +90,8 @@ class PrometheusSource:
         self.util_scale = util_scale
         self.max_points_per_series = max_points_per_series
         self.max_samples_per_query = max_samples_per_query
+        # Read the rollups of alerts/gpu-analyzer.recording.yaml where they cover the window.
+        self.recording_rules = recording_rules
         # Answers fetched side by side ahead of the code that reads them, by (query, time).
         self._fetched: dict[tuple[str, datetime], list[VectorSample]] = {}
 
@@ -112,8 +116,9 @@ class PrometheusSource:
         start, end = window.start, window.end
         # Four label calls side by side: the three that matter only if a name is present answer
         # empty when it is not, and one round trip is cheaper than two.
+        extra = rollups.ALL_NAMES if self.recording_rules else ()
         calls: list[Callable[[], list[str]]] = [
-            lambda: self.client.label_values("__name__", FleetQueries.names_match(), start, end),
+            lambda: self.client.label_values("__name__", FleetQueries.names_match(extra), start, end),
             lambda: self.client.label_names(FleetQueries.util_match(), start, end),
             lambda: self.client.label_names(dcgm.KUBE_POD_OWNER, start, end),
             lambda: self.client.label_values(dcgm.LE, dcgm.SAMPLE_HISTOGRAM_BUCKET, start, end),
@@ -145,7 +150,47 @@ class PrometheusSource:
                 histogram_le = dcgm.pick_buckets(bounds, t.starvation_idle_percent, t.starvation_busy_percent)
             except ValueError as e:
                 log.warning("ignoring %s: %s", dcgm.SAMPLE_HISTOGRAM_BUCKET, e)
-        return Capabilities.discovered(present, util, gpu_labels, ksm_labels, histogram_le)
+        return Capabilities.discovered(
+            present, util, gpu_labels, ksm_labels, histogram_le, rollups.recorded(present, util)
+        )
+
+    def _rollup_covers(self, caps: Capabilities, window: TimeWindow) -> dict[str, Cover]:
+        """The metrics whose recording-rule rollups cover the whole window, and how (logged either way)."""
+        if not caps.rollups:
+            return {}
+        latest: dict[str, datetime] = {}
+        for s in self._vector(rollups.latest_query(caps.rollups), window.end):
+            stamp = datetime.fromtimestamp(round(s.value * 1000) / 1000, tz=window.end.tzinfo)
+            latest[s.labels.get(rollups.METRIC_LABEL, "")] = stamp
+        covers = {}
+        for metric in caps.rollups:
+            found = rollups.cover(window, latest[metric]) if metric in latest else None
+            if found is None:
+                log.info("%s: recording rules not evaluated across the window; reading raw samples", metric)
+            else:
+                covers[metric] = found
+        if not covers:
+            return {}
+        evaluations = {
+            s.labels.get(rollups.METRIC_LABEL, ""): s.value
+            for s in self._vector(rollups.check_query(covers), window.end)
+        }
+        out = {}
+        for metric, c in covers.items():
+            why = rollups.missing(c, evaluations.get(metric))
+            if why is not None:
+                log.info("%s: recording rules do not cover the window (%s); reading raw samples", metric, why)
+                continue
+            log.info(
+                "%s: count, sum and max from %d recording-rule rollups, raw samples for the first %.3f s "
+                "and the last %.3f s of the window",
+                metric,
+                c.steps,
+                c.lead.total_seconds(),
+                c.trail.total_seconds(),
+            )
+            out[metric] = c
+        return out
 
     def _dev_scales(
         self, device_max: Mapping[str, list[float]], mean: Mapping[str, float]
@@ -160,7 +205,11 @@ class PrometheusSource:
 
     def snapshot(self, window: TimeWindow, thresholds: Thresholds) -> FleetSnapshot:
         caps = self.discover(window, thresholds)
-        q = FleetQueries(caps, window.duration)
+        covers = self._rollup_covers(caps, window) if self.recording_rules else {}
+        caps = replace(caps, rollups=tuple(covers))
+        q: FleetQueries = (
+            RolledUpQueries(caps, window.duration, covers) if covers else FleetQueries(caps, window.duration)
+        )
         q_low, q_high = quantile_levels(thresholds.starvation_min_share)
         span_s = window.duration.total_seconds()
         at = window.end

@@ -23,9 +23,10 @@ from harness.binaries import require_binary
 from harness.chart import CHART_DIR, NAMESPACE, Manifest, lint, only, render, values_file
 from harness.crd_schemas import SCHEMAS
 from harness.grafana import dashboard_files
-from harness.rules import RULE_FILES
+from harness.rules import ALERTS_DIR, RULE_FILES
 from reaper.policy import parse_policy
 
+RECORDING_RULES = ALERTS_DIR / "gpu-analyzer.recording.yaml"
 VALUE_SETS = {"default-values": {}, "all-enabled": values_file("all-enabled-values.yaml")}
 KUBE_VERSIONS = ("1.28", kubernetes_validate.latest_version())
 RENDERED = {name: render(values) for name, values in VALUE_SETS.items()}
@@ -249,7 +250,7 @@ def _rule_files() -> list[dict[str, Any]]:
 def test_prometheus_rule_is_built_from_the_alerts_directory(tmp_path: Path) -> None:
     spec = only(RENDERED["all-enabled"], "PrometheusRule")["spec"]
     source = {r["alert"]: r for g in _rule_files() for r in g["rules"]}
-    rendered = {r["alert"]: r for g in spec["groups"] for r in g["rules"]}
+    rendered = {r["alert"]: r for g in spec["groups"] for r in g["rules"] if "alert" in r}
     assert rendered.keys() == source.keys()
     for alert, rule in rendered.items():
         assert rule["expr"] == source[alert]["expr"]
@@ -261,6 +262,18 @@ def test_prometheus_rule_is_built_from_the_alerts_directory(tmp_path: Path) -> N
         [require_binary("promtool"), "check", "rules", str(path)], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_analyzer_recording_rules_are_opt_in_and_as_shipped() -> None:
+    source = yaml.safe_load(RECORDING_RULES.read_text(encoding="utf-8"))["groups"]
+    by_default = render({"prometheusRule": {"enabled": True}})
+    assert not [
+        r for g in only(by_default, "PrometheusRule")["spec"]["groups"] for r in g["rules"] if "record" in r
+    ]
+    spec = only(RENDERED["all-enabled"], "PrometheusRule")["spec"]
+    recording = [g for g in spec["groups"] if any("record" in r for r in g["rules"])]
+    # Verbatim: no alert labels (they would become labels of every rollup series), no runbooks.
+    assert recording == source
 
 
 def test_prometheus_rule_groups_can_be_left_out() -> None:

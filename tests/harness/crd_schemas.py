@@ -90,9 +90,12 @@ def _object(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
 _RULE = {
     "type": "object",
     "additionalProperties": False,
-    "required": ["alert", "expr"],
+    "required": ["expr"],
+    # The CRD requires only expr; Prometheus refuses a rule that is neither an alert nor a recording.
+    "oneOf": [{"required": ["alert"]}, {"required": ["record"]}],
     "properties": {
         "alert": {"type": "string"},
+        "record": {"type": "string"},
         "expr": {"type": "string"},
         "for": _DURATION,
         "keep_firing_for": _DURATION,

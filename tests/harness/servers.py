@@ -13,6 +13,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterable, Iterator
+from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -100,6 +101,41 @@ def backfill_blocks(series: Iterable[Series], workdir: Path) -> Path:
     if result.returncode != 0:
         raise RuntimeError(f"promtool backfill failed:\n{result.stdout}\n{result.stderr}")
     return blocks
+
+
+def backfill_rules(url: str, rules: Path, start: datetime, end: datetime, workdir: Path) -> Path:
+    """Let promtool evaluate recording rules over ``url``'s history into TSDB blocks, as a user who
+    adds the rules to an existing Prometheus would; returns the blocks directory."""
+    blocks = workdir / "rule-blocks"
+    result = subprocess.run(
+        [
+            require_binary("promtool"),
+            "tsdb",
+            "create-blocks-from",
+            "rules",
+            f"--start={start.isoformat()}",
+            f"--end={end.isoformat()}",
+            f"--url={url}",
+            f"--output-dir={blocks}",
+            str(rules),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"promtool rules backfill failed:\n{result.stdout}\n{result.stderr}")
+    return blocks
+
+
+def merged_blocks(workdir: Path, *sources: Path) -> Path:
+    """One TSDB directory holding the blocks of every source (Prometheus reads overlapping blocks)."""
+    merged = workdir / "merged"
+    for source in sources:
+        for block in source.iterdir():
+            if block.is_dir():
+                shutil.copytree(block, merged / block.name)
+    return merged
 
 
 class PrometheusServer(_Server):
