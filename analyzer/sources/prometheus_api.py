@@ -391,7 +391,7 @@ def _json_body(response: requests.Response) -> Any:
 
 # The cyclic collector is paused while one answer is parsed and converted. JSON builds no cycles, but
 # a matrix answer is a million young lists that all survive, and the collector's repeated passes over
-# them cost most of the parse (12 MB of samples parse about 6x faster paused). Paused for the
+# them cost most of the parse (12 MB of samples parse 5-6x faster paused). Paused for the
 # conversion too, so that the parsed tree is freed before the collector resumes. Counted, because
 # queries are decoded side by side: the last decode to finish resumes it, and only if it was running.
 _pause_lock = threading.Lock()
