@@ -67,8 +67,20 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
                 proxy.most_in_flight = max(proxy.most_in_flight, proxy.in_flight)
                 if proxy.in_flight > 1:
                     proxy.company.set()
+            done = False
+
+            def done_before_the_last_write() -> None:
+                # The client may send its next query as soon as it has this answer's last byte,
+                # before this thread runs again: a query is counted out before that byte goes.
+                nonlocal done
+                with proxy.lock:
+                    if not done:
+                        proxy.in_flight -= 1
+                        done = True
+
             try:
                 if status:
+                    done_before_the_last_write()
                     self.send_response(status)
                     self.send_header("Retry-After", "0")
                     self.send_header("Content-Length", "0")
@@ -97,10 +109,10 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
                 with proxy.lock:
                     proxy.sent += len(payload)
                     proxy.plain += len(body)
+                done_before_the_last_write()
                 self.wfile.write(payload)
             finally:
-                with proxy.lock:
-                    proxy.in_flight -= 1
+                done_before_the_last_write()
 
     return Handler
 

@@ -8,10 +8,14 @@ A closed port stands in for a server that is down.
 from __future__ import annotations
 
 import base64
+import gc
+import json
+import math
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import orjson
 import pytest
 import requests
 import responses
@@ -317,18 +321,149 @@ def test_requests_are_issued_by_prometheus_api_client(
 def test_a_checked_answer_is_decoded_once(
     mock: responses.RequestsMock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Raw pulls can be tens of MB of JSON: the hook's parse is the one the library reads."""
-    decoded: list[int] = []
-    real = requests.Response.json
+    """Large answers cost their parse: the hook's is the only one, whichever parser would do it."""
+    parses: list[str] = []
 
-    def counting(self: requests.Response, **kw: Any) -> Any:
-        decoded.append(1)
-        return real(self, **kw)
+    def counting(name: str, real: Any) -> Any:
+        def parse(*args: Any, **kw: Any) -> Any:
+            parses.append(name)
+            return real(*args, **kw)
 
-    monkeypatch.setattr(requests.Response, "json", counting)
+        return parse
+
+    monkeypatch.setattr(orjson, "loads", counting("orjson", orjson.loads))
+    monkeypatch.setattr(json, "loads", counting("json", json.loads))
+    monkeypatch.setattr(requests.Response, "json", counting("requests", requests.Response.json))
     mock.post(QUERY, json=OK_VECTOR)
-    client().vector("up", AT)
-    assert len(decoded) == 1
+    mock.post(f"{URL}/api/v1/query_range", json=_matrix([[1767571200, "1"], [1767571215, "2"]]))
+    c = client()
+    c.vector("up", AT)
+    c.query_range("up", AT - timedelta(minutes=1), AT, 15)
+    assert parses == ["orjson", "orjson"]
+
+
+# --- decoding samples --------------------------------------------------------------------------------
+
+
+def _vector(*values: object, labels: object = None) -> dict[str, Any]:
+    metric = {"UUID": "GPU-1", "gpu": "0"} if labels is None else labels
+    result = [{"metric": metric, "value": [1767571200, v]} for v in values]
+    return {"status": "success", "data": {"resultType": "vector", "result": result}}
+
+
+def _matrix(*series: list[Any]) -> dict[str, Any]:
+    result = [{"metric": {"UUID": f"GPU-{i}"}, "values": values} for i, values in enumerate(series)]
+    return {"status": "success", "data": {"resultType": "matrix", "result": result}}
+
+
+def test_prometheus_spellings_of_nan_and_infinity_are_read(mock: responses.RequestsMock) -> None:
+    mock.post(QUERY, json=_vector("NaN", "+Inf", "-Inf", "1e3", "0"))
+    mock.post(QUERY, json=_matrix([[1767571200, "NaN"], [1767571215.5, "+Inf"], [1767571230, "-Inf"]]))
+    mock.post(QUERY, json={"status": "success", "data": {"resultType": "scalar", "result": [1, "+Inf"]}})
+    c = client()
+    values = [s.value for s in c.vector("x", AT)]
+    assert math.isnan(values[0]) and values[1:] == [math.inf, -math.inf, 1000.0, 0.0]
+    (series,) = c.matrix("x[1m]", AT)
+    assert series.timestamps.tolist() == [1767571200.0, 1767571215.5, 1767571230.0]
+    assert math.isnan(series.values[0]) and series.values[1:].tolist() == [math.inf, -math.inf]
+    assert [s.value for s in c.vector("scalar(x)", AT)] == [math.inf]
+
+
+def test_samples_keep_their_labels_and_order(mock: responses.RequestsMock) -> None:
+    answer = _vector("1", "2")
+    answer["data"]["result"][1]["metric"] = {"UUID": "GPU-2", "pod": "trainer-0"}
+    mock.post(QUERY, json=answer)
+    assert [(dict(s.labels), s.value) for s in client().vector("x", AT)] == [
+        ({"UUID": "GPU-1", "gpu": "0"}, 1.0),
+        ({"UUID": "GPU-2", "pod": "trainer-0"}, 2.0),
+    ]
+
+
+def test_a_label_value_that_is_not_a_string_is_read_as_text(mock: responses.RequestsMock) -> None:
+    mock.post(QUERY, json=_vector("5", labels={"UUID": "GPU-1", "gpu": 0}))
+    (sample,) = client().vector("x", AT)
+    assert sample.labels == {"UUID": "GPU-1", "gpu": "0"}
+    assert sample.value == 5.0
+
+
+def test_empty_answers_are_empty(mock: responses.RequestsMock) -> None:
+    mock.post(QUERY, json=_vector())
+    mock.post(QUERY, json=_matrix())
+    mock.post(QUERY, json=_matrix([]))
+    c = client()
+    assert c.vector("x", AT) == []
+    assert c.matrix("x[1m]", AT) == []
+    (series,) = c.matrix("x[1m]", AT)
+    assert series.timestamps.size == series.values.size == 0
+
+
+@pytest.mark.parametrize(
+    ("answer", "match"),
+    [
+        pytest.param(_vector("1", None), "malformed sample", id="null-value"),
+        pytest.param(_vector("1", "idle"), "malformed sample", id="value-not-a-number"),
+        pytest.param(_vector("1", labels=["UUID"]), "malformed labels", id="labels-not-a-map"),
+        pytest.param(
+            {"status": "success", "data": {"resultType": "vector", "result": [{"metric": {}}]}},
+            "malformed result item",
+            id="sample-without-value",
+        ),
+        pytest.param(
+            {"status": "success", "data": {"resultType": "vector", "result": [{"metric": {}, "value": [1]}]}},
+            "malformed sample",
+            id="value-without-its-number",
+        ),
+        pytest.param(
+            {"status": "success", "data": {"resultType": "scalar", "result": [1, None]}},
+            "malformed sample",
+            id="null-scalar",
+        ),
+    ],
+)
+def test_a_malformed_vector_is_refused_naming_the_query(
+    mock: responses.RequestsMock, answer: dict[str, Any], match: str
+) -> None:
+    mock.post(QUERY, json=answer)
+    with pytest.raises(BadResponseError, match=rf"{match} for 'avg_over_time\(x\[1h\]\)'"):
+        client().vector("avg_over_time(x[1h])", AT)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        pytest.param([[1767571200, "1"], [1767571215, None]], id="null-value"),
+        pytest.param([[None, "1"]], id="null-timestamp"),
+        pytest.param([[1767571200, "1"], [1767571215, "busy"]], id="value-not-a-number"),
+        pytest.param([[1767571200, "1"], [1767571215]], id="pair-without-value"),
+        pytest.param({"1767571200": "1"}, id="samples-not-a-list"),
+    ],
+)
+def test_a_malformed_series_is_refused_naming_the_query(mock: responses.RequestsMock, values: Any) -> None:
+    mock.post(QUERY, json=_matrix([[1767571200, "3"]], values))
+    with pytest.raises(BadResponseError, match=r"malformed samples for 'x\[1m\]'"):
+        client().matrix("x[1m]", AT)
+
+
+@pytest.mark.parametrize("running", [True, False], ids=["collector-running", "collector-stopped"])
+def test_decoding_leaves_the_garbage_collector_as_it_found_it(
+    mock: responses.RequestsMock, running: bool
+) -> None:
+    """Decoding pauses the cyclic collector; side-by-side decodes and failures must not leave it off
+    (or switch it on for a program that turned it off)."""
+    mock.post(QUERY, json=_vector("1"))
+    mock.post(QUERY, json=_vector("2"))
+    mock.post(QUERY, json=_vector(None))
+    c = client(concurrency=2)
+    was = gc.isenabled()
+    (gc.enable if running else gc.disable)()
+    try:
+        assert [len(v) for v in c.vectors([("x", AT), ("y", AT)])] == [1, 1]
+        assert gc.isenabled() is running
+        with pytest.raises(BadResponseError):
+            c.vector("z", AT)
+        assert gc.isenabled() is running
+    finally:
+        (gc.enable if was else gc.disable)()
 
 
 def test_the_librarys_text_only_exception_never_reaches_callers(mock: responses.RequestsMock) -> None:
