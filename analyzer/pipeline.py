@@ -123,7 +123,7 @@ def analyze_in_detail(
     log.info("source capabilities: %s", snapshot.capabilities.describe())
 
     planned = workloads.plan(snapshot, thresholds, now)
-    starts = workloads.busy_starts(planned)
+    starts = workloads.busy_starts(planned, thresholds)
     # Spans known now (every holder but young Jobs') are aggregated while the young Jobs' first
     # busy samples are found: the two rounds overlap.
     looks = workloads.closer_looks(planned, thresholds)

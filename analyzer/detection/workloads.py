@@ -215,15 +215,23 @@ def _bimodal_candidate(stats: UtilStats | None, histogram: Shares | None, t: Thr
 Judged = tuple[DeviceKey, TimeWindow]
 
 
-def busy_starts(planned: Plan) -> list[Judged]:
-    """Job holders whose warm-up ends at their first busy sample: the source finds that sample."""
+def busy_starts(planned: Plan, t: Thresholds) -> list[Judged]:
+    """Job holders whose warm-up ends at their first busy sample, each with the part of its life
+    where that sample matters: up to its grace's end (a later one leaves the span at the grace's
+    end), which keeps the source's search short whatever the window's length."""
     wanted = {
-        (h.device.key, h.span)
+        (h.device.key, _busy_search(h, h.span, t))
         for d in planned.workloads
         for h in d.holders
         if h.until_busy and h.span is not None
     }
     return sorted(wanted, key=lambda w: (w[0], w[1].start))
+
+
+def _busy_search(h: Holder, life: TimeWindow, t: Thresholds) -> TimeWindow:
+    if h.born is None:
+        return life
+    return TimeWindow(start=life.start, end=max(life.start, min(life.end, h.born + t.warmup_grace)))
 
 
 def settle(planned: Plan, first_busy: Mapping[Judged, float], t: Thresholds) -> Plan:
@@ -233,8 +241,8 @@ def settle(planned: Plan, first_busy: Mapping[Judged, float], t: Thresholds) -> 
         holders = []
         for h in draft.holders:
             if h.until_busy and h.span is not None:
-                span = _past_first_busy(h, h.span, first_busy.get((h.device.key, h.span)), t)
-                h = replace(h, span=span, until_busy=False)
+                first = first_busy.get((h.device.key, _busy_search(h, h.span, t)))
+                h = replace(h, span=_past_first_busy(h, h.span, first, t), until_busy=False)
             holders.append(h)
         drafts.append(replace(draft, holders=tuple(holders)))
     return replace(planned, workloads=tuple(drafts))

@@ -649,26 +649,24 @@ class PrometheusSource:
     ) -> dict[tuple[DeviceKey, TimeWindow], float]:
         """Each holder's first busy sample in its span.
 
-        One query per scrape job (naming the pods, a few hundred per query) finds every holder's
-        first busy sample in the window: a Job's pod has a name of its own, so its series start
-        with its life. Only a holder whose first one lies before its span (a pod recreated under its
-        name) is asked again over its own span.
+        Holders whose search spans lie close together go out as one query per scrape job (naming
+        their pods, at most 150), over the union of those spans: a Job's pod has a name of its own,
+        so its series start with its life, and a busy sample outside a holder's own span is
+        ignored. Only a holder whose first one lies before its span (a pod recreated under its
+        name) is asked again over its own span alone.
         """
-        caps, window = snapshot.capabilities, snapshot.window
-        pods: dict[tuple[str, str, float], set[str]] = defaultdict(set)
-        for key, _ in wanted:
+        caps = snapshot.capabilities
+        by_job: dict[tuple[str, str, float], list[tuple[DeviceKey, TimeWindow]]] = defaultdict(list)
+        for key, span in wanted:
             if (d := snapshot.devices.get(key)) is not None and key.pod:
-                pods[(d.info.metric, d.info.job, d.interval_s or 15.0)].add(key.pod)
-        queries = []
-        for (metric, job, step), names in sorted(pods.items()):
-            ordered = sorted(names)
-            for i in range(0, len(ordered), PODS_PER_QUERY):
-                term = SpanTerm.pods_of_job(
-                    caps, metric, job, ordered[i : i + PODS_PER_QUERY], window, step, caps.scale(metric, job)
-                )
-                queries.append(term.first_busy(idle_percent))
+                by_job[(d.info.metric, d.info.job, d.interval_s or 15.0)].append((key, span))
+        queries: list[tuple[str, datetime]] = []
+        for (metric, job, step), holders in sorted(by_job.items()):
+            for reach, pods in _near_spans(holders):
+                term = SpanTerm.pods_of_job(caps, metric, job, pods, reach, step, caps.scale(metric, job))
+                queries.append((term.first_busy(idle_percent), reach.end))
         earliest: dict[DeviceKey, float] = {}
-        for answer in self.client.vectors([(query, window.end) for query in queries]):
+        for answer in self.client.vectors(queries):
             for sample in answer:
                 found = self._key(sample.labels, caps)
                 if found is not None and np.isfinite(sample.value):
@@ -766,6 +764,27 @@ class PrometheusSource:
         if not samples:
             return None
         return float(sum(s.value for s in samples))
+
+
+def _near_spans(holders: Sequence[tuple[DeviceKey, TimeWindow]]) -> Iterator[tuple[TimeWindow, list[str]]]:
+    """Holders' spans gathered while their union stays within twice the longest of them (and 150
+    pods): the union, and the pods."""
+    ordered = sorted(holders, key=lambda h: h[1].start)
+    group: list[tuple[DeviceKey, TimeWindow]] = []
+
+    def union() -> TimeWindow:
+        return TimeWindow(start=group[0][1].start, end=max(span.end for _, span in group))
+
+    for key, span in ordered:
+        if group:
+            longest = max(max(s.duration for _, s in group), span.duration)
+            pods = {k.pod for k, _ in group} | {key.pod}
+            if max(union().end, span.end) - group[0][1].start > 2 * longest or len(pods) > PODS_PER_QUERY:
+                yield union(), sorted({k.pod for k, _ in group})
+                group = []
+        group.append((key, span))
+    if group:
+        yield union(), sorted({k.pod for k, _ in group})
 
 
 def _attempt(call: Callable[[], list[str]]) -> tuple[list[str], DataUnavailableError | None]:
