@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from typing import TypeVar
 
@@ -35,6 +35,16 @@ class AdaptiveLimit:
         self._in_flight = 0
         self._streak = 0
         self._cond = threading.Condition()
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+
+    def pool(self) -> ThreadPoolExecutor:
+        """Worker threads kept for the client's life: starting them anew for every batch of queries
+        cost more than a small query's round trip."""
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=self.ceiling, thread_name_prefix="query")
+            return self._pool
 
     @contextmanager
     def slot(self) -> Iterator[None]:
@@ -79,6 +89,6 @@ def run_all(limit: AdaptiveLimit, call: Callable[[T], R], items: Sequence[T]) ->
         with limit.slot():
             return call(item)
 
-    with ThreadPoolExecutor(max_workers=min(limit.ceiling, len(items))) as pool:
-        futures = [pool.submit(one, item) for item in items]
-        return [f.result() for f in futures]
+    futures = [limit.pool().submit(one, item) for item in items]
+    wait(futures)  # every call ends before the first error is raised
+    return [f.result() for f in futures]
