@@ -285,7 +285,7 @@ def import_json_lines(
     stats.flush_s = time.perf_counter() - t0
 
 
-def wait_for_merges(url: str, timeout_s: float = 600.0, quiet_s: float = 3.0) -> float:
+def wait_for_merges(url: str, timeout_s: float = 1800.0, quiet_s: float = 3.0) -> float:
     """Wait until VictoriaMetrics has no merge running for ``quiet_s``; returns the seconds waited.
 
     A big import leaves background merges behind; they would compete with the measured queries.
