@@ -418,9 +418,9 @@ def _last_exception(stderr: str) -> str:
     if not lines:
         return stderr.strip()[-500:]
     name, _, message = lines[-1].partition(": ")
-    # The TSDB quotes the whole PromQL text, which can be long (regexes of GPU UUIDs): the reason
-    # comes after it.
-    message = re.sub(r'query=\\?"(?:[^"\\]|\\.)*?\\?"(?=[:;, ]|$)', "query=…", message)
+    # The TSDB quotes the whole PromQL text, maybe twice, and it can be long (regexes of GPU
+    # UUIDs): the reason comes after it.
+    message = re.sub(r'"(?:[^"\\]|\\.)*"', lambda m: m[0] if len(m[0]) <= 80 else '"…"', message)
     return f"{name.rsplit('.', 1)[-1]}: {message}"[:1000]
 
 
@@ -588,9 +588,13 @@ def _case(r: dict[str, Any]) -> str:
 
 
 def _short(error: str, limit: int = 200) -> str:
-    """An error for a table cell: one line, no pipes, cut at ``limit`` characters (``--json`` keeps it)."""
+    """An error for a table cell: one line, no pipes, at most about ``limit`` characters.
+
+    Its start (what failed) and its end (the TSDB's reason) are kept; ``--json`` keeps it whole.
+    """
     text = " ".join(error.replace("|", "/").split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    head = limit // 3
+    return text if len(text) <= limit else f"{text[:head]} … {text[-(limit - head) :]}"
 
 
 def _range(pair: list[int]) -> str:
