@@ -1,23 +1,35 @@
 """Benchmark: the analyzer against a strong hand-written PromQL baseline, on a real TSDB.
 
-For each fleet size and window (samples every 15 s, imported into VictoriaMetrics or backfilled
-into Prometheus), three runs, each in its own process so that peak RSS is its own:
+For each fleet size and pod age, the fleet is simulated and imported into VictoriaMetrics (or
+backfilled into Prometheus) once, a slice of nodes at a time (``bench_fleet``: memory stays bounded
+at 10,000 GPUs × 7 days). Then, for each window over it, after one warm-up run each, ``--runs`` runs
+of each approach, ours and strong taking turns, every run in its own process so that its peak RSS
+is its own:
 
 * ``ours``   — ``analyzer.pipeline.analyze`` with the Prometheus-backed source;
 * ``strong`` — what a competent user writes with plain ``requests``: a dozen fleet-wide PromQL
   aggregates (avg/max/quantile/count_over_time, the stalled and busy shares, memory, owners, pod
   start times, CPU usage, limits and throttling), the same thresholds, simple rules per workload;
-* ``tsdb``   — the queries ``ours`` sent, replayed with the same concurrency and nothing decoded:
-  the time the TSDB itself needs for them.
+* ``tsdb``   — the queries ``ours`` sent, replayed in the same process right after it with the same
+  concurrency and nothing decoded: the time the TSDB itself needs for them.
 
-Each row reports wall time, queries, bytes on the wire (gzip) and decoded, peak RSS, and how many
-of the strong baseline's (kind, workload) verdicts agree with ours. Usage::
+Each row reports wall time (p50 and p99 by nearest rank: with fewer than 100 runs the p99 is the
+worst run), queries, bytes on the wire (gzip) and decoded, peak RSS (the worst run's), and how many
+of the strong baseline's (kind, workload) verdicts agree with ours; a third table gives what
+preparing each fleet cost. A run that fails (a query the TSDB refuses, a timeout) is recorded as a
+failure and the benchmark goes on; when the warm-up run fails, that approach is not run again over
+that window. Usage::
 
-    python benchmarks/analyzer_bench.py [--sizes 100,1000] [--windows 6h,24h] [--tsdb victoriametrics]
-        [--json results.json]
+    python benchmarks/analyzer_bench.py [--sizes 100,1000] [--windows 6h,24h,7d] [--runs 5]
+        [--step 15s[,10000=60s]] [--tsdb victoriametrics|prometheus] [--vm-flag -FLAG=VALUE]
+        [--prepare-only] [--json results.json]
 
 ``--windows`` takes ``WINDOW`` or ``WINDOW/AGE`` (pods ``AGE`` old at the end; default a day,
-or the window itself when longer, which puts every pod's warm-up inside the window).
+or the window itself when longer, which puts every pod's warm-up inside the window). ``--step``
+is the GPU scrape step, per fleet size if given as ``GPUS=STEP`` (Kubernetes and cAdvisor series
+are always every 60 s). ``--vm-flag`` passes a flag to VictoriaMetrics (none by default: the
+benchmark runs on its default limits, and the table header names any flag given).
+``--prepare-only`` builds and imports the fleets and reports what that cost, nothing else.
 Needs the Debian ``victoria-metrics`` (or ``prometheus`` and ``promtool``) binaries.
 """
 
@@ -26,25 +38,37 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import math
+import re
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import requests
 
 ROOT = Path(__file__).resolve().parents[1]
-# The repository root first (tests/analyzer must not shadow the package), then the test harness.
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+# The repository root first (tests/analyzer must not shadow the package), then the test harness
+# and this directory (bench_fleet).
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
+
+from bench_fleet import (  # noqa: E402
+    END,
+    SLICE_SAMPLES,
+    ImportStats,
+    SliceStats,
+    import_json_lines,
+    json_line_chunks,
+    sliced_fleet,
+    wait_for_merges,
+)
 
 from analyzer.pipeline import analyze  # noqa: E402
 from analyzer.sources.prometheus_api import PrometheusClient, PrometheusConfig, PrometheusSession  # noqa: E402
@@ -53,105 +77,16 @@ from common.model import FindingKind, FindingsReport, TimeWindow, WorkloadRef  #
 from common.thresholds import Thresholds  # noqa: E402
 from common.timeutil import parse_duration  # noqa: E402
 from harness.binaries import require_binary  # noqa: E402
-from simulation.fleet import (  # noqa: E402
-    Fleet,
-    Scenario,
-    Series,
-    expected_findings,
-    score,
-    simulate,
-    write_openmetrics,
-)
+from simulation.fleet import Expected, score, write_openmetrics  # noqa: E402
 
-END = datetime(2026, 1, 5, tzinfo=UTC)
-STEP = "15s"
-GPUS_PER_NODE = 8
-# Series the naive approach pulls besides GPU utilization: what the detectors need to resolve
-# workloads, warm-up and CPU pressure.
-NAIVE_EXTRA = (
-    "kube_pod_owner",
-    "kube_replicaset_owner",
-    "kube_pod_start_time",
-    "kube_pod_container_resource_requests",
-    "kube_pod_container_resource_limits",
-    "container_cpu_usage_seconds_total",
-    "container_cpu_cfs_periods_total",
-    "container_cpu_cfs_throttled_periods_total",
-)
+DEFAULT_STEP = timedelta(seconds=15)
 
-# Eight-GPU node layouts, cycled through the fleet: (namespace, name, kind, behaviour, replicas, gpus/pod)
-LAYOUTS: list[list[tuple[str, str, str, str, int, int]]] = [
-    [("research", "pretrain", "Job", "training", 1, 8)],
-    [
-        ("serving", "chat", "Deployment", "serving", 4, 1),
-        ("serving", "ranker", "Deployment", "idle", 2, 1),
-        ("team", "notebook", "Deployment", "low_utilization", 1, 1),
-        ("team", "shell", "Pod", "idle", 1, 1),
-    ],
-    [
-        ("research", "vision", "Job", "starvation_sawtooth", 1, 4),
-        ("research", "audio", "Job", "starvation_cpu", 1, 2),
-        ("serving", "embed", "StatefulSet", "idle", 1, 1),
-        ("team", "scorer", "Deployment", "low_utilization", 1, 1),
-    ],
-    [("research", "finetune", "Job", "training", 2, 4)],
-    [("serving", "translate", "Deployment", "serving", 8, 1)],
-]
-
-
-def bench_scenario(gpus: int, window: timedelta, age: timedelta) -> Scenario:
-    """A fleet of ``gpus`` GPUs: every behaviour, a spare node in ten, an exporter outage in twenty."""
-    nodes: list[dict[str, Any]] = []
-    workloads: list[dict[str, Any]] = []
-    for n in range(gpus // GPUS_PER_NODE):
-        name = f"gpu-{n:04d}"
-        node: dict[str, Any] = {"name": name, "gpus": GPUS_PER_NODE}
-        if n % 20 == 19:
-            node["gaps"] = [{"start": "-3h", "end": "-2h"}]
-        nodes.append(node)
-        if n % 10 == 9:
-            continue  # spare: nothing scheduled
-        for ns, base, kind, behaviour, replicas, per_pod in LAYOUTS[n % len(LAYOUTS)]:
-            spec: dict[str, Any] = {
-                "namespace": ns,
-                "name": f"{base}-{n:04d}",
-                "kind": kind,
-                "behaviour": behaviour,
-                "replicas": replicas,
-                "gpus_per_pod": per_pod,
-                "node": name,
-            }
-            if behaviour == "starvation_cpu":
-                spec["cpu_limit_cores"] = 6
-            workloads.append(spec)
-    return Scenario.model_validate(
-        {
-            "name": f"bench-{gpus}",
-            "seed": 11,
-            "end": END.isoformat(),
-            "duration": f"{int(age.total_seconds())}s",
-            "step": STEP,
-            "analysis_window": f"{int(window.total_seconds())}s",
-            "metrics": "minimal",
-            "nodes": nodes,
-            "workloads": workloads,
-        }
-    )
-
-
-def trimmed_series(fleet: Fleet) -> Iterator[Series]:
-    """The fleet as a cluster would typically scrape it: GPUs every 15 s, Kubernetes every 60 s.
-
-    ``DCGM_FI_DEV_FB_FREE`` is dropped: nothing reads it, and it would double the backfill's size.
-    """
-    for s in fleet.series:
-        if s.name == "DCGM_FI_DEV_FB_FREE":
-            continue
-        if s.name.startswith(("kube_", "container_")):
-            keep = np.round(s.timestamps) % 60 == 0
-            yield replace(s, timestamps=s.timestamps[keep], values=s.values[keep])
-        else:
-            yield s
+# VictoriaMetrics' default -search.maxPointsPerTimeseries, which also bounds each series of a
+# subquery: 7 days at 15 s are 40,320 points.
+VM_MAX_POINTS = 30_000
+# A run, and a fleet's preparation (10,000 GPUs × 7 days is most of an hour on two busy cores).
+CHILD_TIMEOUT_S = 3600
+PREPARE_TIMEOUT_S = 4 * 3600
 
 
 # --- the two approaches, each run in a child process -----------------------------------------------
@@ -171,7 +106,8 @@ class NotingSession(PrometheusSession):
         return super().request(method, url, *args, **kwargs)
 
 
-def run_ours(url: str, window: TimeWindow) -> dict[str, Any]:
+def run_ours(url: str, window: TimeWindow, step: timedelta) -> dict[str, Any]:
+    del step  # ours finds the scrape interval itself
     session = NotingSession()
     config = PrometheusConfig(url, timeout_s=600)
     client = PrometheusClient(config, session=session)
@@ -206,18 +142,34 @@ def replay(calls: list[tuple[str, str, dict[str, str]]], concurrency: int) -> fl
         return time.perf_counter() - start
 
 
-class Strong:
-    """A competent user's script: fleet-wide PromQL aggregates, plain requests, simple rules."""
+def subquery_step(window: timedelta, scrape: timedelta, max_points: int = VM_MAX_POINTS) -> timedelta:
+    """The finest multiple of the scrape step whose subquery over ``window`` stays under ``max_points``."""
+    points = window.total_seconds() / scrape.total_seconds()
+    return scrape * (int(points // max_points) + 1)
 
-    def __init__(self, url: str, window: TimeWindow) -> None:
-        self.url, self.window = url, window
+
+class Strong:
+    """A competent user's script: fleet-wide PromQL aggregates, plain requests, simple rules.
+
+    The stalled and busy shares are subqueries; over a long window at the scrape step they would
+    exceed VictoriaMetrics' default point limit per series (30,000: 7 days at 15 s are 40,320), so,
+    as a user who hit that error would, they step at the finest multiple of the scrape step that
+    stays under it (30 s for 7 days at 15 s): the shares are then estimated from every other sample.
+    """
+
+    def __init__(self, url: str, window: TimeWindow, step: timedelta) -> None:
+        self.url, self.window, self.step = url, window, step
+        self.sub_step = subquery_step(window.duration, step)
         self.http = requests.Session()
         self.http.headers["Accept-Encoding"] = "gzip"
         self.requests = self.wire = self.body = 0
 
     def query(self, q: str) -> list[dict[str, Any]]:
         r = self.http.post(
-            f"{self.url}/api/v1/query", data={"query": q, "time": self.window.end.timestamp()}, stream=True
+            f"{self.url}/api/v1/query",
+            data={"query": q, "time": self.window.end.timestamp()},
+            stream=True,
+            timeout=600,
         )
         raw = r.raw.read(decode_content=False)
         data = gzip.decompress(raw) if r.headers.get("Content-Encoding") == "gzip" else raw
@@ -229,9 +181,10 @@ class Strong:
             raise RuntimeError(f"strong query failed: {answer.get('error', '')[:300]}")
         return list(answer["data"]["result"])
 
-    def run(self) -> FindingsReport:
+    def run(self) -> list[tuple[FindingKind, WorkloadRef]]:
         t = Thresholds()
         w = f"{int(self.window.duration.total_seconds())}s"
+        sub = f"{int(self.sub_step.total_seconds())}s"
         by = "by (UUID, namespace, pod)"
         util = "DCGM_FI_DEV_GPU_UTIL"
         queries = {
@@ -239,8 +192,8 @@ class Strong:
             "max": f"max {by} (max_over_time({util}[{w}]))",
             "q90": f"max {by} (quantile_over_time(0.9, {util}[{w}]))",
             "count": f"sum {by} (count_over_time({util}[{w}]))",
-            "stalled": f"avg {by} (avg_over_time(({util} <= bool {t.starvation_idle_percent})[{w}:{STEP}]))",
-            "busy": f"avg {by} (avg_over_time(({util} > bool {t.starvation_busy_percent})[{w}:{STEP}]))",
+            "stalled": f"avg {by} (avg_over_time(({util} <= bool {t.starvation_idle_percent})[{w}:{sub}]))",
+            "busy": f"avg {by} (avg_over_time(({util} > bool {t.starvation_busy_percent})[{w}:{sub}]))",
             "memory": f"max {by} (avg_over_time(DCGM_FI_DEV_FB_USED[{w}]))",
             "owner": f"max by (namespace, pod, owner_kind, owner_name) (last_over_time(kube_pod_owner[{w}]))",
             "rs": f"max by (namespace, replicaset, owner_kind, owner_name) "
@@ -288,15 +241,15 @@ class Strong:
             if kind == "ReplicaSet" and (ns, name) in rs_owner:
                 kind, name = rs_owner[(ns, name)]
             owner[(ns, pod)] = WorkloadRef(kind=kind or "Pod", name=name or pod, namespace=ns)
-        gpus: dict[WorkloadRef, list[tuple[str, str, str]]] = defaultdict(list)
+        gpus: dict[WorkloadRef, list[tuple[str, ...]]] = defaultdict(list)
         for key in avg:
             if key[2]:
                 gpus[
                     owner.get((key[1], key[2]), WorkloadRef(kind="Pod", name=key[2], namespace=key[1]))
                 ].append(key)
-        expected = self.window.duration.total_seconds() / 15.0
+        expected = self.window.duration / self.step
         grace = t.warmup_grace.total_seconds()
-        found: list[Any] = []
+        found: list[tuple[FindingKind, WorkloadRef]] = []
         for ref, keys in gpus.items():
             pods = {(k[1], k[2]) for k in keys}
             young = any(start.get(p, 0.0) + grace > self.window.start.timestamp() for p in pods)
@@ -323,14 +276,13 @@ class Strong:
             else:
                 continue
             found.append((kind, ref))
-        self.found = found
-        return FindingsReport(window=self.window, generated_at=self.window.end, source=self.url, findings=())
+        return found
 
 
-def run_strong(url: str, window: TimeWindow) -> dict[str, Any]:
-    strong = Strong(url, window)
+def run_strong(url: str, window: TimeWindow, step: timedelta) -> dict[str, Any]:
+    strong = Strong(url, window, step)
     start = time.perf_counter()
-    strong.run()
+    found = strong.run()
     wall = time.perf_counter() - start
     return {
         "wall_s": wall,
@@ -338,7 +290,8 @@ def run_strong(url: str, window: TimeWindow) -> dict[str, Any]:
         "wire_bytes": strong.wire,
         "body_bytes": strong.body,
         "peak_rss_mb": peak_rss_mb(),
-        "verdicts": sorted([k.value, r.key()] for k, r in strong.found),
+        "subquery_step_s": strong.sub_step.total_seconds(),
+        "verdicts": sorted([k.value, r.key()] for k, r in found),
     }
 
 
@@ -357,139 +310,374 @@ def _result(report: FindingsReport, wall: float, queries: int, wire: int, body: 
     }
 
 
-def peak_rss_mb() -> float:
-    """Peak resident memory of this process since it started (exec).
+def peak_rss_mb(pid: int | str = "self") -> float:
+    """Peak resident memory of a process since it started (exec).
 
     Not ``getrusage().ru_maxrss``: for a child started with vfork that also counts the parent's
     memory from before the exec.
     """
-    for line in Path("/proc/self/status").read_text().splitlines():
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def child(mode: str, url: str, window: TimeWindow) -> dict[str, Any]:
-    span = str(int(window.duration.total_seconds()))
-    out = subprocess.run(
-        [sys.executable, __file__, "--child", mode, "--url", url, "--span", span],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if out.returncode != 0:
-        # The error line comes first; long PromQL texts follow it.
-        lines = [line[:500] for line in out.stderr.splitlines() if "Error" in line]
-        raise RuntimeError(f"{mode} run failed:\n" + "\n".join(lines[-5:]))
-    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+# --- preparing a fleet, in a child process of its own ------------------------------------------------
+
+
+def run_prepare(
+    tsdb: str,
+    target: str,
+    gpus: int,
+    windows: list[timedelta],
+    age: timedelta,
+    step: timedelta,
+    slice_samples: int,
+) -> dict[str, Any]:
+    """Simulate the fleet a slice at a time into ``target``: a VictoriaMetrics URL, or a directory
+    that receives Prometheus blocks. Returns the cost and the ground truth of each window."""
+    stats, imported = SliceStats(), ImportStats()
+    start = time.perf_counter()
+    series = sliced_fleet(gpus, windows, age, step, stats, slice_samples)
+    tool_rss = 0.0
+    if tsdb == "victoriametrics":
+        import_json_lines(target, json_line_chunks(series), imported)
+    else:
+        backfill(series, Path(target))
+        tool_rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    wall = time.perf_counter() - start
+    return {
+        "prepare_s": wall,
+        "simulate_s": stats.simulate_s,
+        "encode_s": wall - stats.simulate_s - imported.wait_s - imported.flush_s,
+        "wait_s": imported.wait_s,
+        "flush_s": imported.flush_s,
+        "samples": stats.samples,
+        "series": stats.series,
+        "slices": stats.slices,
+        "peak_rss_mb": peak_rss_mb(),
+        "promtool_peak_rss_mb": tool_rss,
+        "truth": {
+            str(int(seconds)): [
+                [e.kind.value if e.kind else None, ref.key(), e.why] for ref, e in truth.items()
+            ]
+            for seconds, truth in stats.truth.items()
+        },
+    }
+
+
+def backfill(series: Any, blocks: Path) -> None:
+    """OpenMetrics → TSDB blocks, in 24 h blocks: promtool re-reads its input once per block."""
+    promtool = require_binary("promtool")
+    blocks.parent.mkdir(parents=True, exist_ok=True)
+    source = blocks.parent / "fleet.om"
+    with source.open("w", encoding="utf-8") as fh:
+        write_openmetrics(series, fh)
+    try:
+        subprocess.run(
+            [
+                promtool,
+                "tsdb",
+                "create-blocks-from",
+                "openmetrics",
+                "--max-block-duration=24h",
+                str(source),
+                str(blocks),
+            ],
+            check=True,
+            capture_output=True,
+        )
+    finally:
+        source.unlink()
 
 
 # --- orchestration -------------------------------------------------------------------------------
 
 
-def backfill(series: Iterator[Series], workdir: Path) -> tuple[Path, int]:
-    """OpenMetrics → TSDB blocks, in one 24 h block: promtool re-reads its input once per block."""
-    promtool = require_binary("promtool")
-    workdir.mkdir(parents=True, exist_ok=True)
-    source, blocks = workdir / "fleet.om", workdir / "blocks"
-    with source.open("w", encoding="utf-8") as fh:
-        samples = write_openmetrics(series, fh)
-    subprocess.run(
-        [
-            promtool,
-            "tsdb",
-            "create-blocks-from",
-            "openmetrics",
-            "--max-block-duration=24h",
-            str(source),
-            str(blocks),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    source.unlink()
-    return blocks, samples
+def child(mode: str, args: list[str]) -> dict[str, Any]:
+    """One run in its own process: its result, or ``{"error": ...}`` when it failed."""
+    timeout = PREPARE_TIMEOUT_S if mode == "prepare" else CHILD_TIMEOUT_S
+    try:
+        out = subprocess.run(
+            [sys.executable, __file__, "--child", mode, *args],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": f"{mode}: no answer after {timeout} s"}
+    if out.returncode != 0:
+        return {"error": f"{mode}: {_last_exception(out.stderr) or f'exit {out.returncode}'}"}
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
-def bench(gpus: int, window: timedelta, age: timedelta, tsdb: str, workdir: Path) -> dict[str, Any]:
+def _last_exception(stderr: str) -> str:
+    """The traceback's final ``module.Error: message`` line, without the module path."""
+    lines = [line for line in stderr.splitlines() if re.match(r"^[\w.]+(Error|Exception)\b.*?:", line)]
+    if not lines:
+        return stderr.strip()[-500:]
+    name, _, message = lines[-1].partition(": ")
+    # The TSDB quotes the whole PromQL text, maybe twice, and it can be long (regexes of GPU
+    # UUIDs): the reason comes after it.
+    message = re.sub(r'"(?:[^"\\]|\\.)*"', lambda m: m[0] if len(m[0]) <= 80 else '"…"', message)
+    return f"{name.rsplit('.', 1)[-1]}: {message}"[:1000]
+
+
+def nearest_rank(values: list[float], p: float) -> float:
+    """The p-th percentile by nearest rank: a value that occurred (p99 of fewer than 100 is the max)."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+
+
+def summarize(runs: list[dict[str, Any]], warmup: dict[str, Any]) -> dict[str, Any]:
+    """p50/p99 of the runs that succeeded; ``error`` when any run (or the warm-up) failed."""
+    ok = [r for r in runs if "error" not in r]
+    failed = [r["error"] for r in [warmup, *runs] if "error" in r]
+    out: dict[str, Any] = {"runs": len(ok), "failed_runs": len(failed)}
+    if failed:
+        out["error"] = failed[0]
+    if not ok:
+        return out
+    walls = [r["wall_s"] for r in ok]
+    out |= {"wall_p50_s": nearest_rank(walls, 50), "wall_p99_s": nearest_rank(walls, 99), "wall_s": walls}
+    if "tsdb_s" in ok[0]:
+        tsdb = [r["tsdb_s"] for r in ok]
+        out |= {"tsdb_p50_s": nearest_rank(tsdb, 50), "tsdb_p99_s": nearest_rank(tsdb, 99), "tsdb_s": tsdb}
+    for key in ("requests", "wire_bytes", "body_bytes"):
+        out[key] = [min(r[key] for r in ok), max(r[key] for r in ok)]
+    out["peak_rss_mb"] = max(r["peak_rss_mb"] for r in ok)
+    out["verdicts"] = ok[0]["verdicts"]
+    out["verdicts_stable"] = all(r["verdicts"] == ok[0]["verdicts"] for r in ok)
+    if "subquery_step_s" in ok[0]:
+        out["subquery_step_s"] = ok[0]["subquery_step_s"]
+    if "findings" in ok[0]:
+        out["findings"] = ok[0]["findings"]
+    return out
+
+
+def dir_mb(path: Path) -> float:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / (1 << 20)
+
+
+def bench(
+    gpus: int,
+    age: timedelta,
+    step: timedelta,
+    windows: list[timedelta],
+    options: argparse.Namespace,
+    workdir: Path,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One fleet, prepared once, analyzed over each of ``windows``.
+
+    Returns the fleet's preparation cost and one result per window.
+    """
     from harness.servers import PrometheusServer, VictoriaMetricsServer
 
-    t0 = time.perf_counter()
-    fleet = simulate(bench_scenario(gpus, window, age))
-    span = TimeWindow.ending(END, window)
-    truth = expected_findings(fleet, span)
-    label = f"{gpus}-{int(window.total_seconds())}-{int(age.total_seconds())}"
+    label = f"{gpus}-{int(age.total_seconds())}-{int(step.total_seconds())}"
+    fleet: dict[str, Any] = {
+        "gpus": gpus,
+        "age_s": age.total_seconds(),
+        "step_s": step.total_seconds(),
+        "windows_s": [w.total_seconds() for w in windows],
+        "tsdb": options.tsdb,
+        "vm_flags": options.vm_flag,
+    }
+    prepare_args = [
+        "--tsdb",
+        options.tsdb,
+        "--shape",
+        str(gpus),
+        "0",
+        str(int(age.total_seconds())),
+        str(int(step.total_seconds())),
+        "--windows-s",
+        ",".join(str(int(w.total_seconds())) for w in windows),
+        "--slice-samples",
+        str(options.slice_samples),
+    ]
     server: PrometheusServer | VictoriaMetricsServer
-    if tsdb == "prometheus":
-        blocks, samples = backfill(trimmed_series(fleet), workdir / f"backfill-{label}")
+    if options.tsdb == "prometheus":
+        blocks = workdir / f"backfill-{label}" / "blocks"
+        prep = child("prepare", [*prepare_args, "--target", str(blocks)])
+        if "error" in prep:
+            return fleet | {"prepare": prep}, []
         server = PrometheusServer(workdir / f"tsdb-{label}", blocks=blocks)
     else:
-        samples = sum(s.values.size for s in trimmed_series(fleet))
-        server = VictoriaMetricsServer(workdir / f"tsdb-{label}")
+        server = VictoriaMetricsServer(workdir / f"tsdb-{label}", extra_args=options.vm_flag)
+    results = []
     with server:
         if isinstance(server, VictoriaMetricsServer):
-            server.import_json_lines(trimmed_series(fleet))
-        del fleet
-        prepare = time.perf_counter() - t0
-        # One warm-up run each, so that neither pays for the first disk read; then the median of
-        # three (the machine is shared).
-        child("ours", server.url, span)
-        child("strong", server.url, span)
-        ours = sorted((child("ours", server.url, span) for _ in range(3)), key=_wall)[1]
-        strong = sorted((child("strong", server.url, span) for _ in range(3)), key=_wall)[1]
-    found = {_ref(key): FindingKind(kind) for kind, key in ours["verdicts"]}
-    scores = score(truth, found)
-    agree = len({tuple(v) for v in ours["verdicts"]} & {tuple(v) for v in strong["verdicts"]})
-    return {
+            prep = child("prepare", [*prepare_args, "--target", server.url])
+            if "error" in prep:
+                return fleet | {"prepare": prep}, []
+            prep["merge_wait_s"] = wait_for_merges(server.url)
+        prep["tsdb_peak_rss_mb"] = peak_rss_mb(server.pid) if server.pid else None
+        prep["tsdb_data_mb"] = dir_mb(server.workdir)
+        truths = prep.pop("truth")
+        fleet["prepare"] = prep
+        print(f"prepared {label}: {json.dumps(prep)}", file=sys.stderr, flush=True)
+        if not options.prepare_only:
+            for window in windows:
+                truth = {
+                    _ref(key): Expected(_ref(key), FindingKind(kind) if kind else None, why)
+                    for kind, key, why in truths[str(int(window.total_seconds()))]
+                }
+                results.append(analyze_window(server.url, gpus, window, age, step, truth, options.runs))
+                results[-1] |= {"tsdb": options.tsdb, "vm_flags": options.vm_flag}
+        fleet["tsdb_peak_rss_mb"] = peak_rss_mb(server.pid) if server.pid else None
+    shutil.rmtree(workdir, ignore_errors=True)
+    return fleet, results
+
+
+def analyze_window(
+    url: str,
+    gpus: int,
+    window: timedelta,
+    age: timedelta,
+    step: timedelta,
+    truth: dict[WorkloadRef, Expected],
+    runs: int,
+) -> dict[str, Any]:
+    """Ours and strong over one window: a warm-up run each, then ``runs`` runs each, taking turns."""
+    shape = [str(int(x)) for x in (gpus, window.total_seconds(), age.total_seconds(), step.total_seconds())]
+    run_args = ["--url", url, "--shape", *shape]
+    # One warm-up run each, so that neither pays for the first disk reads; then ours and strong
+    # take turns, so that a busy spell on the shared machine hits both alike.
+    warm = {mode: child(mode, run_args) for mode in ("ours", "strong")}
+    done: dict[str, list[dict[str, Any]]] = {"ours": [], "strong": []}
+    for _ in range(runs):
+        for mode in ("ours", "strong"):
+            if "error" not in warm[mode]:
+                done[mode].append(child(mode, run_args))
+    ours, strong = summarize(done["ours"], warm["ours"]), summarize(done["strong"], warm["strong"])
+    result: dict[str, Any] = {
         "gpus": gpus,
-        "window_h": window.total_seconds() / 3600,
-        "age_h": age.total_seconds() / 3600,
-        "tsdb": tsdb,
-        "samples": samples,
-        "prepare_s": prepare,
-        "ours": {k: v for k, v in ours.items() if k not in ("verdicts", "findings")},
-        "strong": {k: v for k, v in strong.items() if k != "verdicts"},
-        "findings": len(ours["verdicts"]),
-        "strong_agrees": agree,
-        "strong_findings": len(strong["verdicts"]),
-        "scores": {k.value: v[:2] for k, v in scores.items()},
+        "window_s": window.total_seconds(),
+        "age_s": age.total_seconds(),
+        "step_s": step.total_seconds(),
+        "ours": ours,
+        "strong": strong,
+        "expected": len(truth),
     }
-
-
-def table(results: list[dict[str, Any]]) -> str:
-    lines = [
-        "| GPUs | window (pod age) | run | wall s | TSDB s | queries | wire bytes | decoded bytes "
-        "| peak RSS MiB |",
-        "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    for r in results:
-        for name in ("ours", "strong"):
-            x = r[name]
-            tsdb = f"{x['tsdb_s']:.2f}" if "tsdb_s" in x else ""
-            lines.append(
-                f"| {r['gpus']:,} | {r['window_h']:g} h ({r['age_h']:g} h) | {name} | {x['wall_s']:.2f} "
-                f"| {tsdb} | "
-                f"{x['requests']:,} | {x['wire_bytes']:,} | {x['body_bytes']:,} | {x['peak_rss_mb']:.0f} |"
+    if "verdicts" in ours:
+        found = {_ref(key): FindingKind(kind) for kind, key in ours["verdicts"]}
+        result["scores"] = {k.value: v[:2] for k, v in score(truth, found).items()}
+        result["findings"] = len(ours["verdicts"])
+        if "verdicts" in strong:
+            result["strong_agrees"] = len(
+                {tuple(v) for v in ours["verdicts"]} & {tuple(v) for v in strong["verdicts"]}
             )
-    lines.append("")
-    lines.append(
-        "| GPUs | window (pod age) | ours ÷ strong wall | ours ÷ TSDB | wire bytes / 1,000 GPUs | "
-        "strong agrees | precision/recall (ours vs ground truth) |"
-    )
-    lines.append("| ---: | --- | ---: | ---: | ---: | ---: | --- |")
-    for r in results:
-        o, s = r["ours"], r["strong"]
-        pr = ", ".join(f"{k} {p:.2f}/{rc:.2f}" for k, (p, rc) in sorted(r["scores"].items()))
+            result["strong_findings"] = len(strong["verdicts"])
+    for side in (ours, strong):
+        side.pop("verdicts", None)
+    return result
+
+
+# --- output ----------------------------------------------------------------------------------------
+
+
+def _span(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s // 86400:g} d" if s % 86400 == 0 and s >= 86400 * 2 else f"{s / 3600:g} h"
+
+
+def _case(r: dict[str, Any]) -> str:
+    text = f"{_span(r['window_s'])} ({_span(r['age_s'])})"
+    return text if r["step_s"] == DEFAULT_STEP.total_seconds() else f"{text} @{r['step_s']:g} s"
+
+
+def _short(error: str, limit: int = 200) -> str:
+    """An error for a table cell: one line, no pipes, at most about ``limit`` characters.
+
+    Its start (what failed) and its end (the TSDB's reason) are kept; ``--json`` keeps it whole.
+    """
+    text = " ".join(error.replace("|", "/").split())
+    head = limit // 3
+    return text if len(text) <= limit else f"{text[:head]} … {text[-(limit - head) :]}"
+
+
+def _range(pair: list[int]) -> str:
+    lo, hi = pair
+    return f"{lo:,}" if lo == hi else f"{lo:,}–{hi:,}"
+
+
+def _s(value: float | None) -> str:
+    return "" if value is None else f"{value:.2f}"
+
+
+def table(fleets: list[dict[str, Any]], results: list[dict[str, Any]], runs: int) -> str:
+    first = fleets[0]
+    flags = ", flags " + " ".join(first["vm_flags"]) if first["vm_flags"] else ", default limits"
+    steps = sorted({f["step_s"] for f in fleets})
+    lines = [
+        f"{first['tsdb']}{flags if first['tsdb'] == 'victoriametrics' else ''}; GPU samples every "
+        f"{' / '.join(f'{s:g}' for s in steps)} s, Kubernetes and cAdvisor every 60 s; "
+        f"{runs} run{'s' if runs != 1 else ''} of each after a warm-up, p50 and p99 by nearest rank; "
+        "peak RSS is the worst run's.",
+        "",
+    ]
+    if results:
+        lines += [
+            f"| GPUs | window (pod age) | run | wall p50 s | wall p99 (worst of {runs}) s | TSDB p50 s "
+            "| TSDB p99 s | queries | wire bytes | decoded bytes | peak RSS MiB |",
+            "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for r in results:
+            for name in ("ours", "strong"):
+                x = r[name]
+                head = f"| {r['gpus']:,} | {_case(r)} | {name} |"
+                if "wall_p50_s" not in x:
+                    lines.append(f"{head} failed: {_short(x.get('error', ''))} | | | | | | | |")
+                    continue
+                note = f" ({x['failed_runs']} failed)" if x["failed_runs"] else ""
+                lines.append(
+                    f"{head} {x['wall_p50_s']:.2f}{note} | {x['wall_p99_s']:.2f} | {_s(x.get('tsdb_p50_s'))} "
+                    f"| {_s(x.get('tsdb_p99_s'))} | {_range(x['requests'])} | {_range(x['wire_bytes'])} "
+                    f"| {_range(x['body_bytes'])} | {x['peak_rss_mb']:.0f} |"
+                )
+        lines += [
+            "",
+            "| GPUs | window (pod age) | ours ÷ strong p50 | ours ÷ TSDB p50 | wire bytes / 1,000 GPUs "
+            "| strong agrees | precision/recall (ours vs ground truth) |",
+            "| ---: | --- | ---: | ---: | ---: | ---: | --- |",
+        ]
+        for r in results:
+            o, s = r["ours"], r["strong"]
+            if "wall_p50_s" not in o:
+                lines.append(f"| {r['gpus']:,} | {_case(r)} | ours failed | | | | |")
+                continue
+            vs_strong = f"{o['wall_p50_s'] / s['wall_p50_s']:.2f}" if "wall_p50_s" in s else "strong failed"
+            agrees = f"{r['strong_agrees']}/{r['findings']}" if "strong_agrees" in r else ""
+            pr = ", ".join(f"{k} {p:.2f}/{rc:.2f}" for k, (p, rc) in sorted(r["scores"].items()))
+            lines.append(
+                f"| {r['gpus']:,} | {_case(r)} | {vs_strong} | {o['wall_p50_s'] / o['tsdb_p50_s']:.2f} "
+                f"| {o['wire_bytes'][1] * 1000 / r['gpus']:,.0f} | {agrees} | {pr} |"
+            )
+        lines.append("")
+    lines += [
+        "| GPUs | pod age (windows) | samples | slices | prepare s (simulate / encode / TSDB-bound) "
+        "| prepare peak RSS MiB | TSDB peak RSS MiB | TSDB data MiB |",
+        "| ---: | --- | ---: | ---: | --- | ---: | ---: | ---: |",
+    ]
+    for f in fleets:
+        p = f["prepare"]
+        case = f"{_span(f['age_s'])} ({', '.join(_span(w) for w in f['windows_s'])})"
+        if f["step_s"] != DEFAULT_STEP.total_seconds():
+            case += f" @{f['step_s']:g} s"
+        if "error" in p:
+            lines.append(f"| {f['gpus']:,} | {case} | failed: {_short(p['error'])} | | | | | |")
+            continue
+        bound = p["wait_s"] + p["flush_s"] + p.get("merge_wait_s", 0.0)
+        total = p["prepare_s"] + p.get("merge_wait_s", 0.0)
+        split = f"{total:.0f} ({p['simulate_s']:.0f} / {p['encode_s']:.0f} / {bound:.0f})"
+        tool = f" (promtool {p['promtool_peak_rss_mb']:.0f})" if p["promtool_peak_rss_mb"] else ""
+        tsdb_rss = max(p["tsdb_peak_rss_mb"] or 0, f.get("tsdb_peak_rss_mb") or 0)
         lines.append(
-            f"| {r['gpus']:,} | {r['window_h']:g} h ({r['age_h']:g} h) | {o['wall_s'] / s['wall_s']:.2f} | "
-            f"{o['wall_s'] / o['tsdb_s']:.2f} | {o['wire_bytes'] * 1000 / r['gpus']:,.0f} | "
-            f"{r['strong_agrees']}/{r['findings']} | {pr} |"
+            f"| {f['gpus']:,} | {case} | {p['samples']:,} | {p['slices']} | {split} "
+            f"| {p['peak_rss_mb']:.0f}{tool} | {tsdb_rss:.0f} | {p['tsdb_data_mb']:.1f} |"
         )
     return "\n".join(lines)
-
-
-def _wall(result: dict[str, Any]) -> float:
-    return float(result["wall_s"])
 
 
 def _ref(key: str) -> WorkloadRef:
@@ -503,34 +691,81 @@ def _window(text: str) -> tuple[timedelta, timedelta]:
     return w, parse_duration(age) if age else max(w, timedelta(hours=24))
 
 
+def _steps(text: str) -> tuple[timedelta, dict[int, timedelta]]:
+    """``15s`` or ``15s,10000=60s``: the default GPU scrape step, and per fleet size."""
+    default, per = DEFAULT_STEP, {}
+    for part in text.split(","):
+        size, eq, step = part.partition("=")
+        if eq:
+            per[int(size)] = parse_duration(step)
+        else:
+            default = parse_duration(part)
+    return default, per
+
+
+def _shape(values: list[str]) -> tuple[int, TimeWindow, timedelta, timedelta, timedelta]:
+    gpus, window_s, age_s, step_s = (int(v) for v in values)
+    window = timedelta(seconds=window_s)
+    return gpus, TimeWindow.ending(END, window), window, timedelta(seconds=age_s), timedelta(seconds=step_s)
+
+
+def run_child(args: argparse.Namespace) -> dict[str, Any]:
+    if args.child == "prepare":
+        gpus, _, age_s, step_s = (int(v) for v in args.shape)
+        windows = [timedelta(seconds=int(w)) for w in args.windows_s.split(",")]
+        age, step = timedelta(seconds=age_s), timedelta(seconds=step_s)
+        return run_prepare(args.tsdb, args.target, gpus, windows, age, step, args.slice_samples)
+    _, span, _, _, step = _shape(args.shape)
+    run = run_ours if args.child == "ours" else run_strong
+    return run(args.url, span, step)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--sizes", default="100,1000")
-    parser.add_argument("--windows", default="6h,24h")
+    parser.add_argument("--sizes", default="100,1000", help="fleet sizes in GPUs, comma-separated")
+    parser.add_argument("--windows", default="6h,24h", help="WINDOW or WINDOW/AGE, comma-separated")
+    parser.add_argument("--runs", type=int, default=5, help="measured runs after one warm-up (default 5)")
+    parser.add_argument("--step", default="15s", help="GPU scrape step: 15s, or 15s,10000=60s per size")
     parser.add_argument("--tsdb", choices=("victoriametrics", "prometheus"), default="victoriametrics")
-    parser.add_argument("--json", type=Path)
-    parser.add_argument("--child", choices=("ours", "strong"), help=argparse.SUPPRESS)
+    parser.add_argument("--vm-flag", action="append", default=[], help="a VictoriaMetrics flag, e.g. -X=Y")
+    parser.add_argument(
+        "--slice-samples", type=int, default=SLICE_SAMPLES, help="raw samples simulated at once"
+    )
+    parser.add_argument("--prepare-only", action="store_true", help="build and import the fleets only")
+    parser.add_argument("--json", type=Path, help="write every figure (each run's) to this file")
+    parser.add_argument("--child", choices=("ours", "strong", "prepare"), help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
-    parser.add_argument("--span", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--target", help=argparse.SUPPRESS)
+    parser.add_argument("--shape", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--windows-s", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        window = TimeWindow.ending(END, timedelta(seconds=args.span))
-        run = run_ours if args.child == "ours" else run_strong
-        print(json.dumps(run(args.url, window)))
+        print(json.dumps(run_child(args)))
         return 0
-    results = []
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
+    default_step, steps = _steps(args.step)
+    # Windows over pods of the same age share one fleet: it is prepared once.
+    by_age: dict[timedelta, list[timedelta]] = {}
+    for text in args.windows.split(","):
+        window, age = _window(text)
+        by_age.setdefault(age, []).append(window)
+    fleets: list[dict[str, Any]] = []
+    results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="analyzer-bench-") as tmp:
         for gpus in (int(x) for x in args.sizes.split(",")):
-            for text in args.windows.split(","):
-                window, age = _window(text)
-                result = bench(gpus, window, age, args.tsdb, Path(tmp))
-                results.append(result)
-                print(json.dumps(result), file=sys.stderr, flush=True)
-    print(table(results))
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2) + "\n")
+            for age, windows in by_age.items():
+                step = steps.get(gpus, default_step)
+                workdir = Path(tmp) / f"{gpus}-{int(age.total_seconds())}"
+                fleet, done = bench(gpus, age, step, windows, args, workdir)
+                fleets.append(fleet)
+                results.extend(done)
+                print(table([fleet], done, args.runs).split("\n", 2)[2], file=sys.stderr, flush=True)
+                if args.json:
+                    args.json.write_text(json.dumps({"fleets": fleets, "results": results}, indent=2) + "\n")
+    print(table(fleets, results, args.runs))
     return 0
 
 

@@ -12,7 +12,7 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -65,6 +65,11 @@ class _Server(abc.ABC):
                 pass
             time.sleep(0.2)
         raise RuntimeError(f"{self._command()[0]} not ready after {timeout}s:\n{self.log_tail()}")
+
+    @property
+    def pid(self) -> int | None:
+        """The server's process id while it runs (for reading its memory from /proc)."""
+        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
 
     def log_tail(self, lines: int = 30) -> str:
         try:
@@ -169,9 +174,11 @@ class VictoriaMetricsServer(_Server):
 
     ready_path = "/health"
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, extra_args: Sequence[str] = ()) -> None:
+        """``extra_args``: more command-line flags (``-search.maxQueryDuration=2m``), after ours."""
         super().__init__(workdir)
         self.binary = require_binary("victoria-metrics")
+        self.extra_args = tuple(extra_args)
 
     def _command(self) -> list[str]:
         return [
@@ -181,6 +188,7 @@ class VictoriaMetricsServer(_Server):
             "-retentionPeriod=100y",
             "-search.latencyOffset=0s",
             "-loggerLevel=ERROR",
+            *self.extra_args,
         ]
 
     def import_series(self, series: Iterable[Series]) -> None:

@@ -1,0 +1,308 @@
+"""The benchmark's fleets: built, simulated and imported a slice of nodes at a time.
+
+A 10,000-GPU fleet over 7 days at 15 s is about 1.7 billion samples once trimmed (utilization and
+framebuffer every 15 s, kube-state-metrics and cAdvisor every 60 s): far too many to simulate in
+memory at once. Every workload of a benchmark fleet is pinned to one node, and the simulator draws
+each pod's trace from a generator seeded by the pod alone, so a fleet simulated one slice of nodes
+at a time has the same series as the whole fleet, with one exception: the 2 % driver blips
+(utilization 1 %) of *unallocated* GPUs come from one stream per simulation, so they fall on other
+samples. They never cross a detector's threshold, and the ground truth, computed per slice from the
+same scenario, does not depend on them.
+
+Memory is bounded by the slice (about ``SLICE_SAMPLES`` raw samples); the JSON lines are encoded
+here while a few threads post the previous chunks, so the simulator, the encoder and the TSDB's
+ingestion overlap.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import queue
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+import requests
+
+from common.model import TimeWindow, WorkloadRef
+from simulation.fleet import Expected, Scenario, Series, expected_findings, simulate
+
+END = datetime(2026, 1, 5, tzinfo=UTC)
+GPUS_PER_NODE = 8
+# Raw samples one slice may simulate at once (about 15 bytes each while the slice lives).
+SLICE_SAMPLES = 8_000_000
+# Raw samples per node and scrape step in these layouts (GPU series plus the pods' kube-state and
+# cAdvisor series before trimming), measured: sizes the slices.
+SAMPLES_PER_NODE_STEP = 110
+KUBE_STEP_S = 60
+
+# Eight-GPU node layouts, cycled through the fleet: (namespace, name, kind, behaviour, replicas, gpus/pod)
+LAYOUTS: list[list[tuple[str, str, str, str, int, int]]] = [
+    [("research", "pretrain", "Job", "training", 1, 8)],
+    [
+        ("serving", "chat", "Deployment", "serving", 4, 1),
+        ("serving", "ranker", "Deployment", "idle", 2, 1),
+        ("team", "notebook", "Deployment", "low_utilization", 1, 1),
+        ("team", "shell", "Pod", "idle", 1, 1),
+    ],
+    [
+        ("research", "vision", "Job", "starvation_sawtooth", 1, 4),
+        ("research", "audio", "Job", "starvation_cpu", 1, 2),
+        ("serving", "embed", "StatefulSet", "idle", 1, 1),
+        ("team", "scorer", "Deployment", "low_utilization", 1, 1),
+    ],
+    [("research", "finetune", "Job", "training", 2, 4)],
+    [("serving", "translate", "Deployment", "serving", 8, 1)],
+]
+
+
+def bench_scenario(
+    gpus: int, window: timedelta, age: timedelta, step: timedelta, nodes: range | None = None
+) -> Scenario:
+    """A fleet of ``gpus`` GPUs: every behaviour, a spare node in ten, an exporter outage in twenty.
+
+    ``nodes`` picks a slice of the fleet's nodes (all by default); node ``n`` and its workloads are
+    the same whichever slice holds them.
+    """
+    node_specs: list[dict[str, Any]] = []
+    workloads: list[dict[str, Any]] = []
+    for n in nodes if nodes is not None else range(gpus // GPUS_PER_NODE):
+        name = f"gpu-{n:04d}"
+        node: dict[str, Any] = {"name": name, "gpus": GPUS_PER_NODE}
+        if n % 20 == 19:
+            node["gaps"] = [{"start": "-3h", "end": "-2h"}]
+        node_specs.append(node)
+        if n % 10 == 9:
+            continue  # spare: nothing scheduled
+        for ns, base, kind, behaviour, replicas, per_pod in LAYOUTS[n % len(LAYOUTS)]:
+            spec: dict[str, Any] = {
+                "namespace": ns,
+                "name": f"{base}-{n:04d}",
+                "kind": kind,
+                "behaviour": behaviour,
+                "replicas": replicas,
+                "gpus_per_pod": per_pod,
+                "node": name,
+            }
+            if behaviour == "starvation_cpu":
+                spec["cpu_limit_cores"] = 6
+            workloads.append(spec)
+    return Scenario.model_validate(
+        {
+            "name": f"bench-{gpus}",
+            "seed": 11,
+            "end": END.isoformat(),
+            "duration": f"{int(age.total_seconds())}s",
+            "step": f"{int(step.total_seconds())}s",
+            "analysis_window": f"{int(window.total_seconds())}s",
+            "metrics": "minimal",
+            "nodes": node_specs,
+            "workloads": workloads,
+        }
+    )
+
+
+def node_slices(
+    gpus: int, age: timedelta, step: timedelta, slice_samples: int = SLICE_SAMPLES
+) -> list[range]:
+    """The fleet's nodes cut into slices of about ``slice_samples`` raw samples each."""
+    count = gpus // GPUS_PER_NODE
+    steps = age.total_seconds() / step.total_seconds()
+    per_slice = max(1, min(count, int(slice_samples / (SAMPLES_PER_NODE_STEP * steps))))
+    return [range(a, min(a + per_slice, count)) for a in range(0, count, per_slice)]
+
+
+def trimmed(series: Iterable[Series]) -> Iterator[Series]:
+    """The fleet as a cluster would typically scrape it: GPUs every step, Kubernetes every 60 s.
+
+    ``DCGM_FI_DEV_FB_FREE`` is dropped: nothing reads it, and it would add a third to the import.
+    """
+    for s in series:
+        if s.name == "DCGM_FI_DEV_FB_FREE":
+            continue
+        if s.name.startswith(("kube_", "container_")):
+            keep = np.round(s.timestamps) % KUBE_STEP_S == 0
+            yield replace(s, timestamps=s.timestamps[keep], values=s.values[keep])
+        else:
+            yield s
+
+
+@dataclass
+class SliceStats:
+    """What preparing a fleet cost: samples, series, and where the time went."""
+
+    samples: int = 0
+    series: int = 0
+    slices: int = 0
+    json_bytes: int = 0
+    simulate_s: float = 0.0
+    encode_s: float = 0.0
+    # The ground truth per analysis window (its seconds): one fleet serves every window up to its age.
+    truth: dict[float, dict[WorkloadRef, Expected]] = field(default_factory=dict)
+
+
+def sliced_fleet(
+    gpus: int,
+    windows: Iterable[timedelta],
+    age: timedelta,
+    step: timedelta,
+    stats: SliceStats,
+    slice_samples: int = SLICE_SAMPLES,
+) -> Iterator[Series]:
+    """Every trimmed series of the fleet, a slice of nodes at a time.
+
+    Fills ``stats.truth`` for each of ``windows`` (ending at the fleet's end) as it goes.
+    """
+    spans = {w.total_seconds(): TimeWindow.ending(END, w) for w in windows}
+    for nodes in node_slices(gpus, age, step, slice_samples):
+        t0 = time.perf_counter()
+        fleet = simulate(bench_scenario(gpus, age, age, step, nodes))
+        for seconds, span in spans.items():
+            stats.truth.setdefault(seconds, {}).update(expected_findings(fleet, span))
+        stats.slices += 1
+        stats.simulate_s += time.perf_counter() - t0
+        for s in trimmed(fleet.series):
+            stats.samples += s.values.size
+            stats.series += 1
+            yield s
+        del fleet
+
+
+class _Stamps:
+    """JSON text of timestamp arrays, cached: most series of a slice share a handful of them."""
+
+    def __init__(self, size: int = 256) -> None:
+        self.size = size
+        self.cache: dict[bytes, str] = {}
+
+    def text(self, timestamps: np.ndarray) -> str:
+        raw = timestamps.tobytes()
+        key = hashlib.blake2b(raw, digest_size=16).digest()
+        hit = self.cache.get(key)
+        if hit is None:
+            millis = np.round(timestamps * 1000).astype(np.int64)
+            hit = ",".join(map(str, millis.tolist()))
+            if len(self.cache) >= self.size:
+                self.cache.pop(next(iter(self.cache)))
+            self.cache[key] = hit
+        return hit
+
+
+def _values_text(values: np.ndarray) -> str:
+    """The values exactly as simulated, in the shortest JSON spelling that parses back to them."""
+    if values.size == 0:
+        return ""
+    if not np.isfinite(values).all():
+        # JSON has no NaN; a gap is a missing sample, never a value.
+        raise ValueError("a series holds a non-finite value")
+    first = values[0]
+    if (values == first).all():
+        return ",".join([json.dumps(float(first))] * values.size)
+    if (values == np.floor(values)).all() and np.abs(values).max() < 2**53:
+        return ",".join(map(str, values.astype(np.int64).tolist()))
+    return json.dumps(values.tolist())[1:-1]
+
+
+def json_line_chunks(series: Iterable[Series], max_bytes: int = 8 << 20) -> Iterator[bytes]:
+    """VictoriaMetrics' JSON line import (``/api/v1/import``): one line per series, labels once.
+
+    The same lines as ``harness.servers.VictoriaMetricsServer.import_json_lines`` writes, about
+    three times faster: timestamp arrays are encoded once per distinct array, and constant and
+    integral value arrays without Python's float formatting.
+    """
+    stamps = _Stamps()
+    buf: list[str] = []
+    size = 0
+    for s in series:
+        metric = json.dumps({"__name__": s.name, **dict(s.labels)})
+        line = (
+            f'{{"metric":{metric},"values":[{_values_text(s.values)}],'
+            f'"timestamps":[{stamps.text(s.timestamps)}]}}\n'
+        )
+        buf.append(line)
+        size += len(line)
+        if size >= max_bytes:
+            yield "".join(buf).encode()
+            buf, size = [], 0
+    if buf:
+        yield "".join(buf).encode()
+
+
+@dataclass
+class ImportStats:
+    posts: int = 0
+    wait_s: float = 0.0  # the encoder blocked on a full queue: the TSDB was the bottleneck
+    flush_s: float = 0.0
+
+
+def import_json_lines(
+    url: str, chunks: Iterable[bytes], stats: ImportStats, posters: int = 2, backlog: int = 4
+) -> None:
+    """Post chunks to VictoriaMetrics from ``posters`` threads while the caller's thread encodes more.
+
+    At most ``backlog`` encoded chunks wait in memory. The first failed post stops the import and is
+    raised here.
+    """
+    todo: queue.Queue[bytes | None] = queue.Queue(maxsize=backlog)
+    errors: list[BaseException] = []
+
+    def post() -> None:
+        with requests.Session() as http:
+            while (chunk := todo.get()) is not None:
+                if errors:
+                    continue  # drain: the caller stops at the next put
+                try:
+                    http.post(f"{url}/api/v1/import", data=chunk, timeout=600).raise_for_status()
+                except BaseException as e:  # handed to the caller's thread
+                    errors.append(e)
+
+    threads = [threading.Thread(target=post, daemon=True) for _ in range(posters)]
+    for t in threads:
+        t.start()
+    try:
+        for chunk in chunks:
+            if errors:
+                break
+            t0 = time.perf_counter()
+            todo.put(chunk)
+            stats.wait_s += time.perf_counter() - t0
+            stats.posts += 1
+    finally:
+        for _ in threads:
+            todo.put(None)
+        for t in threads:
+            t.join()
+    if errors:
+        raise RuntimeError(f"import into {url} failed: {errors[0]}") from errors[0]
+    t0 = time.perf_counter()
+    # Make the imported samples searchable now rather than after the next periodic flush.
+    requests.get(f"{url}/internal/force_flush", timeout=600).raise_for_status()
+    stats.flush_s = time.perf_counter() - t0
+
+
+def wait_for_merges(url: str, timeout_s: float = 1800.0, quiet_s: float = 3.0) -> float:
+    """Wait until VictoriaMetrics has no merge running for ``quiet_s``; returns the seconds waited.
+
+    A big import leaves background merges behind; they would compete with the measured queries.
+    """
+    start = time.perf_counter()
+    calm_since: float | None = None
+    while time.perf_counter() - start < timeout_s:
+        text = requests.get(f"{url}/metrics", timeout=30).text
+        active = sum(
+            float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("vm_active_merges")
+        )
+        now = time.perf_counter()
+        if active == 0:
+            calm_since = calm_since if calm_since is not None else now
+            if now - calm_since >= quiet_s:
+                break
+        else:
+            calm_since = None
+        time.sleep(0.5)
+    return time.perf_counter() - start
