@@ -114,6 +114,11 @@ class Capabilities:
     pod_labels: bool = False
     # Utilization metrics whose recording-rule rollups exist; after the snapshot's check, those it read.
     rollups: tuple[str, ...] = ()
+    # The server runs Prometheus' own engine (its build info names a Go version: Prometheus, Thanos,
+    # Mimir), which evaluates `timestamp()` step by step inside a subquery, ~10x slower than range
+    # functions: the closer looks then tell a fresh sample by `count_over_time` instead. Both forms
+    # count the same samples; the choice is about speed only.
+    prometheus_engine: bool = False
     # Per scrape job: multiplier from the DEV gauge's unit to percent, and the sample interval (s).
     dev_scale: Mapping[str, float] = field(default_factory=dict)
     interval_s: Mapping[str, float] = field(default_factory=dict)
@@ -127,6 +132,7 @@ class Capabilities:
         ksm_labels: Collection[str],
         histogram_le: tuple[str, ...],
         rollups: tuple[str, ...] = (),
+        prometheus_engine: bool = False,
     ) -> Capabilities:
         """What a source holds, from the metric names present and the labels of the GPU and owner
         series: the one definition both metrics sources (TSDB and in-memory) decide by."""
@@ -150,6 +156,7 @@ class Capabilities:
             job_owner=ksm and KUBE_JOB_OWNER in present,
             pod_labels=ksm and KUBE_POD_LABELS in present,
             rollups=rollups,
+            prometheus_engine=prometheus_engine,
         )
 
     @property

@@ -246,6 +246,21 @@ class PrometheusClient:
         params = {"match[]": match, "start": _ts(start), "end": _ts(end)}
         return _strings(self._ask(path, self.connect.get_label_values, label, params), path)
 
+    def build_info(self) -> dict[str, Any]:
+        """``/api/v1/status/buildinfo``'s data: which engine answers (empty where it says nothing)."""
+        path = "/api/v1/status/buildinfo"
+
+        def get() -> requests.Response:
+            return self.session.get(
+                f"{self.config.base_url}{path}",
+                headers=self.connect.headers,
+                auth=self.config.basic_auth,
+                timeout=self.config.timeout_s,
+            )
+
+        data = self._ask(path, get).json().get("data")
+        return data if isinstance(data, dict) else {}
+
     # --- the one place that talks HTTP ----------------------------------------------------------
 
     def _where(self) -> str:

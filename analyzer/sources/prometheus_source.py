@@ -122,9 +122,10 @@ class PrometheusSource:
             lambda: self.client.label_names(FleetQueries.util_match(), start, end),
             lambda: self.client.label_names(dcgm.KUBE_POD_OWNER, start, end),
             lambda: self.client.label_values(dcgm.LE, dcgm.SAMPLE_HISTOGRAM_BUCKET, start, end),
+            self._engine,
         ]
         answers = run_all(self.client.limit, _attempt, calls)
-        (names, failed), *rest = answers
+        (names, failed), *rest, (engine, _) = answers
         if failed is not None:
             raise failed
         present = set(names)
@@ -151,8 +152,21 @@ class PrometheusSource:
             except ValueError as e:
                 log.warning("ignoring %s: %s", dcgm.SAMPLE_HISTOGRAM_BUCKET, e)
         return Capabilities.discovered(
-            present, util, gpu_labels, ksm_labels, histogram_le, rollups.recorded(present, util)
+            present,
+            util,
+            gpu_labels,
+            ksm_labels,
+            histogram_le,
+            rollups.recorded(present, util),
+            prometheus_engine=bool(engine),
         )
+
+    def _engine(self) -> list[str]:
+        """``["prometheus"]`` when the server runs Prometheus' own engine (see Capabilities)."""
+        try:
+            return ["prometheus"] if "goVersion" in self.client.build_info() else []
+        except DataUnavailableError:
+            return []  # no build info to give: nothing follows from it
 
     def _rollup_covers(self, caps: Capabilities, window: TimeWindow) -> dict[str, Cover]:
         """The metrics whose recording-rule rollups cover the whole window, and how (logged either way)."""

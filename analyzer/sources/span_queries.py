@@ -127,12 +127,33 @@ class SpanTerm:
         return f"({expr})[{promql.duration(_reach(piece))}:{step}] @ {_at(piece.end)}"
 
     def _fresh(self, expr: str, piece: TimeWindow) -> str:
-        # Fresh: each sample counted once. After the piece's start: VictoriaMetrics' `resets` also
-        # compares with the point before the range, which must not exist. Both tests filter one
-        # timestamp vector by scalars, so each step pays for a single join (two cost twice as much).
-        ts = f"timestamp({self.selector})"
-        after = promql.number(piece.start.timestamp())
-        return f"(({expr}) and (({ts} > {after}) - time() > -{promql.number(self.step_s)}))"
+        """``expr`` at the subquery's steps that hold a fresh sample of the piece (each sample once).
+
+        A step at ``t`` keeps the sample of ``(t - step, t]``, and only one after the piece's start;
+        steps before the first such sample hold nothing, so VictoriaMetrics' ``resets``, which also
+        reads the point before the range, sees none. Two forms count the same samples:
+        ``timestamp()`` filtered by scalars (one join a step), or, on Prometheus' own engine, which
+        evaluates ``timestamp()`` step by step, ``count_over_time`` over the step.
+        """
+        if not self.caps.prometheus_engine:
+            ts = f"timestamp({self.selector})"
+            after = promql.number(piece.start.timestamp())
+            return f"(({expr}) and (({ts} > {after}) - time() > -{promql.number(self.step_s)}))"
+        # The first step after the piece's start, ``g``, looks back only to that start.
+        step_ms = max(1, round(self.step_s * 1000))
+        first = (_ms(piece.start) // step_ms + 1) * step_ms
+        head = first - _ms(piece.start)
+        g, half = promql.number(first / 1000), promql.number(step_ms / 2000)
+
+        def seen(reach_ms: int) -> str:
+            # 1 ms short: Prometheus 2 includes a range's left end, VictoriaMetrics and Prometheus 3
+            # do not; with millisecond timestamps both then read (t - reach, t].
+            reach = promql.duration(timedelta(milliseconds=max(1, reach_ms - 1)))
+            return f"(count_over_time({self.selector}[{reach}]) > 0)"
+
+        after = f"(({expr}) and {seen(step_ms)} and on () (vector(time()) > {g} + {half}))"
+        at_first = f"(({expr}) and {seen(head)} and on () (abs(vector(time()) - {g}) < {half}))"
+        return f"({after} or {at_first})"
 
     def _state(self, op: str, percent: float, piece: TimeWindow) -> str:
         return self._fresh(f"{self.selector} {op} bool {promql.number(percent / self.scale)}", piece)

@@ -93,7 +93,7 @@ def test_recorded_vector_and_matrix_parse(mock: responses.RequestsMock) -> None:
     matrix_call = next(
         e
         for e in exchanges
-        if isinstance(e["body"]["data"], dict) and e["body"]["data"]["resultType"] == "matrix"
+        if isinstance(e["body"]["data"], dict) and e["body"]["data"].get("resultType") == "matrix"
     )
     series = c.matrix(
         matrix_call["params"]["query"], datetime.fromtimestamp(float(matrix_call["params"]["time"]), tz=UTC)

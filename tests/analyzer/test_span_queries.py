@@ -7,6 +7,7 @@ simulator's own samples: counts exactly, statistics and shares to rounding.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -168,3 +169,25 @@ def test_a_seven_day_window_runs_within_victoriametrics_default_limits(tmp_path:
     assert finding.kind is FindingKind.DATALOADER_STARVATION
     assert isinstance(finding.evidence, DataloaderStarvationEvidence)
     assert finding.evidence.pattern == "bimodal"
+
+
+@pytest.mark.parametrize("tsdb", ["victoria_standard", "prometheus_standard"])
+def test_both_ways_of_telling_a_fresh_sample_count_the_same(
+    tsdb: str, request: pytest.FixtureRequest, standard_fleet: Fleet
+) -> None:
+    """`timestamp()` (fast on VictoriaMetrics) and `count_over_time` (fast on Prometheus' engine) keep
+    the same samples: the engine the build info names changes the speed, never the numbers."""
+    window = window_of(standard_fleet)
+    server = request.getfixturevalue(tsdb)
+    source = PrometheusSource(PrometheusConfig(server.url))
+    snapshot = source.snapshot(window, T)
+    assert snapshot.capabilities.prometheus_engine is (tsdb == "prometheus_standard")
+    late = TimeWindow(start=window.start + timedelta(hours=5, seconds=7), end=window.end)
+    keys = sorted(k for k, d in snapshot.devices.items() if k.allocated and d.histogram is None)[:6]
+    looks = [CloserLook(k, late, shares=True) for k in keys]
+    answers = []
+    for engine in (False, True):
+        caps = replace(snapshot.capabilities, prometheus_engine=engine)
+        answers.append(source.span_numbers(replace(snapshot, capabilities=caps), looks, T))
+    assert answers[0] == answers[1]
+    assert sum(n.shares is not None for n in answers[0].values()) >= 4
