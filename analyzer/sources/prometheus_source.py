@@ -1,13 +1,15 @@
 """``MetricsSource`` over the Prometheus query API: the TSDB computes, the analyzer reads numbers.
 
-One run costs a fixed number of queries whatever the fleet size: discovery (three or four label
-API calls), one raw series per scrape job to measure its interval, six aggregates per
-utilization metric (sample count with the device's labels, sum, max, three quantiles; the unit of
-``DCGM_FI_DEV_GPU_UTIL`` follows from the maxima and sums) and a series count per device that
-finds devices split over several series (their quantiles are then taken over the union, three
-subqueries), one histogram query, up to eight kube-state-metrics queries and four CPU queries.
-Raw samples are pulled later only for the few devices the pipeline asks about, in chunks that stay
-under the server's per-series point limit and a per-query sample budget."""
+One run costs a fixed number of queries whatever the fleet size: discovery (five calls side by
+side: names, the GPU and owner series' labels, the histogram's bounds, the build info), then, side
+by side, six aggregates per utilization metric (sample count with the device's labels, sum, max,
+three quantiles; the unit of ``DCGM_FI_DEV_GPU_UTIL`` follows from the maxima and sums) and a
+series count per device that finds devices split over several series (their quantiles are then
+taken over the union, three subqueries), one histogram query, up to eight kube-state-metrics
+queries and four CPU queries; one raw series per scrape job measures its interval. The closer
+looks (``span_numbers``, ``first_busy``) are aggregates too. Raw samples are pulled only for the
+HTML report's plots, in chunks that stay under the server's per-series point limit and a
+per-query sample budget."""
 
 from __future__ import annotations
 
