@@ -508,21 +508,21 @@ class PrometheusSource:
     ) -> list[list[SpanTerm]]:
         """Holders grouped into per-span terms, the terms into queries none of whose terms clash."""
         caps = snapshot.capabilities
-        groups: dict[tuple[str, str, TimeWindow], list[DeviceKey]] = defaultdict(list)
+        # Holders per (metric, job, span), in order and once each.
+        groups: dict[tuple[str, str, TimeWindow], dict[DeviceKey, None]] = defaultdict(dict)
         for key, span in wanted:
             dev = snapshot.devices.get(key)
-            if dev is not None and key not in groups[(dev.info.metric, dev.info.job, span)]:
-                groups[(dev.info.metric, dev.info.job, span)].append(key)
+            if dev is not None:
+                groups[(dev.info.metric, dev.info.job, span)][key] = None
         batches: list[list[SpanTerm]] = []
         batch_uuids: list[set[str]] = []
-        terms = []
-        for (metric, job, span), keys in sorted(groups.items(), key=_by_span):
+        terms: list[SpanTerm] = []
+        for (metric, job, span), held in sorted(groups.items(), key=_by_span):
+            keys = list(held)
             step = snapshot.devices[keys[0]].interval_s or 15.0
             for i in range(0, len(keys), HOLDERS_PER_TERM):
-                terms.append(
-                    SpanTerm(
-                        caps, metric, keys[i : i + HOLDERS_PER_TERM], span, step, caps.scale(metric, job)
-                    )
+                terms += _fitting(
+                    caps, metric, keys[i : i + HOLDERS_PER_TERM], span, step, caps.scale(metric, job)
                 )
         for term in terms:
             for batch, uuids in zip(batches, batch_uuids, strict=True):
@@ -782,6 +782,20 @@ class PrometheusSource:
         return float(sum(s.value for s in samples))
 
 
+def _fitting(
+    caps: Capabilities, metric: str, keys: list[DeviceKey], span: TimeWindow, step: float, scale: float
+) -> list[SpanTerm]:
+    """Terms for ``keys`` whose longest aggregate (a run count, repeated once per piece of a long
+    span) stays under the query length limit: halved until it does."""
+    term = SpanTerm(caps, metric, keys, span, step, scale)
+    if len(keys) == 1 or len(term.state_runs(True, 0.0)) <= MAX_QUERY_CHARS - 500:
+        return [term]
+    half = len(keys) // 2
+    return _fitting(caps, metric, keys[:half], span, step, scale) + _fitting(
+        caps, metric, keys[half:], span, step, scale
+    )
+
+
 def _near_spans(holders: Sequence[tuple[DeviceKey, TimeWindow]]) -> Iterator[tuple[TimeWindow, list[str]]]:
     """Holders' spans gathered while their union stays within twice the longest of them (and 150
     pods): the union, and the pods."""
@@ -812,7 +826,7 @@ def _attempt(call: Callable[[], list[str]]) -> tuple[list[str], DataUnavailableE
 
 
 def _by_span(
-    group: tuple[tuple[str, str, TimeWindow], list[DeviceKey]],
+    group: tuple[tuple[str, str, TimeWindow], object],
 ) -> tuple[datetime, datetime, str]:
     (metric, job, span), _ = group
     return (span.end, span.start, metric + "/" + job)
