@@ -30,7 +30,7 @@ import numpy as np
 import requests
 
 from common.model import TimeWindow, WorkloadRef
-from simulation.fleet import Expected, Scenario, Series, expected_findings, simulate
+from simulation.fleet import Expected, Scenario, Series, byte_chunks, expected_findings, simulate
 
 END = datetime(2026, 1, 5, tzinfo=UTC)
 GPUS_PER_NODE = 8
@@ -216,21 +216,12 @@ def json_line_chunks(series: Iterable[Series], max_bytes: int = 8 << 20) -> Iter
     integral value arrays without Python's float formatting.
     """
     stamps = _Stamps()
-    buf: list[str] = []
-    size = 0
-    for s in series:
-        metric = json.dumps({"__name__": s.name, **dict(s.labels)})
-        line = (
-            f'{{"metric":{metric},"values":[{_values_text(s.values)}],'
-            f'"timestamps":[{stamps.text(s.timestamps)}]}}\n'
-        )
-        buf.append(line)
-        size += len(line)
-        if size >= max_bytes:
-            yield "".join(buf).encode()
-            buf, size = [], 0
-    if buf:
-        yield "".join(buf).encode()
+    lines = (
+        f'{{"metric":{json.dumps({"__name__": s.name, **dict(s.labels)})},'
+        f'"values":[{_values_text(s.values)}],"timestamps":[{stamps.text(s.timestamps)}]}}\n'
+        for s in series
+    )
+    return byte_chunks(lines, max_bytes)
 
 
 @dataclass

@@ -799,22 +799,22 @@ def _fitting(
 def _near_spans(holders: Sequence[tuple[DeviceKey, TimeWindow]]) -> Iterator[tuple[TimeWindow, list[str]]]:
     """Holders' spans gathered while their union stays within twice the longest of them (and 150
     pods): the union, and the pods."""
-    ordered = sorted(holders, key=lambda h: h[1].start)
-    group: list[tuple[DeviceKey, TimeWindow]] = []
-
-    def union() -> TimeWindow:
-        return TimeWindow(start=group[0][1].start, end=max(span.end for _, span in group))
-
-    for key, span in ordered:
-        if group:
-            longest = max(max(s.duration for _, s in group), span.duration)
-            pods = {k.pod for k, _ in group} | {key.pod}
-            if max(union().end, span.end) - group[0][1].start > 2 * longest or len(pods) > PODS_PER_QUERY:
-                yield union(), sorted({k.pod for k, _ in group})
-                group = []
-        group.append((key, span))
-    if group:
-        yield union(), sorted({k.pod for k, _ in group})
+    start = end = None
+    longest = timedelta(0)
+    pods: set[str] = set()
+    for key, span in sorted(holders, key=lambda h: h[1].start):
+        if start is not None and end is not None:
+            wider = max(longest, span.duration)
+            full = key.pod not in pods and len(pods) >= PODS_PER_QUERY
+            if max(end, span.end) - start > 2 * wider or full:
+                yield TimeWindow(start=start, end=end), sorted(pods)
+                start = None
+        if start is None or end is None:
+            start, end, longest, pods = span.start, span.end, timedelta(0), set()
+        end, longest = max(end, span.end), max(longest, span.duration)
+        pods.add(key.pod)
+    if start is not None and end is not None:
+        yield TimeWindow(start=start, end=end), sorted(pods)
 
 
 def _attempt(call: Callable[[], list[str]]) -> tuple[list[str], DataUnavailableError | None]:

@@ -8,7 +8,7 @@ Used by ``gpu-reaper demo``, the test-suite and the benchmarks::
     truth = expected_findings(fleet)
 """
 
-from simulation.fleet.exposition import prometheus_text_chunks, write_openmetrics
+from simulation.fleet.exposition import byte_chunks, prometheus_text_chunks, write_openmetrics
 from simulation.fleet.generate import synthetic_scenario
 from simulation.fleet.scenario import (
     Behaviour,
@@ -37,6 +37,7 @@ __all__ = [
     "WorkloadKind",
     "WorkloadSpec",
     "builtin_scenarios",
+    "byte_chunks",
     "expected_findings",
     "gpu_uuid",
     "load_scenario",

@@ -51,14 +51,18 @@ def write_openmetrics(series: Iterable[Series], out: TextIO) -> int:
 
 def prometheus_text_chunks(series: Iterable[Series], max_bytes: int = 4 << 20) -> Iterator[bytes]:
     """Prometheus text with millisecond timestamps, cut into bounded chunks for HTTP import."""
+    return byte_chunks((line for s in series for line in series_lines(s, millis=True)), max_bytes)
+
+
+def byte_chunks(lines: Iterable[str], max_bytes: int) -> Iterator[bytes]:
+    """Whole lines gathered into request bodies of about ``max_bytes`` (one line may pass it)."""
     buf: list[str] = []
     size = 0
-    for s in series:
-        for line in series_lines(s, millis=True):
-            buf.append(line)
-            size += len(line)
-            if size >= max_bytes:
-                yield "".join(buf).encode()
-                buf, size = [], 0
+    for line in lines:
+        buf.append(line)
+        size += len(line)
+        if size >= max_bytes:
+            yield "".join(buf).encode()
+            buf, size = [], 0
     if buf:
         yield "".join(buf).encode()

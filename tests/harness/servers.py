@@ -21,7 +21,7 @@ from typing import Self
 import requests
 
 from harness.binaries import require_binary
-from simulation.fleet import Series, prometheus_text_chunks, write_openmetrics
+from simulation.fleet import Series, byte_chunks, prometheus_text_chunks, write_openmetrics
 
 
 def free_port() -> int:
@@ -214,10 +214,8 @@ class VictoriaMetricsServer(_Server):
 
 
 def _json_line_chunks(series: Iterable[Series], max_bytes: int) -> Iterator[bytes]:
-    buf: list[str] = []
-    size = 0
-    for s in series:
-        line = json.dumps(
+    lines = (
+        json.dumps(
             {
                 "metric": {"__name__": s.name, **dict(s.labels)},
                 "values": s.values.tolist(),
@@ -225,10 +223,7 @@ def _json_line_chunks(series: Iterable[Series], max_bytes: int) -> Iterator[byte
             },
             allow_nan=False,  # JSON has no NaN; a gap is a missing sample, never a value
         )
-        buf.append(line + "\n")
-        size += len(line) + 1
-        if size >= max_bytes:
-            yield "".join(buf).encode()
-            buf, size = [], 0
-    if buf:
-        yield "".join(buf).encode()
+        + "\n"
+        for s in series
+    )
+    return byte_chunks(lines, max_bytes)
