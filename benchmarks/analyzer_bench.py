@@ -50,7 +50,7 @@ from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import requests
 
@@ -73,6 +73,7 @@ from bench_fleet import (  # noqa: E402
 from analyzer.pipeline import analyze  # noqa: E402
 from analyzer.sources.prometheus_api import PrometheusClient, PrometheusConfig, PrometheusSession  # noqa: E402
 from analyzer.sources.prometheus_source import PrometheusSource  # noqa: E402
+from common.memory import limit_malloc_arenas  # noqa: E402
 from common.model import FindingKind, FindingsReport, TimeWindow, WorkloadRef  # noqa: E402
 from common.thresholds import Thresholds  # noqa: E402
 from common.timeutil import parse_duration  # noqa: E402
@@ -93,29 +94,34 @@ PREPARE_TIMEOUT_S = 4 * 3600
 
 
 class NotingSession(PrometheusSession):
-    """Remembers every request ours sends, for the replay."""
+    """Writes down every request ours sends, for the replay: to a file, so that keeping thousands
+    of query texts does not count in ours' peak RSS."""
 
-    def __init__(self) -> None:
+    def __init__(self, log: IO[str]) -> None:
         super().__init__()
-        self.calls: list[tuple[str, str, dict[str, str]]] = []
+        self.log = log
 
     def request(self, method: str | bytes, url: str | bytes, *args: Any, **kwargs: Any) -> requests.Response:
         params = kwargs.get("params") or kwargs.get("data") or {}
         verb = method.decode() if isinstance(method, bytes) else method
-        self.calls.append((verb, str(url), {str(k): str(v) for k, v in dict(params).items()}))
+        call = [verb, str(url), {str(k): str(v) for k, v in dict(params).items()}]
+        self.log.write(json.dumps(call) + "\n")
         return super().request(method, url, *args, **kwargs)
 
 
 def run_ours(url: str, window: TimeWindow, step: timedelta) -> dict[str, Any]:
     del step  # ours finds the scrape interval itself
-    session = NotingSession()
-    config = PrometheusConfig(url, timeout_s=600)
-    client = PrometheusClient(config, session=session)
-    start = time.perf_counter()
-    report = analyze(PrometheusSource(client), window, Thresholds(), now=window.end)
-    wall = time.perf_counter() - start
-    result = _result(report, wall, client.stats.requests, client.stats.wire_bytes, client.stats.body_bytes)
-    result["tsdb_s"] = replay(session.calls, config.concurrency)
+    with tempfile.TemporaryFile("w+") as log:
+        session = NotingSession(log)
+        config = PrometheusConfig(url, timeout_s=600)
+        client = PrometheusClient(config, session=session)
+        start = time.perf_counter()
+        report = analyze(PrometheusSource(client), window, Thresholds(), now=window.end)
+        wall = time.perf_counter() - start
+        stats = client.stats
+        result = _result(report, wall, stats.requests, stats.wire_bytes, stats.body_bytes)
+        log.seek(0)
+        result["tsdb_s"] = replay([tuple(json.loads(line)) for line in log], config.concurrency)
     return result
 
 
@@ -716,6 +722,8 @@ def run_child(args: argparse.Namespace) -> dict[str, Any]:
         age, step = timedelta(seconds=age_s), timedelta(seconds=step_s)
         return run_prepare(args.tsdb, args.target, gpus, windows, age, step, args.slice_samples)
     _, span, _, _, step = _shape(args.shape)
+    # Both sides run as gpu-analyzer does: glibc's arenas capped before any thread starts.
+    limit_malloc_arenas()
     run = run_ours if args.child == "ours" else run_strong
     return run(args.url, span, step)
 

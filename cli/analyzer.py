@@ -21,6 +21,7 @@ from rich.markup import escape
 from analyzer.sources.metrics_source import MetricsSource
 from cli import conventions, prometheus_options
 from common.errors import BadInputError, DataUnavailableError, ExitCode
+from common.memory import limit_malloc_arenas
 from common.model import TimeWindow
 from common.thresholds import Pricing, Thresholds, load_pricing, load_thresholds
 
@@ -78,6 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = conventions.parse(build_parser(), argv, _check)
     if isinstance(args, int):
         return args
+    limit_malloc_arenas()  # before the query threads start: see common.memory
     err = Console(stderr=True, soft_wrap=True)  # messages stay one line each in logs
     with conventions.logging_for(args):
         try:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from cli import conventions, prometheus_options
 from common.errors import BadInputError, DataUnavailableError
+from common.memory import limit_malloc_arenas
 from reaper import names
 from reaper.errors import KubeError, LeaseHeldError, PushgatewayError
 from reaper.executor import Executor, Outcome
@@ -165,6 +166,7 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None) -> int
     args = conventions.parse(_build_parser(), argv, _check)
     if isinstance(args, int):
         return args
+    limit_malloc_arenas()  # before the query threads start: see common.memory
     if (
         args.command == "demo"
         and getattr(args, "log_level", None) is None

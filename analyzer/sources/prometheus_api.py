@@ -65,13 +65,13 @@ T = TypeVar("T")
 __all__ = ["PrometheusClient", "PrometheusConfig", "PrometheusSession", "RangeSeries", "VectorSample"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class VectorSample:
     labels: Mapping[str, str]
     value: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RangeSeries:
     labels: Mapping[str, str]
     timestamps: np.ndarray

@@ -65,6 +65,9 @@ from common.thresholds import Thresholds
 
 log = logging.getLogger(__name__)
 
+# A holder and the span its numbers are over.
+Window = tuple[DeviceKey, TimeWindow]
+
 # Prometheus refuses range queries over 11,000 points per series; stay under it for raw pulls too.
 MAX_POINTS_PER_SERIES = 10_000
 # Samples one raw pull may return (series × points): far below Prometheus' default 50 M query limit.
@@ -104,7 +107,18 @@ class PrometheusSource:
     def _fetch(self, queries: Sequence[str], at: datetime) -> None:
         """Run independent queries through the client's bounded pool; ``_vector`` then reads them."""
         wanted = list(dict.fromkeys(queries))
-        for query, answer in zip(wanted, self.client.vectors([(q, at) for q in wanted]), strict=True):
+        shared: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = {}
+
+        def one(query: str) -> list[VectorSample]:
+            # The per-device aggregates name the same devices with the same labels: one label set
+            # kept for all of them, not one per answer (at 10,000 GPUs, tens of MiB), each answer's
+            # own parsed labels freed as soon as it arrives.
+            return [
+                VectorSample(shared.setdefault(tuple(s.labels.items()), s.labels), s.value)
+                for s in self.client.vector(query, at)
+            ]
+
+        for query, answer in zip(wanted, run_all(self.client.limit, one, wanted), strict=True):
             self._fetched[(query, at)] = answer
 
     @property
@@ -566,15 +580,27 @@ class PrometheusSource:
                     chunk.append(part)
                 if chunk:
                     plan.append((owner, joined(chunk)))
-        answers = self.client.vectors([(query, at) for _, query in plan])
-        out: dict[str, dict[tuple[DeviceKey, TimeWindow], list[VectorSample]]] = defaultdict(
-            lambda: defaultdict(list)
-        )
-        for (owner, _), answer in zip(plan, answers, strict=True):
-            for sample in answer:
-                key = self._key(sample.labels, caps)
-                if key is not None and key in owner and np.isfinite(sample.value):
-                    out[sample.labels.get(AGGREGATE, "")][(key, owner[key])].append(sample)
+        bounds: dict[str, Mapping[str, str]] = {}
+
+        def one(part: tuple[dict[DeviceKey, TimeWindow], str]) -> list[tuple[str, Window, VectorSample]]:
+            # Read as each answer arrives, keeping only what the caller reads (a bucket's bound), so
+            # that thousands of holders' parsed labels do not all wait for the last answer.
+            owner, query = part
+            found = []
+            for s in self.client.vector(query, at):
+                key = self._key(s.labels, caps)
+                if key is not None and key in owner and np.isfinite(s.value):
+                    le = s.labels.get(dcgm.LE, "")
+                    labels = bounds.setdefault(le, {dcgm.LE: le} if le else {})
+                    found.append(
+                        (s.labels.get(AGGREGATE, ""), (key, owner[key]), VectorSample(labels, s.value))
+                    )
+            return found
+
+        out: dict[str, dict[Window, list[VectorSample]]] = defaultdict(lambda: defaultdict(list))
+        for answer in run_all(self.client.limit, one, plan):
+            for name, holder, sample in answer:
+                out[name][holder].append(sample)
         return out
 
     def span_numbers(
