@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from operator import itemgetter
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, NamedTuple, Self, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
@@ -65,8 +65,9 @@ T = TypeVar("T")
 __all__ = ["PrometheusClient", "PrometheusConfig", "PrometheusSession", "RangeSeries", "VectorSample"]
 
 
-@dataclass(frozen=True, slots=True)
-class VectorSample:
+class VectorSample(NamedTuple):
+    """One sample of an instant vector (a tuple: a 10,000-series answer builds 10,000 of them)."""
+
     labels: Mapping[str, str]
     value: float
 

@@ -99,6 +99,9 @@ class PrometheusSource:
         self.recording_rules = recording_rules
         # Answers fetched side by side ahead of the code that reads them, by (query, time).
         self._fetched: dict[tuple[str, datetime], list[VectorSample]] = {}
+        # Device keys of the fetched answers' shared label sets, by the set's id (the set is kept
+        # with its key, so the id cannot be reused while the entry lives); cleared with them.
+        self._keys: dict[int, tuple[Mapping[str, str], DeviceKey | None]] = {}
 
     def _vector(self, promql: str, at: datetime) -> list[VectorSample]:
         fetched = self._fetched.pop((promql, at), None)
@@ -245,6 +248,7 @@ class PrometheusSource:
         at = window.end
 
         self._fetched.clear()
+        self._keys.clear()
         self._fetch(self._independent(caps, q, (q_low, q_high)), at)
         counts: dict[DeviceKey, tuple[str, VectorSample]] = {}
         for metric in caps.util_metrics:
@@ -330,6 +334,7 @@ class PrometheusSource:
             cpu=self._cpu(q, caps, at),
         )
         self._fetched.clear()
+        self._keys.clear()
         return snapshot
 
     def _independent(self, caps: Capabilities, q: FleetQueries, levels: tuple[float, float]) -> list[str]:
@@ -397,6 +402,16 @@ class PrometheusSource:
                         numbers[name][key] = s.value
 
     def _key(self, labels: Mapping[str, str], caps: Capabilities) -> DeviceKey | None:
+        # The snapshot's answers share one label set per device (see _fetch): its key is made once.
+        known = self._keys.get(id(labels))
+        if known is not None and known[0] is labels:
+            return known[1]
+        key = self._new_key(labels, caps)
+        if self._fetched:
+            self._keys[id(labels)] = (labels, key)
+        return key
+
+    def _new_key(self, labels: Mapping[str, str], caps: Capabilities) -> DeviceKey | None:
         uuid = labels.get(dcgm.UUID)
         if not uuid:
             return None
