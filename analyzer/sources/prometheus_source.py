@@ -54,6 +54,7 @@ from analyzer.sources.span_queries import (
     HOLDERS_PER_TERM,
     MAX_QUERY_CHARS,
     MAX_SUBQUERY_STEPS,
+    PODS_PER_TERM,
     TERMS_PER_QUERY,
     SpanTerm,
     joined,
@@ -544,32 +545,30 @@ class PrometheusSource:
             if dev is not None:
                 groups[(dev.info.metric, dev.info.job, span)][key] = None
         batches: list[list[SpanTerm]] = []
-        batch_uuids: list[set[str]] = []
+        batch_names: list[set[str]] = []
         terms: list[SpanTerm] = []
         for (metric, job, span), held in sorted(groups.items(), key=_by_span):
-            keys = list(held)
-            step = snapshot.devices[keys[0]].interval_s or 15.0
-            for i in range(0, len(keys), HOLDERS_PER_TERM):
-                terms += _fitting(
-                    caps, metric, keys[i : i + HOLDERS_PER_TERM], span, step, caps.scale(metric, job)
-                )
+            step = snapshot.devices[next(iter(held))].interval_s or 15.0
+            for keys in _term_keys(list(held)):
+                terms += _fitting(caps, metric, keys, span, step, caps.scale(metric, job))
         for term in terms:
-            for batch, uuids in zip(batches, batch_uuids, strict=True):
+            names = term.uuids | term.pods
+            for batch, seen in zip(batches, batch_names, strict=True):
                 if len(batch) >= TERMS_PER_QUERY:
                     continue
                 # No term may select another's holder: the joined answer would carry it twice (only
-                # terms sharing a GPU can).
-                clash = not term.uuids.isdisjoint(uuids) and (
+                # terms sharing a GPU or a pod name can).
+                clash = not names.isdisjoint(seen) and (
                     any(other.selects(k) for other in batch for k in term.keys)
                     or any(term.selects(k) for other in batch for k in other.keys)
                 )
                 if not clash:
                     batch.append(term)
-                    uuids.update(term.uuids)
+                    seen.update(names)
                     break
             else:
                 batches.append([term])
-                batch_uuids.append(set(term.uuids))
+                batch_names.append(set(names))
         return batches
 
     def _ask_terms(
@@ -580,21 +579,28 @@ class PrometheusSource:
     ) -> dict[str, dict[tuple[DeviceKey, TimeWindow], list[VectorSample]]]:
         """Per batch, one query per family of named aggregates, side by side; answers by (holder, span)."""
         caps, at = snapshot.capabilities, snapshot.window.end
-        plan: list[tuple[dict[DeviceKey, TimeWindow], str]] = []
+        groups: list[tuple[dict[DeviceKey, TimeWindow], list[str]]] = []
         for batch in batches:
             owner = {k: term.span for term in batch for k in term.keys}
             for family in families:
                 built = ((name, build(term)) for term in batch for name, build in family.items())
-                parts = [tagged(name, text) for name, text in built if text]
-                # VictoriaMetrics refuses queries over 16 KiB by default: split well below that.
-                chunk: list[str] = []
-                for part in parts:
-                    if chunk and sum(len(c) + 4 for c in chunk) + len(part) > MAX_QUERY_CHARS:
-                        plan.append((owner, joined(chunk)))
-                        chunk = []
-                    chunk.append(part)
-                if chunk:
+                groups.append((owner, [tagged(name, text) for name, text in built if text]))
+        # VictoriaMetrics refuses queries over 16 KiB by default: split well below that, and into
+        # as many queries as go out at once, so that a small round still runs side by side (but
+        # none much under a quarter of the limit: a query costs a round trip of its own).
+        total = sum(len(part) + 4 for _, parts in groups for part in parts)
+        spread = ceil(total / self.client.limit.ceiling)
+        budget = min(MAX_QUERY_CHARS, max(spread, MAX_QUERY_CHARS // 4))
+        plan: list[tuple[dict[DeviceKey, TimeWindow], str]] = []
+        for owner, parts in groups:
+            chunk: list[str] = []
+            for part in parts:
+                if chunk and sum(len(c) + 4 for c in chunk) + len(part) > budget:
                     plan.append((owner, joined(chunk)))
+                    chunk = []
+                chunk.append(part)
+            if chunk:
+                plan.append((owner, joined(chunk)))
         bounds: dict[str, Mapping[str, str]] = {}
 
         def one(part: tuple[dict[DeviceKey, TimeWindow], str]) -> list[tuple[str, Window, VectorSample]]:
@@ -835,6 +841,20 @@ def _fitting(
     return _fitting(caps, metric, keys[:half], span, step, scale) + _fitting(
         caps, metric, keys[half:], span, step, scale
     )
+
+
+def _term_keys(keys: list[DeviceKey]) -> Iterator[list[DeviceKey]]:
+    """One span's holders in terms: at most 40 pods each, a pod's GPUs never split between two
+    (a term naming a pod selects all of its GPUs); holders without a pod 15 GPUs at a time."""
+    podless = sorted(k for k in keys if not k.pod)
+    for i in range(0, len(podless), HOLDERS_PER_TERM):
+        yield podless[i : i + HOLDERS_PER_TERM]
+    by_pod: dict[str, list[DeviceKey]] = defaultdict(list)
+    for key in sorted(k for k in keys if k.pod):
+        by_pod[key.pod].append(key)
+    pods = sorted(by_pod)
+    for i in range(0, len(pods), PODS_PER_TERM):
+        yield [k for pod in pods[i : i + PODS_PER_TERM] for k in by_pod[pod]]
 
 
 def _near_spans(holders: Sequence[tuple[DeviceKey, TimeWindow]]) -> Iterator[tuple[TimeWindow, list[str]]]:

@@ -33,10 +33,11 @@ from common.model import TimeWindow
 AGGREGATE = "gpu_analyzer_aggregate"  # the label naming each aggregate in a joined answer
 # Per-span terms joined in one query: keeps the PromQL text (POSTed) well under servers' limits.
 TERMS_PER_QUERY = 40
-# Device holders one term names (a run count repeats its selector six times: 15 holders keep one
-# aggregate near 7,000 characters), and the longest PromQL text sent (VictoriaMetrics' default limit
-# is 16,384 characters): a query over more is split between aggregates.
+# Names one term holds, GPUs or pods (a run count repeats its selector six times: 15 UUIDs or 40 pod
+# names keep one aggregate near 7,000 characters), and the longest PromQL text sent
+# (VictoriaMetrics' default limit is 16,384 characters): a query over more is split between aggregates.
 HOLDERS_PER_TERM = 15
+PODS_PER_TERM = 40
 MAX_QUERY_CHARS = 15_000
 # Steps one subquery may take: VictoriaMetrics refuses more than 30,000 points per series by default
 # (`-search.maxPointsPerTimeseries`), which a 7-day span at 15 s passes; longer spans are cut.
@@ -78,10 +79,14 @@ class SpanTerm:
         self.keys = tuple(keys)
         self.uuids = frozenset(k.uuid for k in keys)
         self.pods = frozenset(k.pod for k in keys)
+        # A pod's GPUs share its span: where every holder has a pod, naming the pods selects them,
+        # in about a fifth of the text their UUIDs take (so a fifth of the queries).
+        self.by_pod = bool(keys) and all(self.pods)
         if not holders:
-            holders = [one_of(dcgm.UUID, sorted(self.uuids))]
-            if all(self.pods):
-                holders.append(one_of(caps.gpu_pod.pod, sorted(self.pods)))
+            if self.by_pod:
+                holders = [one_of(caps.gpu_pod.pod, sorted(self.pods))]
+            else:
+                holders = [one_of(dcgm.UUID, sorted(self.uuids))]
         self.holders = list(holders)
         self.selector = promql.selector(metric, self.holders)
 
@@ -101,8 +106,9 @@ class SpanTerm:
         return cls(caps, metric, (), span, step_s, scale, holders=holders)
 
     def selects(self, key: DeviceKey) -> bool:
-        """Whether this term's selector also matches ``key`` (any pairing of its GPUs and pods)."""
-        return key.uuid in self.uuids and (key.pod in self.pods or not all(self.pods))
+        """Whether this term's selector also matches ``key``: any GPU of its pods (in any namespace),
+        or any holder of its GPUs."""
+        return key.pod in self.pods if self.by_pod else key.uuid in self.uuids
 
     def _range(self, expr: str) -> str:
         return f"{expr}[{promql.duration(_reach(self.span))}] @ {_at(self.span.end)}"
