@@ -77,7 +77,6 @@ from common.memory import limit_malloc_arenas  # noqa: E402
 from common.model import FindingKind, FindingsReport, TimeWindow, WorkloadRef  # noqa: E402
 from common.thresholds import Thresholds  # noqa: E402
 from common.timeutil import parse_duration  # noqa: E402
-from harness.binaries import require_binary  # noqa: E402
 from simulation.fleet import Expected, score, write_openmetrics  # noqa: E402
 
 DEFAULT_STEP = timedelta(seconds=15)
@@ -374,6 +373,8 @@ def run_prepare(
 
 def backfill(series: Any, blocks: Path) -> None:
     """OpenMetrics → TSDB blocks, in 24 h blocks: promtool re-reads its input once per block."""
+    from harness.binaries import require_binary  # pytest comes with it: only where it is needed
+
     promtool = require_binary("promtool")
     blocks.parent.mkdir(parents=True, exist_ok=True)
     source = blocks.parent / "fleet.om"

@@ -728,12 +728,17 @@ class PrometheusSource:
             for reach, pods in _near_spans(holders):
                 term = SpanTerm.pods_of_job(caps, metric, job, pods, reach, step, caps.scale(metric, job))
                 queries.append((term.first_busy(idle_percent), reach.end))
+
+        def firsts(query: tuple[str, datetime]) -> list[tuple[DeviceKey, float]]:
+            # Read as each answer arrives: only keys and times outlive it (see _ask_terms).
+            answer = self.client.vector(*query)
+            keyed = ((self._key(s.labels, caps), s.value) for s in answer)
+            return [(key, value) for key, value in keyed if key is not None and np.isfinite(value)]
+
         earliest: dict[DeviceKey, float] = {}
-        for answer in self.client.vectors(queries):
-            for sample in answer:
-                found = self._key(sample.labels, caps)
-                if found is not None and np.isfinite(sample.value):
-                    earliest[found] = min(sample.value, earliest.get(found, np.inf))
+        for answer in run_all(self.client.limit, firsts, queries):
+            for found, value in answer:
+                earliest[found] = min(value, earliest.get(found, np.inf))
         out: dict[tuple[DeviceKey, TimeWindow], float] = {}
         again = []
         for key, span in wanted:
