@@ -23,7 +23,7 @@ from analyzer.sources.prometheus_api import PrometheusClient, PrometheusConfig, 
 from analyzer.sources.prometheus_source import PrometheusSource
 from common.model import DataloaderStarvationEvidence, FindingKind, TimeWindow
 from common.thresholds import Thresholds
-from harness.recordings import JobPod, Readings, cluster_series
+from harness.recordings import JobPod, Readings, cluster_series, scraped
 from harness.servers import VictoriaMetricsServer
 from simulation.fleet import Fleet
 from simulation.fleet.truth import window_of
@@ -198,3 +198,59 @@ def test_both_ways_of_telling_a_fresh_sample_count_the_same(
         answers.append(source.span_numbers(replace(snapshot, capabilities=caps), looks, T))
     assert answers[0] == answers[1]
     assert sum(n.shares is not None for n in answers[0].values()) >= 4
+
+
+@pytest.mark.victoriametrics
+def test_pods_of_one_name_get_each_their_own_spans_numbers(tmp_path: Path) -> None:
+    """Closer looks name pods, not GPUs. Two pods named alike in two namespaces, and a pod recreated
+    under its name on another GPU, are judged over different spans: a term naming the pod selects all
+    of them, so no two such terms may share a query, and each holder gets the numbers of its own
+    span (counts exactly, as numpy counts the scraped samples)."""
+    end = datetime(2026, 1, 5, tzinfo=UTC)
+    rng = np.random.default_rng(11)
+    series = []
+    scraped_by_uuid: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for namespace, uuid, from_h, to_h in (
+        ("a", "GPU-6a8f3c9e-name-0001-000000000000", 6, 0),
+        ("b", "GPU-6a8f3c9e-name-0002-000000000000", 6, 0),
+        ("a", "GPU-6a8f3c9e-name-0003-000000000000", 12, 7),  # the same pod's first incarnation
+    ):
+        t = end.timestamp() - 3600 * from_h + np.arange(0, 3600 * (from_h - to_h), 5.0)
+        readings = Readings(t, np.where(rng.random(t.size) < 0.4, 3.0, rng.uniform(11, 100, t.size)).round(1))
+        series += list(
+            cluster_series(readings, JobPod(namespace=namespace, job="train", gpu_uuid=uuid), 15.0)
+        )
+        scraped_by_uuid[uuid] = scraped(readings, 15.0)
+    window = TimeWindow.ending(end, timedelta(hours=12))
+    spans = {
+        "GPU-6a8f3c9e-name-0001-000000000000": [
+            TimeWindow(start=end - timedelta(hours=5, seconds=-7), end=end),
+            TimeWindow(start=end - timedelta(hours=2, seconds=-11), end=end),
+        ],
+        "GPU-6a8f3c9e-name-0002-000000000000": [TimeWindow(start=end - timedelta(hours=3), end=end)],
+        "GPU-6a8f3c9e-name-0003-000000000000": [
+            TimeWindow(start=end - timedelta(hours=11), end=end - timedelta(hours=7))
+        ],
+    }
+    with VictoriaMetricsServer(tmp_path / "tsdb") as server:
+        server.import_series(series)
+        source = PrometheusSource(PrometheusConfig(server.url))
+        snapshot = source.snapshot(window, T)
+        keys = {k.uuid: k for k in snapshot.devices}
+        assert {k.pod for k in keys.values()} == {"train-x7k2p"}
+        looks = [
+            CloserLook(keys[uuid], span, stats=True, shares=True)
+            for uuid, own in spans.items()
+            for span in own
+        ]
+        got = source.span_numbers(snapshot, looks, T)
+    for look in looks:
+        t, v = scraped_by_uuid[look.key.uuid]
+        inside = v[(t > look.span.start.timestamp()) & (t <= look.span.end.timestamp())]
+        numbers = got[(look.key, look.span)]
+        assert numbers.stats is not None and numbers.shares is not None, look
+        assert numbers.stats.samples == inside.size, look
+        assert numbers.stats.mean == pytest.approx(inside.mean()), look
+        assert numbers.stats.max == pytest.approx(inside.max()), look
+        assert numbers.shares.stalled == pytest.approx(np.mean(inside <= T.starvation_idle_percent)), look
+        assert numbers.shares.busy == pytest.approx(np.mean(inside > T.starvation_busy_percent)), look
