@@ -45,6 +45,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
@@ -99,12 +100,14 @@ class NotingSession(PrometheusSession):
     def __init__(self, log: IO[str]) -> None:
         super().__init__()
         self.log = log
+        self._lock = threading.Lock()  # queries go out from several threads; a text file is not safe
 
     def request(self, method: str | bytes, url: str | bytes, *args: Any, **kwargs: Any) -> requests.Response:
         params = kwargs.get("params") or kwargs.get("data") or {}
         verb = method.decode() if isinstance(method, bytes) else method
         call = [verb, str(url), {str(k): str(v) for k, v in dict(params).items()}]
-        self.log.write(json.dumps(call) + "\n")
+        with self._lock:
+            self.log.write(json.dumps(call) + "\n")
         return super().request(method, url, *args, **kwargs)
 
 
@@ -120,7 +123,10 @@ def run_ours(url: str, window: TimeWindow, step: timedelta) -> dict[str, Any]:
         stats = client.stats
         result = _result(report, wall, stats.requests, stats.wire_bytes, stats.body_bytes)
         log.seek(0)
-        result["tsdb_s"] = replay([tuple(json.loads(line)) for line in log], config.concurrency)
+        calls = [tuple(json.loads(line)) for line in log]
+        if len(calls) != stats.requests:
+            raise RuntimeError(f"replay log holds {len(calls)} requests, ours sent {stats.requests}")
+        result["tsdb_s"] = replay(calls, config.concurrency)
     return result
 
 
