@@ -220,7 +220,14 @@ class PrometheusClient:
 
     def vectors(self, queries: Sequence[tuple[str, datetime]]) -> list[list[VectorSample]]:
         """Independent instant queries, run side by side through the bounded pool; answers in order."""
-        return run_all(self.limit, lambda q: self.vector(*q), queries)
+        return self.read_vectors(queries, lambda answer: answer)
+
+    def read_vectors(
+        self, queries: Sequence[tuple[str, datetime]], read: Callable[[list[VectorSample]], T]
+    ) -> list[T]:
+        """As ``vectors``, each answer passed through ``read`` as soon as it arrives (in the pool's
+        thread): only what ``read`` keeps outlives it, not a whole round's parsed labels."""
+        return run_all(self.limit, lambda q: read(self.vector(*q)), queries)
 
     def matrix(self, promql: str, at: datetime) -> list[RangeSeries]:
         """An instant query over a range selector: the raw samples of each series."""

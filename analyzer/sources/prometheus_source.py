@@ -113,16 +113,15 @@ class PrometheusSource:
         wanted = list(dict.fromkeys(queries))
         shared: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = {}
 
-        def one(query: str) -> list[VectorSample]:
+        def shared_labels(answer: list[VectorSample]) -> list[VectorSample]:
             # The per-device aggregates name the same devices with the same labels: one label set
-            # kept for all of them, not one per answer (at 10,000 GPUs, tens of MiB), each answer's
-            # own parsed labels freed as soon as it arrives.
+            # kept for all of them, not one per answer (at 10,000 GPUs, tens of MiB).
             return [
-                VectorSample(shared.setdefault(tuple(s.labels.items()), s.labels), s.value)
-                for s in self.client.vector(query, at)
+                VectorSample(shared.setdefault(tuple(s.labels.items()), s.labels), s.value) for s in answer
             ]
 
-        for query, answer in zip(wanted, run_all(self.client.limit, one, wanted), strict=True):
+        answers = self.client.read_vectors([(q, at) for q in wanted], shared_labels)
+        for query, answer in zip(wanted, answers, strict=True):
             self._fetched[(query, at)] = answer
 
     @property
@@ -533,9 +532,7 @@ class PrometheusSource:
 
     # --- closer looks: aggregates over each holder's own span ------------------------------------
 
-    def _terms(
-        self, snapshot: FleetSnapshot, wanted: Sequence[tuple[DeviceKey, TimeWindow]]
-    ) -> list[list[SpanTerm]]:
+    def _terms(self, snapshot: FleetSnapshot, wanted: Sequence[Window]) -> list[list[SpanTerm]]:
         """Holders grouped into per-span terms, the terms into queries none of whose terms clash."""
         caps = snapshot.capabilities
         # Holders per (metric, job, span), in order and once each.
@@ -576,7 +573,7 @@ class PrometheusSource:
         snapshot: FleetSnapshot,
         batches: list[list[SpanTerm]],
         families: Sequence[Mapping[str, Callable[[SpanTerm], str | None]]],
-    ) -> dict[str, dict[tuple[DeviceKey, TimeWindow], list[VectorSample]]]:
+    ) -> dict[str, dict[Window, list[VectorSample]]]:
         """Per batch, one query per family of named aggregates, side by side; answers by (holder, span)."""
         caps, at = snapshot.capabilities, snapshot.window.end
         groups: list[tuple[dict[DeviceKey, TimeWindow], list[str]]] = []
@@ -594,39 +591,39 @@ class PrometheusSource:
         plan: list[tuple[dict[DeviceKey, TimeWindow], str]] = []
         for owner, parts in groups:
             chunk: list[str] = []
+            size = 0
             for part in parts:
-                if chunk and sum(len(c) + 4 for c in chunk) + len(part) > budget:
+                if chunk and size + len(part) > budget:
                     plan.append((owner, joined(chunk)))
-                    chunk = []
+                    chunk, size = [], 0
                 chunk.append(part)
+                size += len(part) + 4
             if chunk:
                 plan.append((owner, joined(chunk)))
         bounds: dict[str, Mapping[str, str]] = {}
 
-        def one(part: tuple[dict[DeviceKey, TimeWindow], str]) -> list[tuple[str, Window, VectorSample]]:
-            # Read as each answer arrives, keeping only what the caller reads (a bucket's bound), so
-            # that thousands of holders' parsed labels do not all wait for the last answer.
-            owner, query = part
+        def numbers(answer: list[VectorSample]) -> list[tuple[str, DeviceKey, VectorSample]]:
+            # Only what the caller reads is kept: the aggregate's name, the key, a bucket's bound.
             found = []
-            for s in self.client.vector(query, at):
+            for s in answer:
                 key = self._key(s.labels, caps)
-                if key is not None and key in owner and np.isfinite(s.value):
+                if key is not None and np.isfinite(s.value):
                     le = s.labels.get(dcgm.LE, "")
                     labels = bounds.setdefault(le, {dcgm.LE: le} if le else {})
-                    found.append(
-                        (s.labels.get(AGGREGATE, ""), (key, owner[key]), VectorSample(labels, s.value))
-                    )
+                    found.append((s.labels.get(AGGREGATE, ""), key, VectorSample(labels, s.value)))
             return found
 
         out: dict[str, dict[Window, list[VectorSample]]] = defaultdict(lambda: defaultdict(list))
-        for answer in run_all(self.client.limit, one, plan):
-            for name, holder, sample in answer:
-                out[name][holder].append(sample)
+        answers = self.client.read_vectors([(query, at) for _, query in plan], numbers)
+        for (owner, _), answer in zip(plan, answers, strict=True):
+            for name, key, sample in answer:
+                if key in owner:
+                    out[name][(key, owner[key])].append(sample)
         return out
 
     def span_numbers(
         self, snapshot: FleetSnapshot, looks: Sequence[CloserLook], t: Thresholds
-    ) -> dict[tuple[DeviceKey, TimeWindow], SpanNumbers]:
+    ) -> dict[Window, SpanNumbers]:
         caps = snapshot.capabilities
         q_low, q_high = quantile_levels(t.starvation_min_share)
         need = {
@@ -667,7 +664,7 @@ class PrometheusSource:
             ],
         )
 
-        def one(name: str, w: tuple[DeviceKey, TimeWindow]) -> float | None:
+        def one(name: str, w: Window) -> float | None:
             found = answers[name].get(w)
             return found[0].value if found else None
 
@@ -708,8 +705,8 @@ class PrometheusSource:
         return out
 
     def first_busy(
-        self, snapshot: FleetSnapshot, wanted: Sequence[tuple[DeviceKey, TimeWindow]], idle_percent: float
-    ) -> dict[tuple[DeviceKey, TimeWindow], float]:
+        self, snapshot: FleetSnapshot, wanted: Sequence[Window], idle_percent: float
+    ) -> dict[Window, float]:
         """Each holder's first busy sample in its span.
 
         Holders whose search spans lie close together go out as one query per scrape job (naming
@@ -719,7 +716,7 @@ class PrometheusSource:
         name) is asked again over its own span alone.
         """
         caps = snapshot.capabilities
-        by_job: dict[tuple[str, str, float], list[tuple[DeviceKey, TimeWindow]]] = defaultdict(list)
+        by_job: dict[tuple[str, str, float], list[Window]] = defaultdict(list)
         for key, span in wanted:
             if (d := snapshot.devices.get(key)) is not None and key.pod:
                 by_job[(d.info.metric, d.info.job, d.interval_s or 15.0)].append((key, span))
@@ -729,17 +726,15 @@ class PrometheusSource:
                 term = SpanTerm.pods_of_job(caps, metric, job, pods, reach, step, caps.scale(metric, job))
                 queries.append((term.first_busy(idle_percent), reach.end))
 
-        def firsts(query: tuple[str, datetime]) -> list[tuple[DeviceKey, float]]:
-            # Read as each answer arrives: only keys and times outlive it (see _ask_terms).
-            answer = self.client.vector(*query)
+        def firsts(answer: list[VectorSample]) -> list[tuple[DeviceKey, float]]:
             keyed = ((self._key(s.labels, caps), s.value) for s in answer)
             return [(key, value) for key, value in keyed if key is not None and np.isfinite(value)]
 
         earliest: dict[DeviceKey, float] = {}
-        for answer in run_all(self.client.limit, firsts, queries):
+        for answer in self.client.read_vectors(queries, firsts):
             for found, value in answer:
                 earliest[found] = min(value, earliest.get(found, np.inf))
-        out: dict[tuple[DeviceKey, TimeWindow], float] = {}
+        out: dict[Window, float] = {}
         again = []
         for key, span in wanted:
             first = earliest.get(key)
@@ -862,7 +857,7 @@ def _term_keys(keys: list[DeviceKey]) -> Iterator[list[DeviceKey]]:
         yield [k for pod in pods[i : i + PODS_PER_TERM] for k in by_pod[pod]]
 
 
-def _near_spans(holders: Sequence[tuple[DeviceKey, TimeWindow]]) -> Iterator[tuple[TimeWindow, list[str]]]:
+def _near_spans(holders: Sequence[Window]) -> Iterator[tuple[TimeWindow, list[str]]]:
     """Holders' spans gathered while their union stays within twice the longest of them (and 150
     pods): the union, and the pods."""
     start = end = None
