@@ -66,7 +66,22 @@ class _Numbers:
     widest_upper_spread: float  # highest quantile minus median: start-up zeros do not move it
 
 
+# The detectors of one workload each sum up the same holders: the last sum is kept, with the
+# tuple it came from (so that tuple's id cannot be reused while it is remembered).
+_last_numbers: tuple[Sequence[DeviceView], float, int, _Numbers | None] | None = None
+
+
 def _numbers(devices: Sequence[DeviceView], hours: float, missing: int = 0) -> _Numbers | None:
+    global _last_numbers
+    last = _last_numbers
+    if last is not None and last[0] is devices and last[1] == hours and last[2] == missing:
+        return last[3]
+    n = _summed(devices, hours, missing)
+    _last_numbers = (devices, hours, missing, n)
+    return n
+
+
+def _summed(devices: Sequence[DeviceView], hours: float, missing: int) -> _Numbers | None:
     judged = [d for d in devices if d.stats is not None]
     if not judged:
         return None

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 
@@ -21,9 +21,12 @@ from common.model import TimeWindow
 PodId = tuple[str, str]  # (namespace, pod)
 
 
-@dataclass(frozen=True, order=True)
-class DeviceKey:
-    """One holder of one device: a GPU (or MIG instance) and the pod holding it, if any."""
+class DeviceKey(NamedTuple):
+    """One holder of one device: a GPU (or MIG instance) and the pod holding it, if any.
+
+    A named tuple, not a dataclass: keys are hashed and compared hundreds of thousands of times
+    per run at 10,000 GPUs, and a tuple does both in C.
+    """
 
     uuid: str
     mig_instance: str = ""

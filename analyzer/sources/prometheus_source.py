@@ -19,7 +19,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from functools import partial
-from math import ceil
+from math import ceil, isfinite
+from operator import itemgetter, methodcaller
 
 import numpy as np
 
@@ -47,7 +48,13 @@ from analyzer.sources.dcgm import Capabilities
 from analyzer.sources.errors import NoDataError
 from analyzer.sources.fleet_queries import FleetQueries
 from analyzer.sources.pacing import run_all
-from analyzer.sources.prometheus_api import PrometheusClient, PrometheusConfig, RangeSeries, VectorSample
+from analyzer.sources.prometheus_api import (
+    PrometheusClient,
+    PrometheusConfig,
+    RangeSeries,
+    VectorSample,
+    samples_of,
+)
 from analyzer.sources.rollups import Cover, RolledUpQueries
 from analyzer.sources.span_queries import (
     AGGREGATE,
@@ -115,10 +122,11 @@ class PrometheusSource:
 
         def shared_labels(answer: list[VectorSample]) -> list[VectorSample]:
             # The per-device aggregates name the same devices with the same labels: one label set
-            # kept for all of them, not one per answer (at 10,000 GPUs, tens of MiB).
-            return [
-                VectorSample(shared.setdefault(tuple(s.labels.items()), s.labels), s.value) for s in answer
-            ]
+            # kept for all of them, not one per answer (at 10,000 GPUs, tens of MiB). Mapped in C,
+            # without a Python call per sample.
+            labels = list(map(_labels_of, answer))
+            kept = map(shared.setdefault, map(tuple, map(_items, labels)), labels)
+            return samples_of(kept, map(_value_of, answer))
 
         answers = self.client.read_vectors([(q, at) for q in wanted], shared_labels)
         for query, answer in zip(wanted, answers, strict=True):
@@ -252,8 +260,8 @@ class PrometheusSource:
         self._fetch(self._independent(caps, q, (q_low, q_high)), at)
         counts: dict[DeviceKey, tuple[str, VectorSample]] = {}
         for metric in caps.util_metrics:
-            for s in self._vector(q.device_count(metric), at):
-                key = self._key(s.labels, caps)
+            answer = self._vector(q.device_count(metric), at)
+            for key, s in zip(self._keys_of(answer, caps), answer, strict=True):
                 if key is not None and key not in counts and s.value > 0:
                     counts[key] = (metric, s)  # the first metric in preference order wins
         if not counts:
@@ -262,7 +270,8 @@ class PrometheusSource:
 
         numbers: dict[str, dict[DeviceKey, float]] = defaultdict(dict)
         for metric in caps.util_metrics:
-            if not any(m == metric for m, _ in counts.values()):
+            mine = {key for key, (m, _) in counts.items() if m == metric}
+            if not mine:
                 continue
             for name, query in (
                 ("sum", q.device_sum(metric)),
@@ -271,10 +280,9 @@ class PrometheusSource:
                 ("q_high", q.device_quantile(metric, q_high)),
                 ("median", q.device_quantile(metric, 0.5)),
             ):
-                for s in self._vector(query, at):
-                    key = self._key(s.labels, caps)
-                    if key is not None and key in counts and counts[key][0] == metric:
-                        numbers[name][key] = s.value
+                answer = self._vector(query, at)
+                pairs = zip(self._keys_of(answer, caps), map(_value_of, answer), strict=True)
+                numbers[name].update((key, value) for key, value in pairs if key in mine)
 
         self._union_quantiles(q, caps, counts, numbers, intervals, (q_low, q_high), at)
 
@@ -292,11 +300,12 @@ class PrometheusSource:
         caps = replace(caps, interval_s=intervals, dev_scale=self._dev_scales(dev_max, mean))
 
         devices: dict[DeviceKey, DeviceAggregate] = {}
+        sums, maxes, lows, highs = (numbers[name] for name in ("sum", "max", "q_low", "q_high"))
         for key, (metric, sample) in counts.items():
             job = sample.labels.get(dcgm.JOB, "")
             scale = caps.scale(metric, job)
             n = round(sample.value)
-            if not all(key in numbers[name] for name in ("sum", "max", "q_low", "q_high")):
+            if key not in sums or key not in maxes or key not in lows or key not in highs:
                 # Series came and went between two queries; judge the device on the next run.
                 log.info("device %s missing from an aggregate; skipped this run", key.device_id)
                 continue
@@ -312,10 +321,10 @@ class PrometheusSource:
                 ),
                 stats=UtilStats(
                     samples=n,
-                    mean=numbers["sum"][key] / n * scale,
-                    max=numbers["max"][key] * scale,
-                    q_low=numbers["q_low"][key] * scale,
-                    q_high=numbers["q_high"][key] * scale,
+                    mean=sums[key] / n * scale,
+                    max=maxes[key] * scale,
+                    q_low=lows[key] * scale,
+                    q_high=highs[key] * scale,
                     q_level=q_low,
                     median=numbers["median"][key] * scale if key in numbers["median"] else None,
                 ),
@@ -401,6 +410,15 @@ class PrometheusSource:
                     if key in split:
                         numbers[name][key] = s.value
 
+    def _keys_of(self, answer: Sequence[VectorSample], caps: Capabilities) -> list[DeviceKey | None]:
+        """``_key`` of each sample, the memo read inline: a Python call per sample costs more than
+        the lookup itself at 10,000 GPUs."""
+        memo, out = self._keys, []
+        for labels in map(_labels_of, answer):
+            known = memo.get(id(labels))
+            out.append(known[1] if known is not None and known[0] is labels else self._key(labels, caps))
+        return out
+
     def _key(self, labels: Mapping[str, str], caps: Capabilities) -> DeviceKey | None:
         # The snapshot's answers share one label set per device (see _fetch): its key is made once.
         known = self._keys.get(id(labels))
@@ -481,7 +499,8 @@ class PrometheusSource:
 
     def _pods(self, q: FleetQueries, caps: Capabilities, at: datetime) -> dict[PodId, PodRecord]:
         def rows(query: str) -> list[KsmRow]:
-            return [(_pid(s), s.labels, s.value) for s in self._vector(query, at)]
+            answer = self._vector(query, at)
+            return list(zip(_pids(answer), map(_labels_of, answer), map(_value_of, answer), strict=True))
 
         return pod_records(
             rows(q.pod_owners()),
@@ -514,7 +533,9 @@ class PrometheusSource:
         def values(enabled: bool, query: Callable[[], str]) -> dict[PodId, float]:
             if not enabled:
                 return {}
-            return {_pid(s): s.value for s in self._vector(query(), at) if np.isfinite(s.value)}
+            answer = self._vector(query(), at)
+            pairs = zip(_pids(answer), map(_value_of, answer), strict=True)
+            return {pid: v for pid, v in pairs if isfinite(v)}
 
         usage = values(caps.cpu_usage, q.cpu_usage)
         limits = values(caps.cpu_limits and caps.kube_state_metrics, q.cpu_limits)
@@ -893,8 +914,14 @@ def _by_span(
     return (span.end, span.start, metric + "/" + job)
 
 
-def _pid(s: VectorSample) -> PodId:
-    return (s.labels.get("namespace", ""), s.labels.get("pod", ""))
+_labels_of, _value_of, _items = itemgetter(0), itemgetter(1), methodcaller("items")
+_namespace, _pod = methodcaller("get", "namespace", ""), methodcaller("get", "pod", "")
+
+
+def _pids(answer: Sequence[VectorSample]) -> Iterator[PodId]:
+    """Each sample's (namespace, pod), looked up in C rather than by a Python call per sample."""
+    labels = list(map(_labels_of, answer))
+    return zip(map(_namespace, labels), map(_pod, labels), strict=True)
 
 
 def _merge(parts: Sequence[RangeSeries]) -> tuple[np.ndarray, np.ndarray]:
