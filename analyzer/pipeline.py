@@ -26,6 +26,7 @@ from analyzer.sources.errors import NoDataError
 from analyzer.sources.metrics_source import MetricsSource
 from analyzer.sources.promql import duration, render_template
 from common.errors import BadInputError
+from common.memory import collector_paused
 from common.model import DataloaderStarvationEvidence, Finding, FindingsReport, TimeWindow
 from common.thresholds import Thresholds
 
@@ -102,6 +103,18 @@ def analyze_in_detail(
     namespaces: Collection[str] = (),
 ) -> Analysis:
     """The analysis of ``window``; ``namespaces`` (when given) scopes it (see ``analyzer.scope``)."""
+    with collector_paused():  # what the run builds lives to its end (see common.memory)
+        return _analysis(source, window, thresholds, now, progress, namespaces)
+
+
+def _analysis(
+    source: MetricsSource,
+    window: TimeWindow,
+    thresholds: Thresholds,
+    now: datetime | None,
+    progress: Callable[[str], None] | None,
+    namespaces: Collection[str],
+) -> Analysis:
     now = datetime.now(UTC) if now is None else now
     if now.tzinfo is None:
         raise BadInputError("now must carry a timezone")

@@ -23,13 +23,11 @@ envelope's ``resultType``.
 
 from __future__ import annotations
 
-import gc
 import gzip
 import logging
 import threading
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import chain, repeat
@@ -49,6 +47,7 @@ from urllib3.util.retry import Retry
 from analyzer.sources.errors import BadResponseError, QueryError, SourceUnreachableError
 from analyzer.sources.pacing import AdaptiveLimit, run_all
 from analyzer.sources.prometheus_config import PrometheusConfig
+from common.memory import collector_paused
 
 log = logging.getLogger(__name__)
 
@@ -353,7 +352,7 @@ class PrometheusClient:
         path = urlsplit(response.url).path
         what = _query_text(response.request) or path
         status = response.status_code
-        with _decoding, _collector_paused():
+        with _decoding, collector_paused():
             body = _json_body(response)
             if status == 200 and isinstance(body, dict) and body.get("status") == "success":
                 checked = _CheckedResponse(response, self._checked(body, path, what))
@@ -436,34 +435,12 @@ def _json_body(response: requests.Response) -> Any:
         return None
 
 
-# The cyclic collector is paused while one answer is parsed and converted. JSON builds no cycles, but
-# a matrix answer is a million young lists that all survive, and the collector's repeated passes over
-# them cost most of the parse (12 MB of samples parse 5-6x faster paused). Paused for the
-# conversion too, so that the parsed tree is freed before the collector resumes. Counted, because
-# queries are decoded side by side: the last decode to finish resumes it, and only if it was running.
-_pause_lock = threading.Lock()
 # One answer decoded at a time: decoding holds the GIL anyway, so answers decoded side by side take
 # as long, but each holds its whole parsed tree meanwhile (at 10,000 GPUs, about 10 MB an answer).
+# The cyclic collector is paused meanwhile (see common.memory.collector_paused): JSON builds no
+# cycles, but a matrix answer is a million young lists that all survive, and the collector's
+# repeated passes over them cost most of the parse (12 MB of samples parse 5-6x faster paused).
 _decoding = threading.Lock()
-_pauses = 0
-_collector_was_running = False
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    global _pauses, _collector_was_running
-    with _pause_lock:
-        if _pauses == 0:
-            _collector_was_running = gc.isenabled()
-            gc.disable()
-        _pauses += 1
-    try:
-        yield
-    finally:
-        with _pause_lock:
-            _pauses -= 1
-            if _pauses == 0 and _collector_was_running:
-                gc.enable()
 
 
 def _decoded(result: list[Any], kind: str, promql: str) -> list[Any]:

@@ -107,9 +107,9 @@ class PrometheusSource:
         self.recording_rules = recording_rules
         # Answers fetched side by side ahead of the code that reads them, by (query, time).
         self._fetched: dict[tuple[str, datetime], list[VectorSample]] = {}
-        # Device keys of the fetched answers' shared label sets, by the set's id (the set is kept
-        # with its key, so the id cannot be reused while the entry lives); cleared with them.
-        self._keys: dict[int, tuple[Mapping[str, str], DeviceKey | None]] = {}
+        # Device keys of the snapshot's label sets, by the set's items: each made once (a device's
+        # labels recur in every per-device aggregate); cleared with the fetched answers.
+        self._keys: _KeyMemo | None = None
 
     def _vector(self, promql: str, at: datetime) -> list[VectorSample]:
         fetched = self._fetched.pop((promql, at), None)
@@ -245,6 +245,13 @@ class PrometheusSource:
     # --- the snapshot ---------------------------------------------------------------------------
 
     def snapshot(self, window: TimeWindow, thresholds: Thresholds) -> FleetSnapshot:
+        try:
+            return self._snapshot(window, thresholds)
+        finally:
+            self._fetched.clear()
+            self._keys = None
+
+    def _snapshot(self, window: TimeWindow, thresholds: Thresholds) -> FleetSnapshot:
         caps = self.discover(window, thresholds)
         covers = self._rollup_covers(caps, window) if self.recording_rules else {}
         caps = replace(caps, rollups=tuple(covers))
@@ -256,7 +263,7 @@ class PrometheusSource:
         at = window.end
 
         self._fetched.clear()
-        self._keys.clear()
+        self._keys = _KeyMemo(partial(self._new_key, caps=caps))
         self._fetch(self._independent(caps, q, (q_low, q_high)), at)
         counts: dict[DeviceKey, tuple[str, VectorSample]] = {}
         for metric in caps.util_metrics:
@@ -333,7 +340,7 @@ class PrometheusSource:
             )
         if caps.histogram:
             devices = self._with_histograms(devices, q, caps, at)
-        snapshot = FleetSnapshot(
+        return FleetSnapshot(
             window=window,
             capabilities=caps,
             devices=devices,
@@ -342,9 +349,6 @@ class PrometheusSource:
             jobs=self._jobs(q, at) if caps.job_owner else {},
             cpu=self._cpu(q, caps, at),
         )
-        self._fetched.clear()
-        self._keys.clear()
-        return snapshot
 
     def _independent(self, caps: Capabilities, q: FleetQueries, levels: tuple[float, float]) -> list[str]:
         """Every snapshot query that depends on nothing but discovery: they go out side by side."""
@@ -411,23 +415,16 @@ class PrometheusSource:
                         numbers[name][key] = s.value
 
     def _keys_of(self, answer: Sequence[VectorSample], caps: Capabilities) -> list[DeviceKey | None]:
-        """``_key`` of each sample, the memo read inline: a Python call per sample costs more than
-        the lookup itself at 10,000 GPUs."""
-        memo, out = self._keys, []
-        for labels in map(_labels_of, answer):
-            known = memo.get(id(labels))
-            out.append(known[1] if known is not None and known[0] is labels else self._key(labels, caps))
-        return out
+        """``_key`` of each sample; within the snapshot, looked up in C (a Python call per sample
+        costs more than the lookup itself at 10,000 GPUs)."""
+        memo = self._keys
+        if memo is None:
+            return [self._new_key(s.labels, caps) for s in answer]
+        return list(map(memo.__getitem__, map(tuple, map(_items, map(_labels_of, answer)))))
 
     def _key(self, labels: Mapping[str, str], caps: Capabilities) -> DeviceKey | None:
-        # The snapshot's answers share one label set per device (see _fetch): its key is made once.
-        known = self._keys.get(id(labels))
-        if known is not None and known[0] is labels:
-            return known[1]
-        key = self._new_key(labels, caps)
-        if self._fetched:
-            self._keys[id(labels)] = (labels, key)
-        return key
+        memo = self._keys
+        return self._new_key(labels, caps) if memo is None else memo[tuple(labels.items())]
 
     def _new_key(self, labels: Mapping[str, str], caps: Capabilities) -> DeviceKey | None:
         uuid = labels.get(dcgm.UUID)
@@ -915,6 +912,18 @@ def _by_span(
 
 
 _labels_of, _value_of, _items = itemgetter(0), itemgetter(1), methodcaller("items")
+
+
+class _KeyMemo(dict[tuple[tuple[str, str], ...], DeviceKey | None]):
+    """Device keys by label set (its items, in order), each made on first sight."""
+
+    def __init__(self, make: Callable[[Mapping[str, str]], DeviceKey | None]) -> None:
+        super().__init__()
+        self.make = make
+
+    def __missing__(self, items: tuple[tuple[str, str], ...]) -> DeviceKey | None:
+        key = self[items] = self.make(dict(items))
+        return key
 _namespace, _pod = methodcaller("get", "namespace", ""), methodcaller("get", "pod", "")
 
 

@@ -204,4 +204,4 @@ class RolledUpQueries(FleetQueries):
         union = " or ".join(
             expr for _, expr in self._parts(metric, "count_over_time", "count", "count_over_time")
         )
-        return promql.aggregate("count", self.caps.device_labels(), union)
+        return f"{promql.aggregate('count', self.caps.device_labels(), union)} > 1"

@@ -1,15 +1,18 @@
-"""The arena cap the command-line tools set before their query threads start."""
+"""The arena cap the command-line tools set before their query threads start, and the collector's
+pause around an analysis."""
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
 
-from common.memory import limit_malloc_arenas
+from common.memory import collector_paused, limit_malloc_arenas
 
 glibc = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt is Linux-only")
 
@@ -27,7 +30,7 @@ def test_threads_allocate_in_at_most_two_arenas(tmp_path: Path) -> None:
     script = textwrap.dedent(
         """
         import ctypes, os, sys, threading
-        from common.memory import limit_malloc_arenas
+        from common.memory import collector_paused, limit_malloc_arenas
         os.environ.pop("MALLOC_ARENA_MAX", None)
         capped = sys.argv[1] == "capped" and limit_malloc_arenas()
         barrier = threading.Barrier(8)
@@ -62,3 +65,36 @@ def test_threads_allocate_in_at_most_two_arenas(tmp_path: Path) -> None:
     assert counts["capped"][0] is True
     assert counts["capped"][1] <= 2
     assert counts["default"][1] > 2
+
+
+def test_the_collector_resumes_after_the_last_pause_ends_and_only_if_it_ran() -> None:
+    was = gc.isenabled()
+    gc.enable()
+    try:
+        inner_done, outer_may_end = threading.Event(), threading.Event()
+
+        def other_thread() -> None:
+            with collector_paused():
+                inner_done.set()
+                outer_may_end.wait(timeout=30)
+
+        with collector_paused():
+            assert not gc.isenabled()
+            worker = threading.Thread(target=other_thread)
+            worker.start()
+            assert inner_done.wait(timeout=30)
+        # The first pause ended, the other thread's has not: still paused.
+        assert not gc.isenabled()
+        outer_may_end.set()
+        worker.join(timeout=30)
+        assert gc.isenabled()
+
+        gc.disable()  # an operator's (or a caller's) own choice is kept
+        with collector_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        if was:
+            gc.enable()
+        else:
+            gc.disable()
