@@ -119,6 +119,10 @@ class Capabilities:
     # functions: the closer looks then tell a fresh sample by `count_over_time` instead. Both forms
     # count the same samples; the choice is about speed only.
     prometheus_engine: bool = False
+    # The server evaluates MetricsQL's `count_le_over_time` and `count_gt_over_time`
+    # (VictoriaMetrics): a starvation candidate's sample, stalled and busy counts then come from
+    # its raw samples in one pass each, with no subquery; only the run counts still need one.
+    metricsql: bool = False
     # Per scrape job: multiplier from the DEV gauge's unit to percent, and the sample interval (s).
     dev_scale: Mapping[str, float] = field(default_factory=dict)
     interval_s: Mapping[str, float] = field(default_factory=dict)
@@ -133,6 +137,7 @@ class Capabilities:
         histogram_le: tuple[str, ...],
         rollups: tuple[str, ...] = (),
         prometheus_engine: bool = False,
+        metricsql: bool = False,
     ) -> Capabilities:
         """What a source holds, from the metric names present and the labels of the GPU and owner
         series: the one definition both metrics sources (TSDB and in-memory) decide by."""
@@ -157,6 +162,7 @@ class Capabilities:
             pod_labels=ksm and KUBE_POD_LABELS in present,
             rollups=rollups,
             prometheus_engine=prometheus_engine,
+            metricsql=metricsql,
         )
 
     @property
@@ -196,6 +202,8 @@ class Capabilities:
             parts.append("sample histogram")
         if self.mig:
             parts.append("MIG")
+        if self.metricsql:
+            parts.append("MetricsQL counting rollups")
         if not self.kube_state_metrics:
             parts.append("no kube-state-metrics")
         return "; ".join(parts)

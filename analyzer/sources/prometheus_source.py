@@ -84,6 +84,8 @@ MAX_SAMPLES_PER_QUERY = 2_000_000
 INTERVAL_PROBE = timedelta(hours=1)
 # Pods one first-busy query names (their names repeat twice: a few hundred keep it under 15,000 characters).
 PODS_PER_QUERY = 150
+# MetricsQL only (a PromQL engine knows no such function), over a series that never exists.
+METRICSQL_PROBE = 'count_le_over_time(gpu_analyzer_probe{never="set"}[1s], 0)'
 
 
 class PrometheusSource:
@@ -150,9 +152,10 @@ class PrometheusSource:
             lambda: self.client.label_names(dcgm.KUBE_POD_OWNER, start, end),
             lambda: self.client.label_values(dcgm.LE, dcgm.SAMPLE_HISTOGRAM_BUCKET, start, end),
             self._engine,
+            lambda: self._metricsql(end),
         ]
         answers = run_all(self.client.limit, _attempt, calls)
-        (names, failed), *rest, (engine, _) = answers
+        (names, failed), *rest, (engine, _), (metricsql, _) = answers
         if failed is not None:
             raise failed
         present = set(names)
@@ -186,6 +189,7 @@ class PrometheusSource:
             histogram_le,
             rollups.recorded(present, util),
             prometheus_engine=bool(engine),
+            metricsql=bool(metricsql),
         )
 
     def _engine(self) -> list[str]:
@@ -194,6 +198,18 @@ class PrometheusSource:
             return ["prometheus"] if "goVersion" in self.client.build_info() else []
         except DataUnavailableError:
             return []  # no build info to give: nothing follows from it
+
+    def _metricsql(self, at: datetime) -> list[str]:
+        """``["metricsql"]`` when the server evaluates MetricsQL's counting rollups (see Capabilities).
+
+        Asked, not guessed from a version: PromQL engines refuse the unknown function (HTTP 400),
+        and the selector matches nothing, so the answer costs the server nothing.
+        """
+        try:
+            self.client.vector(METRICSQL_PROBE, at)
+        except DataUnavailableError:
+            return []  # refused: PromQL only (a server that is down fails the other calls too)
+        return ["metricsql"]
 
     def _rollup_covers(self, caps: Capabilities, window: TimeWindow) -> dict[str, Cover]:
         """The metrics whose recording-rule rollups cover the whole window, and how (logged either way)."""
@@ -924,6 +940,8 @@ class _KeyMemo(dict[tuple[tuple[str, str], ...], DeviceKey | None]):
     def __missing__(self, items: tuple[tuple[str, str], ...]) -> DeviceKey | None:
         key = self[items] = self.make(dict(items))
         return key
+
+
 _namespace, _pod = methodcaller("get", "namespace", ""), methodcaller("get", "pod", "")
 
 

@@ -12,7 +12,11 @@ All of it is computed by the TSDB, so the bytes per GPU do not grow with the win
   ``time() - timestamp(x) < step`` guard), so a lookback never repeats a value after a series ends;
 * a run of a state is counted as ``resets`` of its 0/1 series plus the series' last value (samples
   at or before the span's start are filtered out, so no point before the range takes part);
-* the first busy sample is the smallest ``timestamp()`` of a sample above the idle bound.
+* the first busy sample is the smallest ``timestamp()`` of a sample above the idle bound;
+* on VictoriaMetrics (MetricsQL), the samples and the stalled and busy ones are counted over the raw
+  range by ``count_over_time``, ``count_le_over_time`` and ``count_gt_over_time``: the same
+  samples, without a subquery; the runs still go through one, which ``aggr_over_time`` evaluates
+  once for both ``resets`` and ``last_over_time``.
 
 Spans of many holders go out together: one ``or`` of per-span terms per query, each term for one
 span and the GPUs judged over it, at most one term per device holder in a query.
@@ -189,7 +193,10 @@ class SpanTerm:
         return promql.aggregate("max", labels, inner)
 
     def samples(self) -> str:
-        """Samples the subquery keeps (each raw sample once): the shares' denominator."""
+        """Samples the subquery keeps (each raw sample once): the shares' denominator. On MetricsQL,
+        the raw samples of the span, counted as ``state_count`` counts them."""
+        if self.caps.metricsql:
+            return self.stats("count")
 
         def kept(piece: TimeWindow) -> str:
             return f"count_over_time({self._sub(self._fresh(f'{self.selector} >= bool 0', piece), piece)})"
@@ -198,6 +205,12 @@ class SpanTerm:
 
     def state_count(self, stalled: bool, percent: float) -> str:
         op = "<=" if stalled else ">"
+        if self.caps.metricsql:
+            # The raw samples at or below (above) the bound: no subquery, no step, no pieces.
+            rollup = "count_le_over_time" if stalled else "count_gt_over_time"
+            bound = promql.number(percent / self.scale)
+            inner = f"{rollup}({self._range(self.selector)}, {bound})"
+            return promql.aggregate("sum", self.caps.device_labels(), inner)
         return self._over_pieces(
             "sum", lambda piece: f"sum_over_time({self._sub(self._state(op, percent, piece), piece)})"
         )
@@ -209,6 +222,9 @@ class SpanTerm:
 
         def runs(piece: TimeWindow) -> str:
             state = self._sub(self._state(op, percent, piece), piece)
+            if self.caps.metricsql:
+                # Both rollups over one evaluation of the subquery, summed by the aggregation.
+                return f'aggr_over_time(("resets", "last_over_time"), {state})'
             return f"(resets({state}) + last_over_time({state}))"
 
         return self._over_pieces("sum", runs)

@@ -85,6 +85,8 @@ def test_recorded_discovery_reads_dcgm_exporter_and_ours(
     assert caps.mig
     assert caps.histogram_le == ("10", "75", "+Inf")
     assert caps.kube_state_metrics and caps.replicaset_owner and caps.cpu_throttling
+    # Prometheus refused the MetricsQL probe (recorded as it answered: HTTP 400).
+    assert caps.prometheus_engine and not caps.metricsql
 
 
 def test_recorded_vector_and_matrix_parse(mock: responses.RequestsMock) -> None:
@@ -93,7 +95,7 @@ def test_recorded_vector_and_matrix_parse(mock: responses.RequestsMock) -> None:
     matrix_call = next(
         e
         for e in exchanges
-        if isinstance(e["body"]["data"], dict) and e["body"]["data"].get("resultType") == "matrix"
+        if isinstance(e["body"].get("data"), dict) and e["body"]["data"].get("resultType") == "matrix"
     )
     series = c.matrix(
         matrix_call["params"]["query"], datetime.fromtimestamp(float(matrix_call["params"]["time"]), tz=UTC)
