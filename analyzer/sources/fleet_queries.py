@@ -165,12 +165,15 @@ class FleetQueries:
     def pod_last_seen(self) -> str:
         """When each pod was last reported running in the window (unix seconds).
 
-        A subquery at a one-minute step: a pod gone or finished before the window's end is judged
+        A subquery at a one-minute step (MetricsQL: the raw samples' own times, see below): a pod
+        gone or finished before the window's end is judged
         over its own life, and its GPUs' coverage is counted against that life, not the whole
         window. A Job's finished pod stays in the API (phase ``Succeeded``) until it is deleted, so
         the last ``Running`` report counts, not the last report; without phase series, the last
         report.
         """
+        if self.caps.metricsql:
+            return promql.aggregate("max", CANONICAL.names, self._ksm(self._last_seen_metricsql()))
         if self.caps.pod_phase:
             running = promql.selector(dcgm.KUBE_POD_STATUS_PHASE, [eq("phase", "Running")])
             # timestamp() of the plain selector is the sample's own time (a filtered expression's is
@@ -180,6 +183,17 @@ class FleetQueries:
             stamp = f"timestamp({dcgm.KUBE_POD_OWNER})"
         seen = f"max_over_time({stamp}[{promql.duration(self.window)}:1m])"
         return promql.aggregate("max", CANONICAL.names, self._ksm(seen))
+
+    def _last_seen_metricsql(self) -> str:
+        """The same moment from the raw samples, without a subquery: ``tmax_over_time`` is the time
+        of the last sample holding the maximum, which, for a 0/1 series whose maximum is 1, is the
+        last ``Running`` report; ``tlast_over_time``, the last report."""
+        if not self.caps.pod_phase:
+            return f"tlast_over_time({promql.ranged(dcgm.KUBE_POD_OWNER, self.window)})"
+        running = promql.ranged(
+            promql.selector(dcgm.KUBE_POD_STATUS_PHASE, [eq("phase", "Running")]), self.window
+        )
+        return f"(tmax_over_time({running}) and (max_over_time({running}) == 1))"
 
     def pod_scheduled(self) -> str:
         """1 for pods whose PodScheduled condition was true at some time in the window, else 0."""

@@ -18,8 +18,9 @@ import pytest
 import requests
 
 from analyzer.pipeline import analyze
-from analyzer.sources import span_queries
+from analyzer.sources import dcgm, span_queries
 from analyzer.sources.aggregates import CloserLook
+from analyzer.sources.fleet_queries import FleetQueries
 from analyzer.sources.prometheus_api import PrometheusClient, PrometheusConfig, PrometheusSession
 from analyzer.sources.prometheus_source import PrometheusSource
 from common.model import DataloaderStarvationEvidence, FindingKind, TimeWindow
@@ -27,6 +28,7 @@ from common.thresholds import Thresholds
 from harness.recordings import JobPod, Readings, cluster_series, scraped
 from harness.servers import VictoriaMetricsServer
 from simulation.fleet import Fleet
+from simulation.fleet.simulator import Series
 from simulation.fleet.truth import window_of
 from simulation.metrics_source import SimulatedSource
 
@@ -204,6 +206,71 @@ def test_both_ways_of_telling_a_fresh_sample_count_the_same(
         answers.append(source.span_numbers(replace(snapshot, capabilities=caps), looks, T))
     assert all(a == answers[0] for a in answers[1:])
     assert sum(n.shares is not None for n in answers[0].values()) >= 4
+
+
+def test_last_running_report_from_metricsql_is_the_twins(
+    victoria_standard: VictoriaMetricsServer, standard_fleet: Fleet
+) -> None:
+    """On VictoriaMetrics each pod's last ``Running`` report comes from the raw samples' own times
+    (``tmax_over_time``), exactly as the in-memory twin reads them."""
+    window = window_of(standard_fleet)
+    snapshot = PrometheusSource(PrometheusConfig(victoria_standard.url)).snapshot(window, T)
+    assert snapshot.capabilities.metricsql
+    twin = SimulatedSource(standard_fleet).snapshot(window, T)
+    ours = {pid: p.last_seen for pid, p in snapshot.pods.items()}
+    assert ours
+    assert ours == {pid: p.last_seen for pid, p in twin.pods.items() if pid in ours}
+
+
+@pytest.mark.victoriametrics
+def test_a_pod_that_stopped_running_is_last_seen_at_its_last_running_report(tmp_path: Path) -> None:
+    """A pod that finished inside the window is last seen at its last ``Running`` sample; one never
+    running, not at all. MetricsQL reads the raw samples' times; the subquery it replaces steps a
+    minute at a time and may see the last report up to a step early, never later."""
+    end = datetime(2026, 1, 5, tzinfo=UTC)
+    window = TimeWindow.ending(end, timedelta(hours=2))
+    t = end.timestamp() - 7200 + 7 + np.arange(0, 7200, 30.0)  # kube-state-metrics every 30 s
+    stopped = t[t.size // 2]  # its last Running report
+    phases = {"runs": {"Running": t >= 0}, "done": {"Running": t <= stopped, "Succeeded": t > stopped}}
+    phases["waits"] = {"Pending": t >= 0}
+    series = []
+    for pod, shown in phases.items():
+        ident = (("namespace", "ml"), ("pod", pod), ("uid", f"uid-{pod}"))
+        for phase in ("Pending", "Running", "Succeeded"):
+            values = shown.get(phase, t < 0).astype(float)
+            series.append(Series(dcgm.KUBE_POD_STATUS_PHASE, (*ident, ("phase", phase)), t, values))
+        gpu = (
+            *ident,
+            ("node", "n1"),
+            ("container", "c"),
+            ("resource", "nvidia_com_gpu"),
+            ("unit", "integer"),
+        )
+        series.append(Series(dcgm.KUBE_POD_REQUESTS, gpu, t, np.ones(t.size)))
+    caps = dcgm.Capabilities.discovered(
+        {dcgm.KUBE_POD_OWNER, dcgm.KUBE_POD_STATUS_PHASE, dcgm.KUBE_POD_REQUESTS},
+        (dcgm.DEV_GPU_UTIL,),
+        {dcgm.UUID, "namespace", "pod"},
+        {"namespace", "pod"},
+        (),
+    )
+    with VictoriaMetricsServer(tmp_path / "tsdb") as server:
+        server.import_series(series)
+        _wait_for_samples(server.url, dcgm.KUBE_POD_REQUESTS, 3 * t.size, end)
+        client = PrometheusClient(PrometheusConfig(server.url))
+        seen = [
+            {
+                s.labels["pod"]: s.value
+                for s in client.vector(
+                    FleetQueries(replace(caps, metricsql=m), window.duration).pod_last_seen(), end
+                )
+            }
+            for m in (True, False)
+        ]
+    raw, stepped = seen
+    assert raw == {"runs": t[-1], "done": stopped}
+    assert stepped.keys() == raw.keys()
+    assert all(0 <= raw[pod] - stepped[pod] < 60 for pod in raw)
 
 
 @pytest.mark.victoriametrics
