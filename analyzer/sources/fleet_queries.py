@@ -166,11 +166,10 @@ class FleetQueries:
         """When each pod was last reported running in the window (unix seconds).
 
         A subquery at a one-minute step (MetricsQL: the raw samples' own times, see below): a pod
-        gone or finished before the window's end is judged
-        over its own life, and its GPUs' coverage is counted against that life, not the whole
-        window. A Job's finished pod stays in the API (phase ``Succeeded``) until it is deleted, so
-        the last ``Running`` report counts, not the last report; without phase series, the last
-        report.
+        gone or finished before the window's end is judged over its own life, and its GPUs'
+        coverage is counted against that life, not the whole window. A Job's finished pod stays in
+        the API (phase ``Succeeded``) until it is deleted, so the last ``Running`` report counts,
+        not the last report; without phase series, the last report.
         """
         if self.caps.metricsql:
             return promql.aggregate("max", CANONICAL.names, self._ksm(self._last_seen_metricsql()))
