@@ -28,6 +28,7 @@ import logging
 import threading
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import chain, repeat
@@ -45,7 +46,7 @@ from urllib3.connectionpool import ConnectionPool
 from urllib3.util.retry import Retry
 
 from analyzer.sources.errors import BadResponseError, QueryError, SourceUnreachableError
-from analyzer.sources.pacing import AdaptiveLimit, run_all
+from analyzer.sources.pacing import AdaptiveLimit, run_all, submit_all
 from analyzer.sources.prometheus_config import PrometheusConfig
 from common.memory import collector_paused
 
@@ -252,6 +253,12 @@ class PrometheusClient:
         thread): only what ``read`` keeps outlives it, not a whole round's parsed labels."""
         return run_all(self.limit, lambda q: read(self.vector(*q)), queries)
 
+    def submit_vectors(
+        self, queries: Sequence[tuple[str, datetime]], read: Callable[[list[VectorSample]], T]
+    ) -> list[Future[T]]:
+        """As ``read_vectors``, without waiting: each answer (or error) is read from its future."""
+        return submit_all(self.limit, lambda q: read(self.vector(*q)), queries)
+
     def matrix(self, promql: str, at: datetime) -> list[RangeSeries]:
         """An instant query over a range selector: the raw samples of each series."""
         kind, result = self._typed(self._ask(promql, self.connect.custom_query, promql, {"time": _ts(at)}))
@@ -308,7 +315,8 @@ class PrometheusClient:
         Answers are judged by ``_check`` before the library reads them.
         """
         try:
-            return call(*args)
+            with self.limit.slot():  # requests from this thread count against the pool's bound
+                return call(*args)
         except requests.exceptions.SSLError as e:
             raise SourceUnreachableError(f"{self._where()}: TLS handshake failed: {e}") from e
         except requests.exceptions.Timeout as e:

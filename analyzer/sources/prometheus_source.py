@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, wait
 from dataclasses import replace
 from datetime import datetime, timedelta
 from functools import partial
@@ -107,18 +108,20 @@ class PrometheusSource:
         self.max_samples_per_query = max_samples_per_query
         # Read the rollups of alerts/gpu-analyzer.recording.yaml where they cover the window.
         self.recording_rules = recording_rules
-        # Answers fetched side by side ahead of the code that reads them, by (query, time).
-        self._fetched: dict[tuple[str, datetime], list[VectorSample]] = {}
+        # Answers asked for side by side ahead of the code that reads them, by (query, time): each
+        # read waits for its own answer only, so work on the first overlaps the rest.
+        self._fetched: dict[tuple[str, datetime], Future[list[VectorSample]]] = {}
         # Device keys of the snapshot's label sets, by the set's items: each made once (a device's
         # labels recur in every per-device aggregate); cleared with the fetched answers.
         self._keys: _KeyMemo | None = None
 
     def _vector(self, promql: str, at: datetime) -> list[VectorSample]:
         fetched = self._fetched.pop((promql, at), None)
-        return fetched if fetched is not None else self.client.vector(promql, at)
+        return fetched.result() if fetched is not None else self.client.vector(promql, at)
 
     def _fetch(self, queries: Sequence[str], at: datetime) -> None:
-        """Run independent queries through the client's bounded pool; ``_vector`` then reads them."""
+        """Send independent queries through the client's bounded pool; ``_vector`` reads each answer
+        when it is needed (waiting for that one only)."""
         wanted = list(dict.fromkeys(queries))
         shared: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = {}
 
@@ -130,9 +133,16 @@ class PrometheusSource:
             kept = map(shared.setdefault, map(tuple, map(_items, labels)), labels)
             return samples_of(kept, map(_value_of, answer))
 
-        answers = self.client.read_vectors([(q, at) for q in wanted], shared_labels)
+        answers = self.client.submit_vectors([(q, at) for q in wanted], shared_labels)
         for query, answer in zip(wanted, answers, strict=True):
             self._fetched[(query, at)] = answer
+
+    def _drop_fetched(self) -> None:
+        """Forget answers nobody read, once the calls still out have ended (no request outlives the
+        snapshot, and an error of an answer never read is not raised)."""
+        pending = list(self._fetched.values())
+        self._fetched.clear()
+        wait(pending)
 
     @property
     def description(self) -> str:
@@ -264,7 +274,7 @@ class PrometheusSource:
         try:
             return self._snapshot(window, thresholds)
         finally:
-            self._fetched.clear()
+            self._drop_fetched()
             self._keys = None
 
     def _snapshot(self, window: TimeWindow, thresholds: Thresholds) -> FleetSnapshot:
@@ -278,7 +288,7 @@ class PrometheusSource:
         span_s = window.duration.total_seconds()
         at = window.end
 
-        self._fetched.clear()
+        self._drop_fetched()
         self._keys = _KeyMemo(partial(self._new_key, caps=caps))
         self._fetch(self._independent(caps, q, (q_low, q_high)), at)
         counts: dict[DeviceKey, tuple[str, VectorSample]] = {}

@@ -17,6 +17,7 @@ import pytest
 import requests
 
 from analyzer.pipeline import Analysis
+from analyzer.sources.errors import QueryError
 from analyzer.sources.pacing import AdaptiveLimit
 from analyzer.sources.prometheus_api import PrometheusConfig
 from analyzer.sources.prometheus_source import PrometheusSource
@@ -40,6 +41,7 @@ class Proxy:
     company: threading.Event = field(default_factory=threading.Event)
     sent: int = 0  # body bytes written back, gzip-compressed when the client asked for it
     plain: int = 0  # the same bodies before compression
+    fail_on: bytes = b""  # a query holding this text is refused (HTTP 422), as a failed evaluation is
 
 
 def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
@@ -79,6 +81,15 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
                         done = True
 
             try:
+                if proxy.fail_on and proxy.fail_on in body:
+                    refusal = b'{"status":"error","errorType":"execution","error":"cannot evaluate"}'
+                    done_before_the_last_write()
+                    self.send_response(422)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(refusal)))
+                    self.end_headers()
+                    self.wfile.write(refusal)
+                    return
                 if status:
                     done_before_the_last_write()
                     self.send_response(status)
@@ -152,6 +163,21 @@ def test_independent_queries_run_side_by_side_within_the_bound(
     assert 1 < proxy.most_in_flight <= 3
     # Bytes are counted as they crossed the wire (compressed), bodies as decoded.
     assert source.client.stats.wire_bytes == proxy.sent < proxy.plain == source.client.stats.body_bytes
+
+
+def test_a_refused_query_fails_the_run_once_every_query_sent_has_ended(
+    proxy_for: type[Proxy], standard_fleet: Fleet
+) -> None:
+    """The snapshot reads each answer as it needs it: a refusal is raised when its answer is read,
+    naming the query, and no query sent beside it is left running when the error comes out."""
+    proxy = proxy_for(False)  # type: ignore[call-arg]
+    proxy.fail_on = b"kube_pod_start_time"
+    source = PrometheusSource(PrometheusConfig(proxy.url, concurrency=3))  # type: ignore[attr-defined]
+    with pytest.raises(QueryError, match="kube_pod_start_time") as refused:
+        run(source, standard_fleet)
+    assert "cannot evaluate" in str(refused.value)
+    assert proxy.in_flight == 0
+    assert source._fetched == {}
 
 
 def test_a_server_that_pushes_back_slows_the_pool_and_the_run_still_completes(
