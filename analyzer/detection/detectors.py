@@ -625,7 +625,8 @@ def classify(w: WorkloadView, t: Thresholds, now: datetime) -> Finding | None:
 
 def idle_endpoint_candidate(w: WorkloadView, t: Thresholds, now: datetime) -> bool:
     """Would be an idle endpoint before the request-rate check (which costs a query per workload)."""
-    return idle_endpoint(replace(w, request_rate=None), t, now) is not None
+    unasked = w if w.request_rate is None else replace(w, request_rate=None)  # a copy only when needed
+    return idle_endpoint(unasked, t, now) is not None
 
 
 _ORDER = {
