@@ -269,8 +269,12 @@ def median_interval(timestamps: np.ndarray) -> float | None:
     if timestamps.size < 3:
         return None
     gaps = np.diff(np.sort(timestamps))
-    gaps = gaps[gaps > 0]
-    return float(np.median(gaps)) if gaps.size else None
+    gaps = np.sort(gaps[gaps > 0])
+    if not gaps.size:
+        return None
+    # np.median's answer, without its first call's import of numpy.ma (10 ms, a tenth of a small run)
+    mid = gaps.size // 2
+    return float(gaps[mid]) if gaps.size % 2 else float((gaps[mid - 1] + gaps[mid]) / 2)
 
 
 def pick_buckets(
