@@ -2,10 +2,11 @@
 
 Independent queries (the snapshot's aggregates, the kube-state-metrics and CPU queries) go out side
 by side, at most ``limit`` at a time, counting the requests the caller's own thread makes meanwhile
-(the snapshot reads its first answers, and sends the interval probe, while the rest are out). An answer of 429 (too many requests) or 503 (overloaded) halves
-the number allowed in flight, down to one; the request itself is retried with backoff by the HTTP
-layer, so a loaded server slows the run down and never fails it. Each run of successes earns one more
-slot back (additive increase, multiplicative decrease, as TCP does).
+(the snapshot reads its first answers, and sends the interval probe, while the rest are out).
+An answer of 429 (too many requests) or 503 (overloaded) halves the number allowed in flight,
+down to one; the request itself is retried with backoff by the HTTP layer, so a loaded server
+slows the run down and never fails it. Each run of successes earns one more slot back (additive
+increase, multiplicative decrease, as TCP does).
 """
 
 from __future__ import annotations
