@@ -20,7 +20,7 @@ from analyzer.sources.prometheus_source import PrometheusSource
 from common.model import TimeWindow
 from common.thresholds import Thresholds
 from harness.recordings import JobPod, Readings, cluster_series
-from harness.servers import PrometheusServer, VictoriaMetricsServer, backfill_blocks
+from harness.servers import serving
 from simulation.fleet import Series
 
 END = datetime(2026, 1, 5, tzinfo=UTC)
@@ -106,15 +106,7 @@ def test_kubernetes_answers_name_gpu_pods_only(tsdb: str, tmp_path: Path) -> Non
         *_cpu_only_pod("ml", "zero-5c4b-fghij", "zero-5c4b", gpus=0.0),
     ]
     window = TimeWindow.ending(END, timedelta(hours=6))
-    if tsdb == "prometheus":
-        server: PrometheusServer | VictoriaMetricsServer = PrometheusServer(
-            tmp_path / "tsdb", blocks=backfill_blocks(series, tmp_path / "backfill")
-        )
-    else:
-        server = VictoriaMetricsServer(tmp_path / "tsdb")
-    with server:
-        if isinstance(server, VictoriaMetricsServer):
-            server.import_series(series)
+    with serving(tsdb, series, tmp_path) as server:
         snapshot = analyze_in_detail(
             PrometheusSource(PrometheusConfig(server.url)), window, Thresholds(), now=window.end
         ).snapshot

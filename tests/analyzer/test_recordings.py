@@ -21,7 +21,7 @@ from analyzer.sources.prometheus_source import PrometheusSource
 from common.model import FindingKind, TimeWindow, UnknownEvidence, WorkloadRef
 from common.thresholds import Thresholds
 from harness.recordings import RECORDINGS, JobPod, Readings, cluster_series, ending_at, read_readings, scraped
-from harness.servers import PrometheusServer, VictoriaMetricsServer, backfill_blocks
+from harness.servers import serving
 
 END = datetime(2026, 1, 5, tzinfo=UTC)
 SCRAPE_S = 15.0
@@ -59,15 +59,7 @@ def _analyze(
     tsdb: str, recording: Recording, readings: Readings, window: TimeWindow, t: Thresholds, tmp: Path
 ) -> Analysis:
     series = list(cluster_series(readings, recording.pod, scrape_interval=SCRAPE_S))
-    if tsdb == "prometheus":
-        server: PrometheusServer | VictoriaMetricsServer = PrometheusServer(
-            tmp / "tsdb", blocks=backfill_blocks(series, tmp / "backfill")
-        )
-    else:
-        server = VictoriaMetricsServer(tmp / "tsdb")
-    with server:
-        if isinstance(server, VictoriaMetricsServer):
-            server.import_series(series)
+    with serving(tsdb, series, tmp) as server:
         return analyze_in_detail(PrometheusSource(PrometheusConfig(server.url)), window, t, now=window.end)
 
 

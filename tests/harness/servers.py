@@ -13,6 +13,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -227,3 +228,21 @@ def _json_line_chunks(series: Iterable[Series], max_bytes: int) -> Iterator[byte
         for s in series
     )
     return byte_chunks(lines, max_bytes)
+
+
+@contextmanager
+def serving(
+    tsdb: str, series: Sequence[Series], workdir: Path
+) -> Iterator[PrometheusServer | VictoriaMetricsServer]:
+    """``series`` served by a Prometheus (``tsdb="prometheus"``, backfilled before it starts) or a
+    VictoriaMetrics (imported once it is up), stopped on leaving."""
+    if tsdb == "prometheus":
+        server: PrometheusServer | VictoriaMetricsServer = PrometheusServer(
+            workdir / "tsdb", blocks=backfill_blocks(series, workdir / "backfill")
+        )
+    else:
+        server = VictoriaMetricsServer(workdir / "tsdb")
+    with server:
+        if isinstance(server, VictoriaMetricsServer):
+            server.import_series(series)
+        yield server
