@@ -19,17 +19,12 @@ from analyzer.sources.prometheus_api import PrometheusConfig
 from analyzer.sources.prometheus_source import PrometheusSource
 from common.model import TimeWindow
 from common.thresholds import Thresholds
-from harness.recordings import JobPod, Readings, cluster_series
+from harness.recordings import JobPod, Readings, cluster_series, labelled_series
 from harness.servers import serving
 from simulation.fleet import Series
 
 END = datetime(2026, 1, 5, tzinfo=UTC)
 KSM = 30.0
-
-
-def _series(labels: dict[str, str], t: np.ndarray, v: np.ndarray) -> Series:
-    name = labels.pop("__name__")
-    return Series(name, tuple(sorted(labels.items())), t.astype(float), v.astype(float))
 
 
 def _cpu_only_pod(namespace: str, pod: str, replicaset: str, gpus: float | None) -> Iterator[Series]:
@@ -38,7 +33,7 @@ def _cpu_only_pod(namespace: str, pod: str, replicaset: str, gpus: float | None)
     t = np.arange(END.timestamp() - 4 * 3600, END.timestamp() - 10, KSM)
     ones = np.ones(t.size)
     ksm = {"job": "kube-state-metrics", "namespace": namespace, "pod": pod, "uid": f"{pod}-uid"}
-    yield _series(
+    yield labelled_series(
         ksm
         | {
             "__name__": "kube_pod_owner",
@@ -49,16 +44,16 @@ def _cpu_only_pod(namespace: str, pod: str, replicaset: str, gpus: float | None)
         t,
         ones,
     )
-    yield _series(ksm | {"__name__": "kube_pod_start_time"}, t, np.full(t.size, t[0]))
-    yield _series(ksm | {"__name__": "kube_pod_status_phase", "phase": "Running"}, t, ones)
-    yield _series(ksm | {"__name__": "kube_pod_status_phase", "phase": "Pending"}, t, 0 * ones)
-    yield _series(ksm | {"__name__": "kube_pod_status_scheduled", "condition": "true"}, t, ones)
+    yield labelled_series(ksm | {"__name__": "kube_pod_start_time"}, t, np.full(t.size, t[0]))
+    yield labelled_series(ksm | {"__name__": "kube_pod_status_phase", "phase": "Running"}, t, ones)
+    yield labelled_series(ksm | {"__name__": "kube_pod_status_phase", "phase": "Pending"}, t, 0 * ones)
+    yield labelled_series(ksm | {"__name__": "kube_pod_status_scheduled", "condition": "true"}, t, ones)
     container = ksm | {"container": "app", "node": "cpu-node-1"}
     for kind in ("requests", "limits"):
         name = f"kube_pod_container_resource_{kind}"
-        yield _series(container | {"__name__": name, "resource": "cpu", "unit": "core"}, t, 2 * ones)
+        yield labelled_series(container | {"__name__": name, "resource": "cpu", "unit": "core"}, t, 2 * ones)
     if gpus is not None:
-        yield _series(
+        yield labelled_series(
             container
             | {
                 "__name__": "kube_pod_container_resource_requests",
@@ -68,7 +63,7 @@ def _cpu_only_pod(namespace: str, pod: str, replicaset: str, gpus: float | None)
             t,
             gpus * ones,
         )
-    yield _series(
+    yield labelled_series(
         {
             "__name__": "kube_replicaset_owner",
             "job": "kube-state-metrics",
@@ -82,7 +77,9 @@ def _cpu_only_pod(namespace: str, pod: str, replicaset: str, gpus: float | None)
         ones,
     )
     cadvisor = {"job": "kubelet", "namespace": namespace, "pod": pod, "container": "app"}
-    yield _series(cadvisor | {"__name__": "container_cpu_usage_seconds_total"}, t, np.cumsum(ones) * KSM)
+    yield labelled_series(
+        cadvisor | {"__name__": "container_cpu_usage_seconds_total"}, t, np.cumsum(ones) * KSM
+    )
 
 
 def _gpu_pod(job: str, hours: float, ends_before: float) -> list[Series]:
@@ -92,7 +89,7 @@ def _gpu_pod(job: str, hours: float, ends_before: float) -> list[Series]:
     series = list(cluster_series(Readings(t, 50.0 * (np.arange(t.size) % 2)), where, 15.0, KSM))
     ksm = {"job": "kubelet", "namespace": "ml", "pod": where.pod, "container": "main"}
     usage = np.cumsum(np.ones(t.size)) * 15.0
-    return [*series, _series(ksm | {"__name__": "container_cpu_usage_seconds_total"}, t, usage)]
+    return [*series, labelled_series(ksm | {"__name__": "container_cpu_usage_seconds_total"}, t, usage)]
 
 
 @pytest.mark.prometheus

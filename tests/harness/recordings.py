@@ -96,13 +96,13 @@ def cluster_series(
         "job": "dcgm-exporter",
         "instance": f"{where.node}:9400",
     }
-    yield _series(gpu_labels, t, v)
+    yield labelled_series(gpu_labels, t, v)
 
     first = np.ceil(readings.start / ksm_interval) * ksm_interval
     k = np.arange(first, readings.end + 1e-9, ksm_interval)
     ones, zeros = np.ones(k.size), np.zeros(k.size)
     pod = {"job": "kube-state-metrics", "namespace": where.namespace, "pod": where.pod, "uid": "recorded-0"}
-    yield _series(
+    yield labelled_series(
         pod
         | {
             "__name__": "kube_pod_owner",
@@ -113,8 +113,10 @@ def cluster_series(
         k,
         ones,
     )
-    yield _series(pod | {"__name__": "kube_pod_start_time"}, k, np.full(k.size, np.floor(readings.start)))
-    yield _series(
+    yield labelled_series(
+        pod | {"__name__": "kube_pod_start_time"}, k, np.full(k.size, np.floor(readings.start))
+    )
+    yield labelled_series(
         pod
         | {
             "__name__": "kube_pod_container_resource_requests",
@@ -127,14 +129,16 @@ def cluster_series(
         ones,
     )
     for phase in ("Pending", "Running", "Succeeded", "Failed", "Unknown"):
-        yield _series(
+        yield labelled_series(
             pod | {"__name__": "kube_pod_status_phase", "phase": phase},
             k,
             ones if phase == "Running" else zeros,
         )
     for condition in ("true", "false", "unknown"):
         value = ones if condition == "true" else zeros
-        yield _series(pod | {"__name__": "kube_pod_status_scheduled", "condition": condition}, k, value)
+        yield labelled_series(
+            pod | {"__name__": "kube_pod_status_scheduled", "condition": condition}, k, value
+        )
     job = {
         "__name__": "kube_job_owner",
         "job": "kube-state-metrics",
@@ -144,10 +148,11 @@ def cluster_series(
         "owner_name": "<none>",
         "owner_is_controller": "<none>",
     }
-    yield _series(job, k, ones)
+    yield labelled_series(job, k, ones)
 
 
-def _series(labels: dict[str, str], t: np.ndarray, v: np.ndarray) -> Series:
+def labelled_series(labels: dict[str, str], t: np.ndarray, v: np.ndarray) -> Series:
+    """A series from its labels, ``__name__`` included."""
     name = labels["__name__"]
     rest = tuple(sorted((k, val) for k, val in labels.items() if k != "__name__"))
     return Series(name, rest, t.astype(float), v.astype(float))
