@@ -58,13 +58,15 @@ from analyzer.sources.prometheus_api import (
 )
 from analyzer.sources.rollups import Cover, RolledUpQueries
 from analyzer.sources.span_queries import (
-    AGGREGATE,
+    ADDITIVE,
     HOLDERS_PER_TERM,
     MAX_QUERY_CHARS,
     MAX_SUBQUERY_STEPS,
     PODS_PER_TERM,
+    RANKED,
     TERMS_PER_QUERY,
     SpanTerm,
+    aggregate_names,
     joined,
     tagged,
 )
@@ -617,8 +619,12 @@ class PrometheusSource:
         snapshot: FleetSnapshot,
         batches: list[list[SpanTerm]],
         families: Sequence[Mapping[str, Callable[[SpanTerm], str | None]]],
+        levels: Mapping[str, float] | None = None,
     ) -> dict[str, dict[Window, list[VectorSample]]]:
-        """Per batch, one query per family of named aggregates, side by side; answers by (holder, span)."""
+        """Per batch, one query per family of named aggregates, side by side; answers by (holder, span).
+
+        ``levels`` names the quantile levels a ``ranked`` aggregate asks for (see ``aggregate_names``).
+        """
         caps, at = snapshot.capabilities, snapshot.window.end
         groups: list[tuple[dict[DeviceKey, TimeWindow], list[str]]] = []
         for batch in batches:
@@ -654,7 +660,8 @@ class PrometheusSource:
                 if key is not None and np.isfinite(s.value):
                     le = s.labels.get(dcgm.LE, "")
                     labels = bounds.setdefault(le, {dcgm.LE: le} if le else {})
-                    found.append((s.labels.get(AGGREGATE, ""), key, VectorSample(labels, s.value)))
+                    for name in aggregate_names(s.labels, levels or {}):
+                        found.append((name, key, VectorSample(labels, s.value)))
             return found
 
         out: dict[str, dict[Window, list[VectorSample]]] = defaultdict(lambda: defaultdict(list))
@@ -685,19 +692,30 @@ class PrometheusSource:
             return lambda term: build(term) if term.span in spans[kind] else None
 
         idle, busy = t.starvation_idle_percent, t.starvation_busy_percent
+        levels = {"q_low": q_low, "q_high": q_high, "median": 0.5, "max": 1.0}
+        by_name: dict[str, Callable[[SpanTerm], str | None]]
+        if caps.metricsql:
+            # Each selector twice, not six times: a third of the text, so of the queries, and one
+            # sort of the samples for every quantile.
+            ranked = sorted(set(levels.values()))
+            by_name = {
+                ADDITIVE: when("stats", SpanTerm.additive),
+                RANKED: when("stats", lambda term: term.ranked(ranked)),
+            }
+        else:
+            by_name = {
+                "count": when("stats", lambda term: term.stats("count")),
+                "sum": when("stats", lambda term: term.stats("sum")),
+                "max": when("stats", lambda term: term.stats("max")),
+                "q_low": when("stats", lambda term: term.stats("q", q_low)),
+                "q_high": when("stats", lambda term: term.stats("q", q_high)),
+                "median": when("stats", lambda term: term.stats("q", 0.5)),
+            }
         answers = self._ask_terms(
             snapshot,
             batches,
             [
-                {
-                    "count": when("stats", lambda term: term.stats("count")),
-                    "sum": when("stats", lambda term: term.stats("sum")),
-                    "max": when("stats", lambda term: term.stats("max")),
-                    "q_low": when("stats", lambda term: term.stats("q", q_low)),
-                    "q_high": when("stats", lambda term: term.stats("q", q_high)),
-                    "median": when("stats", lambda term: term.stats("q", 0.5)),
-                    "histogram": when("histogram", SpanTerm.histogram),
-                },
+                {**by_name, "histogram": when("histogram", SpanTerm.histogram)},
                 {
                     "n": when("shares", SpanTerm.samples),
                     "stalled": when("shares", lambda term: term.state_count(True, idle)),
@@ -706,6 +724,7 @@ class PrometheusSource:
                     "busy_runs": when("shares", lambda term: term.state_runs(False, busy)),
                 },
             ],
+            levels,
         )
 
         def one(name: str, w: Window) -> float | None:
@@ -907,7 +926,9 @@ def _near_spans(holders: Sequence[Window]) -> Iterator[tuple[TimeWindow, list[st
     start = end = None
     longest = timedelta(0)
     pods: set[str] = set()
-    for key, span in sorted(holders, key=lambda h: h[1].start):
+    # A pod's GPUs side by side: pods that started in the same second (a Job's parallel pods, a
+    # fleet brought up at once) would otherwise be named again in every query holding one of them.
+    for key, span in sorted(holders, key=lambda h: (h[1].start, h[0].namespace, h[0].pod)):
         if start is not None and end is not None:
             wider = max(longest, span.duration)
             full = key.pod not in pods and len(pods) >= PODS_PER_QUERY

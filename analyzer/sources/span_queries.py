@@ -16,7 +16,9 @@ All of it is computed by the TSDB, so the bytes per GPU do not grow with the win
 * on VictoriaMetrics (MetricsQL), the samples and the stalled and busy ones are counted over the raw
   range by ``count_over_time``, ``count_le_over_time`` and ``count_gt_over_time``: the same
   samples, without a subquery; the runs still go through one, which ``aggr_over_time`` evaluates
-  once for both ``resets`` and ``last_over_time``.
+  once for both ``resets`` and ``last_over_time``; a span's count and sum come from one
+  ``aggr_over_time``, its quantiles and maximum from one ``quantiles_over_time`` (one sort), so
+  each selector is written twice instead of six times.
 
 Spans of many holders go out together: one ``or`` of per-span terms per query, each term for one
 span and the GPUs judged over it, at most one term per device holder in a query.
@@ -24,7 +26,7 @@ span and the GPUs judged over it, at most one term per device holder in a query.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
 
@@ -47,6 +49,13 @@ MAX_QUERY_CHARS = 15_000
 # (`-search.maxPointsPerTimeseries`), which a 7-day span at 15 s passes; longer spans are cut.
 MAX_SUBQUERY_STEPS = 10_000
 PIECE = "gpu_analyzer_piece"  # the label keeping a long span's pieces apart until they are folded
+# MetricsQL names each rollup of `aggr_over_time` by this label, and each level of
+# `quantiles_over_time` by the label it is given.
+ROLLUP = "rollup"
+PHI = "gpu_analyzer_phi"
+ADDITIVE = "additive"  # the tag of a span's count and sum asked together (MetricsQL)
+RANKED = "ranked"  # the tag of a span's quantiles and max asked together (MetricsQL)
+_ROLLUP_NAMES = {"count_over_time": "count", "sum_over_time": "sum"}
 
 
 def _ms(moment: datetime) -> int:
@@ -192,6 +201,20 @@ class SpanTerm:
         inner = f"quantile_over_time({promql.number(q)}, {self._range(self.selector)})"
         return promql.aggregate("max", labels, inner)
 
+    def additive(self) -> str:
+        """MetricsQL: the span's sample count and sum from one pass over its samples, each row
+        named by its ``rollup`` label."""
+        rollups = ", ".join(f'"{r}"' for r in _ROLLUP_NAMES)
+        inner = f"aggr_over_time(({rollups}), {self._range(self.selector)})"
+        return promql.aggregate("sum", (*self.caps.device_labels(), ROLLUP), inner)
+
+    def ranked(self, levels: Sequence[float]) -> str:
+        """MetricsQL: quantiles at ``levels`` from one sort of the span's samples (level 1 is the
+        maximum), each row named by its level; three quantiles apart sort them three times."""
+        phis = ", ".join(promql.number(q) for q in levels)
+        inner = f'quantiles_over_time("{PHI}", {phis}, {self._range(self.selector)})'
+        return promql.aggregate("max", (*self.caps.device_labels(), PHI), inner)
+
     def samples(self) -> str:
         """Samples the subquery keeps (each raw sample once): the shares' denominator. On MetricsQL,
         the raw samples of the span, counted as ``state_count`` counts them."""
@@ -244,6 +267,22 @@ class SpanTerm:
             return f"min_over_time({self._sub(f'({after}) and ({busy})', piece)})"
 
         return self._over_pieces("min", first)
+
+
+def aggregate_names(labels: Mapping[str, str], levels: Mapping[str, float]) -> tuple[str, ...]:
+    """The aggregates one answer row holds: its tag, or for rows of ``additive`` and ``ranked``
+    the name their rollup or level stands for (a level may stand for more than one)."""
+    tag = labels.get(AGGREGATE, "")
+    if tag == ADDITIVE:
+        name = _ROLLUP_NAMES.get(labels.get(ROLLUP, ""))
+        return (name,) if name else ()
+    if tag == RANKED:
+        try:
+            phi = float(labels.get(PHI, ""))
+        except ValueError:
+            return ()
+        return tuple(name for name, level in levels.items() if level == phi)
+    return (tag,)
 
 
 def tagged(name: str, expr: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -22,7 +23,8 @@ from analyzer.sources.aggregates import (
     sample_shares,
     util_stats,
 )
-from common.model import WorkloadRef
+from analyzer.sources.prometheus_source import PODS_PER_QUERY, _near_spans
+from common.model import TimeWindow, WorkloadRef
 
 
 @pytest.mark.parametrize(
@@ -341,3 +343,21 @@ def test_units_per_scrape_job_follow_device_maxima() -> None:
 def test_mig_share_of_a_gpu(profile: str | None, model: str | None, share: float) -> None:
     info = DeviceInfo(node="n", metric="DCGM_FI_PROF_GR_ENGINE_ACTIVE", model=model, mig_profile=profile)
     assert gpu_share(info) == pytest.approx(share)
+
+
+def test_pods_started_in_one_second_are_each_named_in_one_first_busy_query() -> None:
+    """A Job's parallel pods (or a fleet brought up at once) share one start: holders listed by
+    GPU, a pod's GPUs scattered among the others', must still name each pod in one query only,
+    or every query selects and returns the GPUs of pods it does not need."""
+    start = datetime(2026, 1, 5, tzinfo=UTC)
+    span = TimeWindow(start=start, end=start + timedelta(minutes=30))
+    pods = [f"train-{i:03d}" for i in range(2 * PODS_PER_QUERY + 10)]
+    holders = sorted(
+        ((DeviceKey(f"GPU-{gpu:02d}-{pod}", "", "research", pod), span) for pod in pods for gpu in range(4)),
+        key=lambda h: h[0].uuid,
+    )
+    groups = list(_near_spans(holders))
+    named = [pod for _, group in groups for pod in group]
+    assert sorted(named) == pods  # every pod, each once
+    assert len(groups) == 3
+    assert all(reach == span for reach, _ in groups)

@@ -62,7 +62,7 @@ def test_span_aggregates_match_numpy_over_the_raw_samples(
         actual = got[w]
         assert actual.stats is not None, w
         assert actual.stats.samples == expected.stats.samples, w
-        for name in ("mean", "max", "q_low", "q_high"):
+        for name in ("mean", "max", "q_low", "q_high", "median"):
             assert getattr(actual.stats, name) == pytest.approx(getattr(expected.stats, name), abs=1e-6), (
                 w,
                 name,
@@ -188,8 +188,9 @@ def test_both_ways_of_telling_a_fresh_sample_count_the_same(
     tsdb: str, request: pytest.FixtureRequest, standard_fleet: Fleet
 ) -> None:
     """`timestamp()` (fast on VictoriaMetrics) and `count_over_time` (fast on Prometheus' engine) keep
-    the same samples, and so do MetricsQL's counting rollups over the raw range (VictoriaMetrics
-    only): what discovery finds changes the speed, never the numbers."""
+    the same samples, and so do MetricsQL's counting rollups over the raw range, and its
+    statistics asked two rollups at a time (VictoriaMetrics only): what discovery finds changes
+    the speed, never the numbers."""
     window = window_of(standard_fleet)
     server = request.getfixturevalue(tsdb)
     source = PrometheusSource(PrometheusConfig(server.url))
@@ -199,13 +200,15 @@ def test_both_ways_of_telling_a_fresh_sample_count_the_same(
     assert snapshot.capabilities.metricsql is victoria
     late = TimeWindow(start=window.start + timedelta(hours=5, seconds=7), end=window.end)
     keys = sorted(k for k, d in snapshot.devices.items() if k.allocated and d.histogram is None)[:6]
-    looks = [CloserLook(k, late, shares=True) for k in keys]
+    looks = [CloserLook(k, late, stats=True, shares=True) for k in keys]
     answers = []
     for engine, metricsql in ((False, False), (True, False), *([(False, True)] if victoria else [])):
         caps = replace(snapshot.capabilities, prometheus_engine=engine, metricsql=metricsql)
         answers.append(source.span_numbers(replace(snapshot, capabilities=caps), looks, T))
     assert all(a == answers[0] for a in answers[1:])
     assert sum(n.shares is not None for n in answers[0].values()) >= 4
+    stats = [n.stats for n in answers[0].values() if n.stats is not None]
+    assert len(stats) >= 4 and all(s.median is not None for s in stats)
 
 
 def test_last_running_report_from_metricsql_is_the_twins(
