@@ -284,7 +284,9 @@ class PrometheusSource:
         covers = self._rollup_covers(caps, window) if self.recording_rules else {}
         caps = replace(caps, rollups=tuple(covers))
         q: FleetQueries = (
-            RolledUpQueries(caps, window.duration, covers) if covers else FleetQueries(caps, window.duration)
+            RolledUpQueries(caps, window.duration, covers=covers)
+            if covers
+            else FleetQueries(caps, window.duration)
         )
         q_low, q_high = quantile_levels(thresholds.starvation_min_share)
         span_s = window.duration.total_seconds()
@@ -301,6 +303,14 @@ class PrometheusSource:
                     counts[key] = (metric, s)  # the first metric in preference order wins
         if not counts:
             raise NoDataError(f"{self.description}: GPU series exist but hold no samples in the window")
+        gpu_requests: list[VectorSample] = []
+        if caps.kube_state_metrics:
+            gpu_requests = self._vector(q.pod_gpu_requests(), at)
+            if _unrequested(counts, gpu_requests):
+                # Some pod holds a GPU kube-state-metrics reports no request for: the Kubernetes
+                # side again, with every pod holding a GPU at the end (see FleetQueries.gpu_pods).
+                q = replace(q, held=True)
+                self._fetch(self._kubernetes(caps, q), at)
         intervals = self._intervals(caps, q, counts, thresholds, at)
 
         numbers: dict[str, dict[DeviceKey, float]] = defaultdict(dict)
@@ -372,7 +382,7 @@ class PrometheusSource:
             window=window,
             capabilities=caps,
             devices=devices,
-            pods=self._pods(q, caps, at) if caps.kube_state_metrics else {},
+            pods=self._pods(q, caps, gpu_requests, at) if caps.kube_state_metrics else {},
             replicasets=self._replicasets(q, at) if caps.replicaset_owner else {},
             jobs=self._jobs(q, at) if caps.job_owner else {},
             cpu=self._cpu(q, caps, at),
@@ -393,8 +403,14 @@ class PrometheusSource:
             ]
         if caps.histogram:
             out.append(q.histogram_increase())
+        out += [q.pod_gpu_requests()] if caps.kube_state_metrics else []
+        return out + self._kubernetes(caps, q)
+
+    def _kubernetes(self, caps: Capabilities, q: FleetQueries) -> list[str]:
+        """The Kubernetes-side queries kept for GPU pods (all but the GPU requests themselves)."""
+        out = []
         if caps.kube_state_metrics:
-            out += [q.pod_owners(), q.pod_start_times(), q.pod_gpu_requests(), q.pod_last_seen()]
+            out += [q.pod_owners(), q.pod_start_times(), q.pod_last_seen()]
             out += [q.pod_scheduled()] if caps.pod_scheduled else []
             out += [q.pod_pending()] if caps.pod_phase else []
             out += [q.pod_groups()] if caps.pod_labels else []
@@ -522,15 +538,19 @@ class PrometheusSource:
                 )
         return out
 
-    def _pods(self, q: FleetQueries, caps: Capabilities, at: datetime) -> dict[PodId, PodRecord]:
+    def _pods(
+        self, q: FleetQueries, caps: Capabilities, gpu_requests: list[VectorSample], at: datetime
+    ) -> dict[PodId, PodRecord]:
         def rows(query: str) -> list[KsmRow]:
-            answer = self._vector(query, at)
+            return answer_rows(self._vector(query, at))
+
+        def answer_rows(answer: list[VectorSample]) -> list[KsmRow]:
             return list(zip(_pids(answer), map(_labels_of, answer), map(_value_of, answer), strict=True))
 
         return pod_records(
             rows(q.pod_owners()),
             rows(q.pod_start_times()),
-            rows(q.pod_gpu_requests()),
+            answer_rows(gpu_requests),
             last_seen=rows(q.pod_last_seen()),
             scheduled=rows(q.pod_scheduled()) if caps.pod_scheduled else (),
             pending=rows(q.pod_pending()) if caps.pod_phase else (),
@@ -974,6 +994,12 @@ class _KeyMemo(dict[tuple[tuple[str, str], ...], DeviceKey | None]):
 
 
 _namespace, _pod = methodcaller("get", "namespace", ""), methodcaller("get", "pod", "")
+
+
+def _unrequested(counts: Mapping[DeviceKey, object], gpu_requests: Sequence[VectorSample]) -> bool:
+    """Whether a pod holds a GPU in the window without a GPU request kube-state-metrics reports."""
+    requested = {pid for pid, s in zip(_pids(gpu_requests), gpu_requests, strict=True) if s.value > 0}
+    return any(key.pod and key.pod_id not in requested for key in counts)
 
 
 def _pids(answer: Sequence[VectorSample]) -> Iterator[PodId]:

@@ -114,3 +114,33 @@ def test_kubernetes_answers_name_gpu_pods_only(tsdb: str, tmp_path: Path) -> Non
     assert all(usage.request_cores is None for usage in snapshot.cpu.values())
     assert snapshot.replicasets == {}
     assert set(snapshot.jobs) <= {("ml", "train"), ("ml", "finished")}
+
+
+@pytest.mark.prometheus
+@pytest.mark.victoriametrics
+@pytest.mark.parametrize("tsdb", ["prometheus", "victoriametrics"])
+def test_a_gpu_pod_without_a_reported_request_keeps_its_kubernetes_side(tsdb: str, tmp_path: Path) -> None:
+    """The GPU-pod filter names pods by their GPU requests; where kube-state-metrics reports none for
+    a pod that holds a GPU (its resource name filtered out, requests not exported), the pods
+    holding a GPU at the end are named from the GPU series instead, and CPU-only pods stay out."""
+    unreported = [
+        s
+        for s in _gpu_pod("bare", hours=4, ends_before=20)
+        if not (s.name == "kube_pod_container_resource_requests" and "nvidia" in (s.label("resource") or ""))
+    ]
+    assert len(unreported) < len(_gpu_pod("bare", hours=4, ends_before=20))  # a request series left out
+    series = [
+        *_gpu_pod("train", hours=4, ends_before=20),
+        *unreported,
+        *_cpu_only_pod("ml", "web-7d9f-abcde", "web-7d9f", gpus=None),
+    ]
+    window = TimeWindow.ending(END, timedelta(hours=6))
+    with serving(tsdb, series, tmp_path) as server:
+        snapshot = analyze_in_detail(
+            PrometheusSource(PrometheusConfig(server.url)), window, Thresholds(), now=window.end
+        ).snapshot
+    gpu_pods = {("ml", "train-x7k2p"), ("ml", "bare-x7k2p")}
+    assert set(snapshot.pods) == gpu_pods
+    assert all(record.owner_kind == "Job" for record in snapshot.pods.values())
+    assert snapshot.pods[("ml", "bare-x7k2p")].start is not None
+    assert set(snapshot.cpu) == gpu_pods
