@@ -18,6 +18,15 @@ from analyzer.sources.dcgm import Capabilities, PodLabels
 from analyzer.sources.promql import Matcher, eq, ne, one_of
 
 CANONICAL = PodLabels()  # namespace / pod, as cAdvisor names them
+# The fleet's devices in four parts by their UUID's first hex digit (the last part takes any other
+# form): an answer of four quantiles per device for a quarter of them holds as many rows as one
+# quantile's for all, and the largest answer parsed sets a run's peak memory.
+UUID_PARTS = (
+    Matcher(dcgm.UUID, "=~", "(?i)GPU-[0-3].*"),
+    Matcher(dcgm.UUID, "=~", "(?i)GPU-[4-7].*"),
+    Matcher(dcgm.UUID, "=~", "(?i)GPU-[89ab].*"),
+    Matcher(dcgm.UUID, "!~", "(?i)GPU-[0-9ab].*"),
+)
 _REAL_CONTAINERS = (ne("container", ""), ne("container", "POD"))
 
 
@@ -72,6 +81,23 @@ class FleetQueries:
         return promql.aggregate(
             "max", self.caps.device_labels(), self._over("quantile_over_time", metric, param=q)
         )
+
+    def device_quantiles(self, metric: str, levels: Sequence[float], part: Matcher) -> str | None:
+        """MetricsQL: the quantiles at ``levels`` (1 is the maximum) from one sort of each series'
+        samples, one row per level (``promql.PHI`` label), for the devices ``part`` selects (see
+        ``UUID_PARTS``); None without MetricsQL."""
+        if not self.caps.metricsql:
+            return None
+        ranged = promql.ranged(promql.selector(metric, [part]), self.window)
+        return promql.aggregate(
+            "max", (*self.caps.device_labels(), promql.PHI), promql.quantiles_over_time(levels, ranged)
+        )
+
+    def max_from_samples(self, metric: str) -> bool:
+        """Whether ``device_max`` reads the raw samples (not a rollup): then the maximum may come
+        with the quantiles, from the same sort."""
+        del metric
+        return True
 
     def device_series_count(self, metric: str) -> str:
         """Series per device holder, for the holders with more than one (its exporter pod moved: a new

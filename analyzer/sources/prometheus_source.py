@@ -22,10 +22,11 @@ from datetime import datetime, timedelta
 from functools import partial
 from math import ceil, isfinite
 from operator import itemgetter, methodcaller
+from typing import Any
 
 import numpy as np
 
-from analyzer.sources import dcgm, rollups
+from analyzer.sources import dcgm, promql, rollups
 from analyzer.sources.aggregates import (
     CloserLook,
     CpuUsage,
@@ -47,7 +48,7 @@ from analyzer.sources.aggregates import (
 )
 from analyzer.sources.dcgm import Capabilities
 from analyzer.sources.errors import NoDataError
-from analyzer.sources.fleet_queries import FleetQueries
+from analyzer.sources.fleet_queries import UUID_PARTS, FleetQueries
 from analyzer.sources.pacing import run_all
 from analyzer.sources.prometheus_api import (
     PrometheusClient,
@@ -113,6 +114,8 @@ class PrometheusSource:
         # Answers asked for side by side ahead of the code that reads them, by (query, time): each
         # read waits for its own answer only, so work on the first overlaps the rest.
         self._fetched: dict[tuple[str, datetime], Future[list[VectorSample]]] = {}
+        # Answers of `device_quantiles` (several quantiles per row set), by level.
+        self._ranked: dict[tuple[str, datetime], Future[dict[float, list[VectorSample]]]] = {}
         # Device keys of the snapshot's label sets, by the set's items: each made once (a device's
         # labels recur in every per-device aggregate); cleared with the fetched answers.
         self._keys: _KeyMemo | None = None
@@ -121,9 +124,10 @@ class PrometheusSource:
         fetched = self._fetched.pop((promql, at), None)
         return fetched.result() if fetched is not None else self.client.vector(promql, at)
 
-    def _fetch(self, queries: Sequence[str], at: datetime) -> None:
-        """Send independent queries through the client's bounded pool; ``_vector`` reads each answer
-        when it is needed (waiting for that one only)."""
+    def _fetch(self, queries: Sequence[str], at: datetime, ranked: Sequence[str] = ()) -> None:
+        """Send independent queries through the client's bounded pool; ``_vector`` (``_by_level``
+        for the ``ranked`` ones, answers of ``device_quantiles``) reads each answer when it is
+        needed (waiting for that one only)."""
         wanted = list(dict.fromkeys(queries))
         shared: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = {}
 
@@ -135,15 +139,40 @@ class PrometheusSource:
             kept = map(shared.setdefault, map(tuple, map(_items, labels)), labels)
             return samples_of(kept, map(_value_of, answer))
 
+        def by_level(answer: list[VectorSample]) -> dict[float, list[VectorSample]]:
+            # Each row's level taken off its labels, which then are the device's shared ones.
+            rows: dict[float, list[VectorSample]] = defaultdict(list)
+            phi = promql.PHI
+            for labels, value in answer:
+                try:
+                    level = float(labels[phi])
+                except (KeyError, ValueError):
+                    continue
+                items = tuple(item for item in labels.items() if item[0] != phi)
+                kept = shared.get(items)
+                if kept is None:
+                    kept = shared.setdefault(items, dict(items))
+                rows[level].append(VectorSample(kept, value))
+            return rows
+
         answers = self.client.submit_vectors([(q, at) for q in wanted], shared_labels)
         for query, answer in zip(wanted, answers, strict=True):
             self._fetched[(query, at)] = answer
+        ranked = list(dict.fromkeys(ranked))
+        by_levels = self.client.submit_vectors([(q, at) for q in ranked], by_level)
+        for query, rows in zip(ranked, by_levels, strict=True):
+            self._ranked[(query, at)] = rows
+
+    def _by_level(self, promql_text: str, at: datetime) -> dict[float, list[VectorSample]]:
+        """A ``device_quantiles`` answer sent by ``_fetch``, its rows by level."""
+        return self._ranked.pop((promql_text, at)).result()
 
     def _drop_fetched(self) -> None:
         """Forget answers nobody read, once the calls still out have ended (no request outlives the
         snapshot, and an error of an answer never read is not raised)."""
-        pending = list(self._fetched.values())
+        pending: list[Future[Any]] = [*self._fetched.values(), *self._ranked.values()]
         self._fetched.clear()
+        self._ranked.clear()
         wait(pending)
 
     @property
@@ -294,7 +323,8 @@ class PrometheusSource:
 
         self._drop_fetched()
         self._keys = _KeyMemo(partial(self._new_key, caps=caps))
-        self._fetch(self._independent(caps, q, (q_low, q_high)), at)
+        plain, ranked = self._independent(caps, q, (q_low, q_high))
+        self._fetch(plain, at, ranked)
         counts: dict[DeviceKey, tuple[str, VectorSample]] = {}
         for metric in caps.util_metrics:
             answer = self._vector(q.device_count(metric), at)
@@ -318,14 +348,22 @@ class PrometheusSource:
             mine = {key for key, (m, _) in counts.items() if m == metric}
             if not mine:
                 continue
-            for name, query in (
-                ("sum", q.device_sum(metric)),
-                ("max", q.device_max(metric)),
-                ("q_low", q.device_quantile(metric, q_low)),
-                ("q_high", q.device_quantile(metric, q_high)),
-                ("median", q.device_quantile(metric, 0.5)),
-            ):
-                answer = self._vector(query, at)
+            sorts, levels = _ranks(q, metric, q_low, q_high)
+            answers = [("sum", self._vector(q.device_sum(metric), at))]
+            if sorts:
+                by_level: dict[float, list[VectorSample]] = defaultdict(list)
+                for query in sorts:  # a part of the fleet each
+                    for level, rows in self._by_level(query, at).items():
+                        by_level[level] += rows
+                answers += [(name, by_level[level]) for name, level in levels.items()]
+            else:
+                answers += [
+                    (name, self._vector(q.device_quantile(metric, level), at))
+                    for name, level in levels.items()
+                ]
+            if "max" not in levels:
+                answers.append(("max", self._vector(q.device_max(metric), at)))
+            for name, answer in answers:
                 pairs = zip(self._keys_of(answer, caps), map(_value_of, answer), strict=True)
                 numbers[name].update((key, value) for key, value in pairs if key in mine)
 
@@ -388,23 +426,25 @@ class PrometheusSource:
             cpu=self._cpu(q, caps, at),
         )
 
-    def _independent(self, caps: Capabilities, q: FleetQueries, levels: tuple[float, float]) -> list[str]:
-        """Every snapshot query that depends on nothing but discovery: they go out side by side."""
-        out = []
+    def _independent(
+        self, caps: Capabilities, q: FleetQueries, levels: tuple[float, float]
+    ) -> tuple[list[str], list[str]]:
+        """Every snapshot query that depends on nothing but discovery, they go out side by side:
+        the plain ones, and those of ``device_quantiles`` (their rows are read by level)."""
+        out, ranked = [], []
         for metric in caps.util_metrics:
-            out += [
-                q.device_count(metric),
-                q.device_sum(metric),
-                q.device_max(metric),
-                q.device_quantile(metric, levels[0]),
-                q.device_quantile(metric, levels[1]),
-                q.device_quantile(metric, 0.5),
-                q.device_series_count(metric),
-            ]
+            out += [q.device_count(metric), q.device_sum(metric), q.device_series_count(metric)]
+            sorts, named = _ranks(q, metric, *levels)
+            if sorts:
+                ranked += sorts
+            else:
+                out += [q.device_quantile(metric, level) for level in named.values()]
+            if "max" not in named:
+                out.append(q.device_max(metric))
         if caps.histogram:
             out.append(q.histogram_increase())
         out += [q.pod_gpu_requests()] if caps.kube_state_metrics else []
-        return out + self._kubernetes(caps, q)
+        return out + self._kubernetes(caps, q), ranked
 
     def _kubernetes(self, caps: Capabilities, q: FleetQueries) -> list[str]:
         """The Kubernetes-side queries kept for GPU pods (all but the GPU requests themselves)."""
@@ -994,6 +1034,18 @@ class _KeyMemo(dict[tuple[tuple[str, str], ...], DeviceKey | None]):
 
 
 _namespace, _pod = methodcaller("get", "namespace", ""), methodcaller("get", "pod", "")
+
+
+def _ranks(q: FleetQueries, metric: str, q_low: float, q_high: float) -> tuple[list[str], dict[str, float]]:
+    """The snapshot's quantiles by name, with the maximum as level 1 where one sort gives them all
+    (MetricsQL, the maximum not read from rollups), and the queries that do, a part of the fleet
+    each (none: one query per level, and the maximum apart)."""
+    levels = {"q_low": q_low, "q_high": q_high, "median": 0.5}
+    if q.caps.metricsql and q.max_from_samples(metric):
+        levels["max"] = 1.0
+    distinct = sorted(set(levels.values()))
+    queries = [q.device_quantiles(metric, distinct, part) for part in UUID_PARTS]
+    return [query for query in queries if query is not None], levels
 
 
 def _unrequested(counts: Mapping[DeviceKey, object], gpu_requests: Sequence[VectorSample]) -> bool:

@@ -140,6 +140,19 @@ def over_time(func: str, range_selector: str, param: float | None = None) -> str
     return f"{func}({number(param)}, {range_selector})"
 
 
+# The label MetricsQL's `quantiles_over_time` names each level of its answer by.
+PHI = "gpu_analyzer_phi"
+
+
+def quantiles_over_time(levels: Sequence[float], range_selector: str) -> str:
+    """MetricsQL: every quantile in ``levels`` from one sort of each series' samples, one row per
+    level named by a ``PHI`` label (``quantile_over_time`` once per level sorts them once each)."""
+    if not levels:
+        raise ValueError("no quantile levels")
+    phis = ", ".join(number(q) for q in levels)
+    return f'quantiles_over_time("{PHI}", {phis}, {range_selector})'
+
+
 def number(value: float) -> str:
     text = repr(float(value))
     if text in ("nan", "inf", "-inf"):

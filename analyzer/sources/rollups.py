@@ -197,6 +197,9 @@ class RolledUpQueries(FleetQueries):
         labels = self.caps.device_labels()
         return self._composed("max", labels, metric, "max_over_time", "max", "max_over_time")
 
+    def max_from_samples(self, metric: str) -> bool:
+        return metric not in self.covers
+
     def device_series_count(self, metric: str) -> str:
         if metric not in self.covers:
             return super().device_series_count(metric)

@@ -52,7 +52,7 @@ PIECE = "gpu_analyzer_piece"  # the label keeping a long span's pieces apart unt
 # MetricsQL names each rollup of `aggr_over_time` by this label, and each level of
 # `quantiles_over_time` by the label it is given.
 ROLLUP = "rollup"
-PHI = "gpu_analyzer_phi"
+PHI = promql.PHI
 ADDITIVE = "additive"  # the tag of a span's count and sum asked together (MetricsQL)
 RANKED = "ranked"  # the tag of a span's quantiles and max asked together (MetricsQL)
 _ROLLUP_NAMES = {"count_over_time": "count", "sum_over_time": "sum"}
@@ -211,8 +211,7 @@ class SpanTerm:
     def ranked(self, levels: Sequence[float]) -> str:
         """MetricsQL: quantiles at ``levels`` from one sort of the span's samples (level 1 is the
         maximum), each row named by its level; three quantiles apart sort them three times."""
-        phis = ", ".join(promql.number(q) for q in levels)
-        inner = f'quantiles_over_time("{PHI}", {phis}, {self._range(self.selector)})'
+        inner = promql.quantiles_over_time(levels, self._range(self.selector))
         return promql.aggregate("max", (*self.caps.device_labels(), PHI), inner)
 
     def samples(self) -> str:

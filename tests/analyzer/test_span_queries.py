@@ -347,3 +347,29 @@ def _wait_for_samples(url: str, metric: str, expected: int, end: datetime, timeo
             return
         assert time.monotonic() < deadline, f"{seen} of {expected} imported samples visible"
         time.sleep(0.2)
+
+
+def test_snapshot_statistics_from_metricsql_match_numpy_over_the_raw_samples(
+    victoria_standard: VictoriaMetricsServer, standard_fleet: Fleet
+) -> None:
+    """On VictoriaMetrics every quantile and the maximum come from one `quantiles_over_time`: each
+    device's statistics are still numpy's over its raw samples (the window holds the same samples
+    as the in-memory twin's on VictoriaMetrics; Prometheus 2 adds the one on its left edge)."""
+    window = window_of(standard_fleet)
+    snapshot = PrometheusSource(PrometheusConfig(victoria_standard.url)).snapshot(window, T)
+    assert snapshot.capabilities.metricsql
+    twin = SimulatedSource(standard_fleet).snapshot(window, T)
+    compared = 0
+    for key, device in snapshot.devices.items():
+        expected = twin.devices.get(key)
+        if expected is None or expected.stats is None:
+            continue
+        assert device.stats is not None, key
+        assert device.stats.samples == expected.stats.samples, key
+        for name in ("mean", "max", "q_low", "q_high", "median"):
+            assert getattr(device.stats, name) == pytest.approx(getattr(expected.stats, name), abs=1e-6), (
+                key,
+                name,
+            )
+        compared += 1
+    assert compared == len(snapshot.devices) == len(twin.devices) > 0  # every device, none left out
