@@ -20,6 +20,7 @@ from concurrent.futures import Future, wait
 from dataclasses import replace
 from datetime import datetime, timedelta
 from functools import partial
+from itertools import repeat
 from math import ceil, isfinite
 from operator import itemgetter, methodcaller
 from typing import Any
@@ -88,6 +89,9 @@ MAX_SAMPLES_PER_QUERY = 2_000_000
 INTERVAL_PROBE = timedelta(hours=1)
 # Pods one first-busy query names (their names repeat twice: a few hundred keep it under 15,000 characters).
 PODS_PER_QUERY = 150
+# Answer rows one closer-look query may return (about 4 MB parsed): the largest answers parsed at
+# once set a run's peak memory, and MetricsQL's shorter text fits three times the holders.
+MAX_ROWS_PER_QUERY = 4_000
 # MetricsQL only (a PromQL engine knows no such function), over a series that never exists.
 METRICSQL_PROBE = 'count_le_over_time(gpu_analyzer_probe{never="set"}[1s], 0)'
 
@@ -140,20 +144,22 @@ class PrometheusSource:
             return samples_of(kept, map(_value_of, answer))
 
         def by_level(answer: list[VectorSample]) -> dict[float, list[VectorSample]]:
-            # Each row's level taken off its labels, which then are the device's shared ones.
-            rows: dict[float, list[VectorSample]] = defaultdict(list)
-            phi = promql.PHI
-            for labels, value in answer:
+            # Each row's level taken off its labels (parsed for this answer alone), which then are
+            # the device's shared ones; mapped in C like `shared_labels`, while the parsed answer
+            # is alive (answers parsed meanwhile add to the peak memory).
+            labels = list(map(_labels_of, answer))
+            phis = list(map(dict.pop, labels, repeat(promql.PHI), repeat("")))
+            kept = map(shared.setdefault, map(tuple, map(_items, labels)), labels)
+            rows: dict[str, list[VectorSample]] = defaultdict(list)
+            for phi, sample in zip(phis, samples_of(kept, map(_value_of, answer)), strict=True):
+                rows[phi].append(sample)
+            out: dict[float, list[VectorSample]] = {}
+            for phi, found in rows.items():
                 try:
-                    level = float(labels[phi])
-                except (KeyError, ValueError):
-                    continue
-                items = tuple(item for item in labels.items() if item[0] != phi)
-                kept = shared.get(items)
-                if kept is None:
-                    kept = shared.setdefault(items, dict(items))
-                rows[level].append(VectorSample(kept, value))
-            return rows
+                    out[float(phi)] = found
+                except ValueError:
+                    continue  # a row without a level: not ours to read
+            return out
 
         answers = self.client.submit_vectors([(q, at) for q in wanted], shared_labels)
         for query, answer in zip(wanted, answers, strict=True):
@@ -686,28 +692,42 @@ class PrometheusSource:
         ``levels`` names the quantile levels a ``ranked`` aggregate asks for (see ``aggregate_names``).
         """
         caps, at = snapshot.capabilities, snapshot.window.end
-        groups: list[tuple[dict[DeviceKey, TimeWindow], list[str]]] = []
+        # Rows an aggregate answers per holder: one, but a row per rollup, level or bucket bound.
+        per_holder = {ADDITIVE: 2, RANKED: len(set((levels or {}).values())) or 1}
+        per_holder["histogram"] = len(snapshot.capabilities.histogram_le) or 1
+        groups: list[tuple[dict[DeviceKey, TimeWindow], list[tuple[str, int]]]] = []
         for batch in batches:
             owner = {k: term.span for term in batch for k in term.keys}
             for family in families:
-                built = ((name, build(term)) for term in batch for name, build in family.items())
-                groups.append((owner, [tagged(name, text) for name, text in built if text]))
+                built = ((name, term, build(term)) for term in batch for name, build in family.items())
+                groups.append(
+                    (
+                        owner,
+                        [
+                            (tagged(name, text), per_holder.get(name, 1) * max(1, len(term.keys)))
+                            for name, term, text in built
+                            if text
+                        ],
+                    )
+                )
         # VictoriaMetrics refuses queries over 16 KiB by default: split well below that, and into
         # as many queries as go out at once, so that a small round still runs side by side (but
-        # none much under a quarter of the limit: a query costs a round trip of its own).
-        total = sum(len(part) + 4 for _, parts in groups for part in parts)
+        # none much under a quarter of the limit: a query costs a round trip of its own). An
+        # answer parsed is held whole meanwhile: at most MAX_ROWS_PER_QUERY rows each.
+        total = sum(len(part) + 4 for _, parts in groups for part, _ in parts)
         spread = ceil(total / self.client.limit.ceiling)
         budget = min(MAX_QUERY_CHARS, max(spread, MAX_QUERY_CHARS // 4))
         plan: list[tuple[dict[DeviceKey, TimeWindow], str]] = []
         for owner, parts in groups:
             chunk: list[str] = []
-            size = 0
-            for part in parts:
-                if chunk and size + len(part) > budget:
+            size = rows = 0
+            for part, part_rows in parts:
+                if chunk and (size + len(part) > budget or rows + part_rows > MAX_ROWS_PER_QUERY):
                     plan.append((owner, joined(chunk)))
-                    chunk, size = [], 0
+                    chunk, size, rows = [], 0, 0
                 chunk.append(part)
                 size += len(part) + 4
+                rows += part_rows
             if chunk:
                 plan.append((owner, joined(chunk)))
         bounds: dict[str, Mapping[str, str]] = {}
