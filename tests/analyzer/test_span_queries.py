@@ -18,7 +18,7 @@ import pytest
 import requests
 
 from analyzer.pipeline import analyze
-from analyzer.sources import dcgm, span_queries
+from analyzer.sources import dcgm, prometheus_source, span_queries
 from analyzer.sources.aggregates import CloserLook
 from analyzer.sources.fleet_queries import FleetQueries
 from analyzer.sources.prometheus_api import PrometheusClient, PrometheusConfig, PrometheusSession
@@ -373,3 +373,22 @@ def test_snapshot_statistics_from_metricsql_match_numpy_over_the_raw_samples(
             )
         compared += 1
     assert compared == len(snapshot.devices) == len(twin.devices) > 0  # every device, none left out
+
+
+def test_closer_looks_cut_into_more_queries_give_the_same_numbers(
+    victoria_standard: VictoriaMetricsServer, standard_fleet: Fleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A query's answer rows are bounded (its parsed answer is held whole): a round cut into more,
+    smaller queries gives the same numbers."""
+    window = window_of(standard_fleet)
+    source = PrometheusSource(PrometheusConfig(victoria_standard.url))
+    snapshot = source.snapshot(window, T)
+    late = TimeWindow(start=window.start + timedelta(hours=2, seconds=7), end=window.end)
+    looks = [CloserLook(k, late, stats=True, shares=True) for k in sorted(snapshot.devices) if k.allocated]
+    before = source.client.stats.requests
+    whole = source.span_numbers(snapshot, looks, T)
+    few = source.client.stats.requests - before
+    monkeypatch.setattr(prometheus_source, "MAX_ROWS_PER_QUERY", 5)
+    before = source.client.stats.requests
+    assert source.span_numbers(snapshot, looks, T) == whole
+    assert source.client.stats.requests - before > few
