@@ -21,7 +21,7 @@ failure and the benchmark goes on; when the warm-up run fails, that approach is 
 that window. Usage::
 
     python benchmarks/analyzer_bench.py [--sizes 100,1000] [--windows 6h,24h,7d] [--runs 5]
-        [--step 15s[,10000=60s]] [--tsdb victoriametrics|prometheus] [--vm-flag -FLAG=VALUE]
+        [--step 15s[,10000=60s]] [--tsdb victoriametrics|prometheus] [--vm-flag=-FLAG[=VALUE]]
         [--prepare-only] [--json results.json]
 
 ``--windows`` takes ``WINDOW`` or ``WINDOW/AGE`` (pods ``AGE`` old at the end; default a day,
@@ -744,7 +744,9 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5, help="measured runs after one warm-up (default 5)")
     parser.add_argument("--step", default="15s", help="GPU scrape step: 15s, or 15s,10000=60s per size")
     parser.add_argument("--tsdb", choices=("victoriametrics", "prometheus"), default="victoriametrics")
-    parser.add_argument("--vm-flag", action="append", default=[], help="a VictoriaMetrics flag, e.g. -X=Y")
+    parser.add_argument(
+        "--vm-flag", action="append", default=[], help="a VictoriaMetrics flag, written --vm-flag=-X=Y"
+    )
     parser.add_argument(
         "--slice-samples", type=int, default=SLICE_SAMPLES, help="raw samples simulated at once"
     )
