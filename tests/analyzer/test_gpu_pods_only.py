@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from analyzer.pipeline import analyze_in_detail
+from analyzer.sources.aggregates import FleetSnapshot
 from analyzer.sources.prometheus_api import PrometheusConfig
 from analyzer.sources.prometheus_source import PrometheusSource
 from common.model import TimeWindow
@@ -92,6 +93,15 @@ def _gpu_pod(job: str, hours: float, ends_before: float) -> list[Series]:
     return [*series, labelled_series(ksm | {"__name__": "container_cpu_usage_seconds_total"}, t, usage)]
 
 
+def _snapshot(tsdb: str, series: list[Series], workdir: Path) -> FleetSnapshot:
+    """The snapshot of a run over the last 6 hours of ``series``, served by ``tsdb``."""
+    window = TimeWindow.ending(END, timedelta(hours=6))
+    with serving(tsdb, series, workdir) as server:
+        return analyze_in_detail(
+            PrometheusSource(PrometheusConfig(server.url)), window, Thresholds(), now=window.end
+        ).snapshot
+
+
 @pytest.mark.prometheus
 @pytest.mark.victoriametrics
 @pytest.mark.parametrize("tsdb", ["prometheus", "victoriametrics"])
@@ -102,11 +112,7 @@ def test_kubernetes_answers_name_gpu_pods_only(tsdb: str, tmp_path: Path) -> Non
         *_cpu_only_pod("ml", "web-7d9f-abcde", "web-7d9f", gpus=None),
         *_cpu_only_pod("ml", "zero-5c4b-fghij", "zero-5c4b", gpus=0.0),
     ]
-    window = TimeWindow.ending(END, timedelta(hours=6))
-    with serving(tsdb, series, tmp_path) as server:
-        snapshot = analyze_in_detail(
-            PrometheusSource(PrometheusConfig(server.url)), window, Thresholds(), now=window.end
-        ).snapshot
+    snapshot = _snapshot(tsdb, series, tmp_path)
     gpu_pods = {("ml", "train-x7k2p"), ("ml", "finished-x7k2p")}
     assert set(snapshot.pods) == gpu_pods
     assert all(record.owner_kind == "Job" for record in snapshot.pods.values())
@@ -134,11 +140,7 @@ def test_a_gpu_pod_without_a_reported_request_keeps_its_kubernetes_side(tsdb: st
         *unreported,
         *_cpu_only_pod("ml", "web-7d9f-abcde", "web-7d9f", gpus=None),
     ]
-    window = TimeWindow.ending(END, timedelta(hours=6))
-    with serving(tsdb, series, tmp_path) as server:
-        snapshot = analyze_in_detail(
-            PrometheusSource(PrometheusConfig(server.url)), window, Thresholds(), now=window.end
-        ).snapshot
+    snapshot = _snapshot(tsdb, series, tmp_path)
     gpu_pods = {("ml", "train-x7k2p"), ("ml", "bare-x7k2p")}
     assert set(snapshot.pods) == gpu_pods
     assert all(record.owner_kind == "Job" for record in snapshot.pods.values())
