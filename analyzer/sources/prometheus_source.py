@@ -772,7 +772,7 @@ class PrometheusSource:
             return lambda term: build(term) if term.span in spans[kind] else None
 
         idle, busy = t.starvation_idle_percent, t.starvation_busy_percent
-        levels = {"q_low": q_low, "q_high": q_high, "median": 0.5, "max": 1.0}
+        levels = _levels(q_low, q_high, with_max=True)
         by_name: dict[str, Callable[[SpanTerm], str | None]]
         if caps.metricsql:
             # Each selector twice, not six times: a third of the text, so of the queries, and one
@@ -1056,13 +1056,17 @@ class _KeyMemo(dict[tuple[tuple[str, str], ...], DeviceKey | None]):
 _namespace, _pod = methodcaller("get", "namespace", ""), methodcaller("get", "pod", "")
 
 
+def _levels(q_low: float, q_high: float, with_max: bool) -> dict[str, float]:
+    """The statistics that are quantiles, by name, with the maximum as level 1 if asked."""
+    levels = {"q_low": q_low, "q_high": q_high, "median": 0.5}
+    return levels | {"max": 1.0} if with_max else levels
+
+
 def _ranks(q: FleetQueries, metric: str, q_low: float, q_high: float) -> tuple[list[str], dict[str, float]]:
     """The snapshot's quantiles by name, with the maximum as level 1 where one sort gives them all
     (MetricsQL, the maximum not read from rollups), and the queries that do, a part of the fleet
     each (none: one query per level, and the maximum apart)."""
-    levels = {"q_low": q_low, "q_high": q_high, "median": 0.5}
-    if q.caps.metricsql and q.max_from_samples(metric):
-        levels["max"] = 1.0
+    levels = _levels(q_low, q_high, with_max=q.caps.metricsql and q.max_from_samples(metric))
     distinct = sorted(set(levels.values()))
     queries = [q.device_quantiles(metric, distinct, part) for part in UUID_PARTS]
     return [query for query in queries if query is not None], levels

@@ -49,10 +49,9 @@ MAX_QUERY_CHARS = 15_000
 # (`-search.maxPointsPerTimeseries`), which a 7-day span at 15 s passes; longer spans are cut.
 MAX_SUBQUERY_STEPS = 10_000
 PIECE = "gpu_analyzer_piece"  # the label keeping a long span's pieces apart until they are folded
-# MetricsQL names each rollup of `aggr_over_time` by this label, and each level of
-# `quantiles_over_time` by the label it is given.
+# MetricsQL names each rollup of `aggr_over_time` by this label (each level of `quantiles_over_time`
+# by `promql.PHI`).
 ROLLUP = "rollup"
-PHI = promql.PHI
 ADDITIVE = "additive"  # the tag of a span's count and sum asked together (MetricsQL)
 RANKED = "ranked"  # the tag of a span's quantiles and max asked together (MetricsQL)
 _ROLLUP_NAMES = {"count_over_time": "count", "sum_over_time": "sum"}
@@ -212,7 +211,7 @@ class SpanTerm:
         """MetricsQL: quantiles at ``levels`` from one sort of the span's samples (level 1 is the
         maximum), each row named by its level; three quantiles apart sort them three times."""
         inner = promql.quantiles_over_time(levels, self._range(self.selector))
-        return promql.aggregate("max", (*self.caps.device_labels(), PHI), inner)
+        return promql.aggregate("max", (*self.caps.device_labels(), promql.PHI), inner)
 
     def samples(self) -> str:
         """Samples the subquery keeps (each raw sample once): the shares' denominator. On MetricsQL,
@@ -277,7 +276,7 @@ def aggregate_names(labels: Mapping[str, str], levels: Mapping[str, float]) -> t
         return (name,) if name else ()
     if tag == RANKED:
         try:
-            phi = float(labels.get(PHI, ""))
+            phi = float(labels.get(promql.PHI, ""))
         except ValueError:
             return ()
         return tuple(name for name, level in levels.items() if level == phi)
