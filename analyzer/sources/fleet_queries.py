@@ -28,6 +28,9 @@ UUID_PARTS = (
     Matcher(dcgm.UUID, "!~", "(?i)GPU-[0-9ab].*"),
 )
 _REAL_CONTAINERS = (ne("container", ""), ne("container", "POD"))
+# The rollups of ``device_sum_and_series``: the samples' sum, and 1 per series (summed: series per
+# holder).
+SUM, SERIES = "sum_over_time", "present_over_time"
 
 
 def copy_label(expr: str, target: str, source: str) -> str:
@@ -73,6 +76,19 @@ class FleetQueries:
 
     def device_sum(self, metric: str) -> str:
         return promql.aggregate("sum", self.caps.device_labels(), self._over("sum_over_time", metric))
+
+    def device_sum_and_series(self, metric: str, part: Matcher) -> str | None:
+        """MetricsQL: ``device_sum`` and the series per holder (``device_series_count`` unfiltered)
+        from one pass over the samples, where each reads them all (at 10,000 GPUs, 0.3 s of the
+        TSDB's time each when nothing is cached): one row per rollup (``promql.ROLLUP`` label),
+        for the devices ``part`` selects (see ``UUID_PARTS``); None without MetricsQL.
+        ``device_count`` stays apart: its rows carry the labels that describe the device, which two
+        more rows per holder would repeat."""
+        if not self.caps.metricsql:
+            return None
+        ranged = promql.ranged(promql.selector(metric, [part]), self.window)
+        rolled = promql.aggr_over_time((SUM, SERIES), ranged)
+        return promql.aggregate("sum", (*self.caps.device_labels(), promql.ROLLUP), rolled)
 
     def device_max(self, metric: str) -> str:
         return promql.aggregate("max", self.caps.device_labels(), self._over("max_over_time", metric))

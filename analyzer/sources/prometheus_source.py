@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 from concurrent.futures import Future, wait
 from dataclasses import replace
 from datetime import datetime, timedelta
 from functools import partial
-from itertools import repeat
+from itertools import groupby, repeat
 from math import ceil, isfinite
 from operator import itemgetter, methodcaller
 from typing import Any
@@ -49,7 +49,7 @@ from analyzer.sources.aggregates import (
 )
 from analyzer.sources.dcgm import Capabilities
 from analyzer.sources.errors import NoDataError
-from analyzer.sources.fleet_queries import UUID_PARTS, FleetQueries
+from analyzer.sources.fleet_queries import SERIES, SUM, UUID_PARTS, FleetQueries
 from analyzer.sources.pacing import run_all
 from analyzer.sources.prometheus_api import (
     PrometheusClient,
@@ -118,8 +118,9 @@ class PrometheusSource:
         # Answers asked for side by side ahead of the code that reads them, by (query, time): each
         # read waits for its own answer only, so work on the first overlaps the rest.
         self._fetched: dict[tuple[str, datetime], Future[list[VectorSample]]] = {}
-        # Answers of `device_quantiles` (several quantiles per row set), by level.
-        self._ranked: dict[tuple[str, datetime], Future[dict[float, list[VectorSample]]]] = {}
+        # Answers whose rows one label tells apart (the level of `device_quantiles`, the rollup of
+        # `device_sum_and_series`), by that label's value.
+        self._tagged: dict[tuple[str, datetime], Future[dict[str, list[VectorSample]]]] = {}
         # Device keys of the snapshot's label sets, by the set's items: each made once (a device's
         # labels recur in every per-device aggregate); cleared with the fetched answers.
         self._keys: _KeyMemo | None = None
@@ -128,57 +129,76 @@ class PrometheusSource:
         fetched = self._fetched.pop((promql, at), None)
         return fetched.result() if fetched is not None else self.client.vector(promql, at)
 
-    def _fetch(self, queries: Sequence[str], at: datetime, ranked: Sequence[str] = ()) -> None:
-        """Send independent queries through the client's bounded pool; ``_vector`` (``_by_level``
-        for the ``ranked`` ones, answers of ``device_quantiles``) reads each answer when it is
-        needed (waiting for that one only)."""
-        wanted = list(dict.fromkeys(queries))
-        shared: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = {}
+    def _fetch(self, queries: Sequence[str | tuple[str, str]], at: datetime) -> None:
+        """Send independent queries through the client's bounded pool, in their order; ``_vector``
+        reads each answer when it is needed (waiting for that one only). A ``(query, label)`` is
+        read by ``_tagged_rows``: its rows by that label's value (the level of
+        ``device_quantiles``, the rollup of ``device_sum_and_series``)."""
+        shared: dict[tuple[tuple[str, ...], tuple[str, ...]], Mapping[str, str]] = {}
+        names: dict[tuple[str, ...], tuple[str, ...]] = {}
+
+        def label_sets(labels: list[Mapping[str, str]]) -> Iterator[tuple[tuple[str, ...], tuple[str, ...]]]:
+            # A label set as its names (one tuple per shape) and its values: two objects held per
+            # distinct set, where (name, value) pairs hold one per label.
+            shapes = list(map(tuple, labels))
+            shapes = list(map(names.setdefault, shapes, shapes))
+            return zip(shapes, map(tuple, map(_values, labels)), strict=True)
 
         def shared_labels(answer: list[VectorSample]) -> list[VectorSample]:
             # The per-device aggregates name the same devices with the same labels: one label set
             # kept for all of them, not one per answer (at 10,000 GPUs, tens of MiB). Mapped in C,
             # without a Python call per sample.
             labels = list(map(_labels_of, answer))
-            kept = map(shared.setdefault, map(tuple, map(_items, labels)), labels)
+            kept = map(shared.setdefault, label_sets(labels), labels)
             return samples_of(kept, map(_value_of, answer))
 
-        def by_level(answer: list[VectorSample]) -> dict[float, list[VectorSample]]:
-            # Each row's level taken off its labels (parsed for this answer alone), which then are
-            # the device's shared ones; mapped in C like `shared_labels`, while the parsed answer
-            # is alive (answers parsed meanwhile add to the peak memory).
-            labels = list(map(_labels_of, answer))
-            phis = list(map(dict.pop, labels, repeat(promql.PHI), repeat("")))
-            kept = map(shared.setdefault, map(tuple, map(_items, labels)), labels)
-            rows: dict[str, list[VectorSample]] = defaultdict(list)
-            for phi, sample in zip(phis, samples_of(kept, map(_value_of, answer)), strict=True):
-                rows[phi].append(sample)
-            out: dict[float, list[VectorSample]] = {}
-            for phi, found in rows.items():
-                try:
-                    out[float(phi)] = found
-                except ValueError:
-                    continue  # a row without a level: not ours to read
-            return out
+        def by_tag(label: str) -> Callable[[list[VectorSample]], dict[str, list[VectorSample]]]:
+            def split(answer: list[VectorSample]) -> dict[str, list[VectorSample]]:
+                # Each row's tag taken off its labels (parsed for this answer alone), which then
+                # are the device's shared ones; mapped in C like `shared_labels`, while the parsed
+                # answer is alive (answers parsed meanwhile add to the peak memory).
+                labels = list(map(_labels_of, answer))
+                tags = list(map(dict.pop, labels, repeat(label), repeat("")))
+                kept = map(shared.setdefault, label_sets(labels), labels)
+                rows: dict[str, list[VectorSample]] = defaultdict(list)
+                for tag, sample in zip(tags, samples_of(kept, map(_value_of, answer)), strict=True):
+                    rows[tag].append(sample)
+                return dict(rows)
 
-        answers = self.client.submit_vectors([(q, at) for q in wanted], shared_labels)
-        for query, answer in zip(wanted, answers, strict=True):
-            self._fetched[(query, at)] = answer
-        ranked = list(dict.fromkeys(ranked))
-        by_levels = self.client.submit_vectors([(q, at) for q in ranked], by_level)
-        for query, rows in zip(ranked, by_levels, strict=True):
-            self._ranked[(query, at)] = rows
+            return split
+
+        sent: set[str] = set()
+        for label, group in groupby(queries, key=_tag_of):
+            texts = [text for text in dict.fromkeys(map(_text_of, group)) if text not in sent]
+            sent.update(texts)
+            asked = [(text, at) for text in texts]
+            if label is None:
+                for text, answer in zip(texts, self.client.submit_vectors(asked, shared_labels), strict=True):
+                    self._fetched[(text, at)] = answer
+            else:
+                for text, rows in zip(texts, self.client.submit_vectors(asked, by_tag(label)), strict=True):
+                    self._tagged[(text, at)] = rows
+
+    def _tagged_rows(self, promql_text: str, at: datetime) -> dict[str, list[VectorSample]]:
+        """A tagged answer sent by ``_fetch``, its rows by their tag."""
+        return self._tagged.pop((promql_text, at)).result()
 
     def _by_level(self, promql_text: str, at: datetime) -> dict[float, list[VectorSample]]:
         """A ``device_quantiles`` answer sent by ``_fetch``, its rows by level."""
-        return self._ranked.pop((promql_text, at)).result()
+        out: dict[float, list[VectorSample]] = {}
+        for tag, rows in self._tagged_rows(promql_text, at).items():
+            try:
+                out[float(tag)] = rows
+            except ValueError:
+                continue  # a row without a level: not ours to read
+        return out
 
     def _drop_fetched(self) -> None:
         """Forget answers nobody read, once the calls still out have ended (no request outlives the
         snapshot, and an error of an answer never read is not raised)."""
-        pending: list[Future[Any]] = [*self._fetched.values(), *self._ranked.values()]
+        pending: list[Future[Any]] = [*self._fetched.values(), *self._tagged.values()]
         self._fetched.clear()
-        self._ranked.clear()
+        self._tagged.clear()
         wait(pending)
 
     @property
@@ -329,14 +349,20 @@ class PrometheusSource:
 
         self._drop_fetched()
         self._keys = _KeyMemo(partial(self._new_key, caps=caps))
-        plain, ranked = self._independent(caps, q, (q_low, q_high))
-        self._fetch(plain, at, ranked)
+        self._fetch(self._independent(caps, q, (q_low, q_high)), at)
         counts: dict[DeviceKey, tuple[str, VectorSample]] = {}
         for metric in caps.util_metrics:
             answer = self._vector(q.device_count(metric), at)
             for key, s in zip(self._keys_of(answer, caps), answer, strict=True):
-                if key is not None and key not in counts and s.value > 0:
+                if key is None or s.value <= 0:
+                    continue
+                known = counts.get(key)
+                if known is None:
                     counts[key] = (metric, s)  # the first metric in preference order wins
+                elif known[0] == metric:
+                    # Series of one holder told apart by a descriptive label (a new ``job``):
+                    # its samples are all of theirs, as its sum is.
+                    counts[key] = (metric, VectorSample(known[1].labels, known[1].value + s.value))
         if not counts:
             raise NoDataError(f"{self.description}: GPU series exist but hold no samples in the window")
         gpu_requests: list[VectorSample] = []
@@ -350,12 +376,17 @@ class PrometheusSource:
         intervals = self._intervals(caps, q, counts, thresholds, at)
 
         numbers: dict[str, dict[DeviceKey, float]] = defaultdict(dict)
+        # Per metric, where one query holds both: sum and series per holder, by rollup.
+        both = {metric: self._sum_and_series(q, metric, at) for metric in caps.util_metrics}
         for metric in caps.util_metrics:
             mine = {key for key, (m, _) in counts.items() if m == metric}
             if not mine:
                 continue
             sorts, levels = _ranks(q, metric, q_low, q_high)
-            answers = [("sum", self._vector(q.device_sum(metric), at))]
+            rolled = both[metric]
+            summed = rolled[SUM] if rolled is not None else self._vector(q.device_sum(metric), at)
+            numbers["sum"].update(_added(self._keys_of(summed, caps), summed, mine))
+            answers: list[tuple[str, list[VectorSample]]] = []
             if sorts:
                 by_level: dict[float, list[VectorSample]] = defaultdict(list)
                 for query in sorts:  # a part of the fleet each
@@ -373,7 +404,11 @@ class PrometheusSource:
                 pairs = zip(self._keys_of(answer, caps), map(_value_of, answer), strict=True)
                 numbers[name].update((key, value) for key, value in pairs if key in mine)
 
-        self._union_quantiles(q, caps, counts, numbers, intervals, (q_low, q_high), at)
+        series = {
+            metric: rolled[SERIES] if rolled is not None else self._vector(q.device_series_count(metric), at)
+            for metric, rolled in both.items()
+        }
+        self._union_quantiles(q, caps, counts, series, numbers, intervals, (q_low, q_high), at)
 
         # The DEV gauge's unit per scrape job follows from the per-device maxima and sums just read.
         dev_max: dict[str, list[float]] = defaultdict(list)
@@ -434,15 +469,23 @@ class PrometheusSource:
 
     def _independent(
         self, caps: Capabilities, q: FleetQueries, levels: tuple[float, float]
-    ) -> tuple[list[str], list[str]]:
-        """Every snapshot query that depends on nothing but discovery, they go out side by side:
-        the plain ones, and those of ``device_quantiles`` (their rows are read by level)."""
-        out, ranked = [], []
+    ) -> list[str | tuple[str, str]]:
+        """Every snapshot query that depends on nothing but discovery, in the order they go out side
+        by side: those read first (samples per holder) first, the quantiles' sorts last. A tagged
+        one, ``(query, label)``, is read by that label's values (see ``_fetch``)."""
+        first: list[str | tuple[str, str]] = []
+        out: list[str | tuple[str, str]] = []
+        last: list[str | tuple[str, str]] = []
         for metric in caps.util_metrics:
-            out += [q.device_count(metric), q.device_sum(metric), q.device_series_count(metric)]
+            first.append(q.device_count(metric))
+            both = _sum_and_series_queries(q, metric)
+            if both:
+                out += [(query, promql.ROLLUP) for query in both]
+            else:
+                out += [q.device_sum(metric), q.device_series_count(metric)]
             sorts, named = _ranks(q, metric, *levels)
             if sorts:
-                ranked += sorts
+                last += [(query, promql.PHI) for query in sorts]
             else:
                 out += [q.device_quantile(metric, level) for level in named.values()]
             if "max" not in named:
@@ -450,7 +493,22 @@ class PrometheusSource:
         if caps.histogram:
             out.append(q.histogram_increase())
         out += [q.pod_gpu_requests()] if caps.kube_state_metrics else []
-        return out + self._kubernetes(caps, q), ranked
+        return [*first, *out, *self._kubernetes(caps, q), *last]
+
+    def _sum_and_series(
+        self, q: FleetQueries, metric: str, at: datetime
+    ) -> dict[str, list[VectorSample]] | None:
+        """The rows of ``device_sum_and_series`` by rollup, every part of the fleet together; None
+        where sum and series count are asked apart."""
+        queries = _sum_and_series_queries(q, metric)
+        if not queries:
+            return None
+        rows: dict[str, list[VectorSample]] = {SUM: [], SERIES: []}
+        for query in queries:
+            for rollup, found in self._tagged_rows(query, at).items():
+                if rollup in rows:
+                    rows[rollup] += found
+        return rows
 
     def _kubernetes(self, caps: Capabilities, q: FleetQueries) -> list[str]:
         """The Kubernetes-side queries kept for GPU pods (all but the GPU requests themselves)."""
@@ -473,18 +531,18 @@ class PrometheusSource:
         q: FleetQueries,
         caps: Capabilities,
         counts: Mapping[DeviceKey, tuple[str, VectorSample]],
+        series: Mapping[str, Sequence[VectorSample]],
         numbers: dict[str, dict[DeviceKey, float]],
         intervals: Mapping[str, float],
         levels: tuple[float, float],
         at: datetime,
     ) -> None:
-        """Replace per-series quantiles by the union's for devices whose samples span several series."""
+        """Replace per-series quantiles by the union's for devices whose samples span several series
+        (``series``: series per holder, by metric, maybe in several rows per holder)."""
         for metric in caps.util_metrics:
-            split = set()
-            for s in self._vector(q.device_series_count(metric), at):
-                key = self._key(s.labels, caps)
-                if key is not None and s.value > 1 and key in counts and counts[key][0] == metric:
-                    split.add(key)
+            rows = series[metric]
+            per_key = _added(self._keys_of(rows, caps), rows, counts)
+            split = {key for key, n in per_key.items() if n > 1 and counts[key][0] == metric}
             if not split:
                 continue
             jobs = {counts[k][1].labels.get(dcgm.JOB, "") for k in split}
@@ -510,11 +568,17 @@ class PrometheusSource:
         memo = self._keys
         if memo is None:
             return [self._new_key(s.labels, caps) for s in answer]
-        return list(map(memo.__getitem__, map(tuple, map(_items, map(_labels_of, answer)))))
+        labels = list(map(_labels_of, answer))
+        names = list(map(tuple, labels))
+        names = list(map(memo.names.setdefault, names, names))
+        return list(map(memo.__getitem__, zip(names, map(tuple, map(_values, labels)), strict=True)))
 
     def _key(self, labels: Mapping[str, str], caps: Capabilities) -> DeviceKey | None:
         memo = self._keys
-        return self._new_key(labels, caps) if memo is None else memo[tuple(labels.items())]
+        if memo is None:
+            return self._new_key(labels, caps)
+        names = tuple(labels)
+        return memo[(memo.names.setdefault(names, names), tuple(labels.values()))]
 
     def _new_key(self, labels: Mapping[str, str], caps: Capabilities) -> DeviceKey | None:
         uuid = labels.get(dcgm.UUID)
@@ -1038,18 +1102,24 @@ def _by_span(
     return (span.end, span.start, metric + "/" + job)
 
 
-_labels_of, _value_of, _items = itemgetter(0), itemgetter(1), methodcaller("items")
+_labels_of, _value_of = itemgetter(0), itemgetter(1)
+_values = methodcaller("values")
 
 
-class _KeyMemo(dict[tuple[tuple[str, str], ...], DeviceKey | None]):
-    """Device keys by label set (its items, in order), each made on first sight."""
+class _KeyMemo(dict[tuple[tuple[str, ...], tuple[str, ...]], DeviceKey | None]):
+    """Device keys by label set (its names and its values, in order), each made on first sight.
+
+    Names and values apart, the names' tuple kept once per shape of label set: a key holds three
+    objects, where a tuple of (name, value) pairs holds one per label (at 10,000 GPUs, megabytes
+    held while the quantiles' answers are parsed)."""
 
     def __init__(self, make: Callable[[Mapping[str, str]], DeviceKey | None]) -> None:
         super().__init__()
         self.make = make
+        self.names: dict[tuple[str, ...], tuple[str, ...]] = {}
 
-    def __missing__(self, items: tuple[tuple[str, str], ...]) -> DeviceKey | None:
-        key = self[items] = self.make(dict(items))
+    def __missing__(self, label_set: tuple[tuple[str, ...], tuple[str, ...]]) -> DeviceKey | None:
+        key = self[label_set] = self.make(dict(zip(*label_set, strict=True)))
         return key
 
 
@@ -1070,6 +1140,31 @@ def _ranks(q: FleetQueries, metric: str, q_low: float, q_high: float) -> tuple[l
     distinct = sorted(set(levels.values()))
     queries = [q.device_quantiles(metric, distinct, part) for part in UUID_PARTS]
     return [query for query in queries if query is not None], levels
+
+
+def _sum_and_series_queries(q: FleetQueries, metric: str) -> list[str]:
+    """``device_sum_and_series``' queries, a part of the fleet each (none without MetricsQL)."""
+    queries = [q.device_sum_and_series(metric, part) for part in UUID_PARTS]
+    return [query for query in queries if query is not None]
+
+
+def _tag_of(item: str | tuple[str, str]) -> str | None:
+    return item[1] if isinstance(item, tuple) else None
+
+
+def _text_of(item: str | tuple[str, str]) -> str:
+    return item[0] if isinstance(item, tuple) else item
+
+
+def _added(
+    keys: Sequence[DeviceKey | None], answer: Sequence[VectorSample], kept: Container[DeviceKey | None]
+) -> dict[DeviceKey, float]:
+    """The answer's values per holder in ``kept``, rows of the same holder added up."""
+    out: dict[DeviceKey, float] = {}
+    for key, s in zip(keys, answer, strict=True):
+        if key is not None and key in kept:
+            out[key] = out.get(key, 0.0) + s.value
+    return out
 
 
 def _unrequested(counts: Mapping[DeviceKey, object], gpu_requests: Sequence[VectorSample]) -> bool:

@@ -153,6 +153,19 @@ def quantiles_over_time(levels: Sequence[float], range_selector: str) -> str:
     return f'quantiles_over_time("{PHI}", {phis}, {range_selector})'
 
 
+# The label MetricsQL's `aggr_over_time` names each rollup of its answer by (fixed by MetricsQL).
+ROLLUP = "rollup"
+
+
+def aggr_over_time(rollups: Sequence[str], range_selector: str) -> str:
+    """MetricsQL: several rollups (``count_over_time``, ...) from one pass over each series'
+    samples, one row per rollup named by its ``ROLLUP`` label."""
+    if not rollups:
+        raise ValueError("no rollups")
+    names = ", ".join(f'"{r}"' for r in rollups)
+    return f"aggr_over_time(({names}), {range_selector})"
+
+
 def number(value: float) -> str:
     text = repr(float(value))
     if text in ("nan", "inf", "-inf"):

@@ -30,6 +30,7 @@ from datetime import datetime, timedelta
 
 from analyzer.sources import dcgm, promql
 from analyzer.sources.fleet_queries import FleetQueries
+from analyzer.sources.promql import Matcher
 from common.model import TimeWindow
 
 log = logging.getLogger(__name__)
@@ -190,6 +191,9 @@ class RolledUpQueries(FleetQueries):
             return super().device_sum(metric)
         labels = self.caps.device_labels()
         return self._composed("sum", labels, metric, "sum_over_time", "sum", "sum_over_time")
+
+    def device_sum_and_series(self, metric: str, part: Matcher) -> str | None:
+        return None if metric in self.covers else super().device_sum_and_series(metric, part)
 
     def device_max(self, metric: str) -> str:
         if metric not in self.covers:

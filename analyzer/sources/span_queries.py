@@ -49,9 +49,6 @@ MAX_QUERY_CHARS = 15_000
 # (`-search.maxPointsPerTimeseries`), which a 7-day span at 15 s passes; longer spans are cut.
 MAX_SUBQUERY_STEPS = 10_000
 PIECE = "gpu_analyzer_piece"  # the label keeping a long span's pieces apart until they are folded
-# MetricsQL names each rollup of `aggr_over_time` by this label (each level of `quantiles_over_time`
-# by `promql.PHI`).
-ROLLUP = "rollup"
 ADDITIVE = "additive"  # the tag of a span's count and sum asked together (MetricsQL)
 RANKED = "ranked"  # the tag of a span's quantiles and max asked together (MetricsQL)
 _ROLLUP_NAMES = {"count_over_time": "count", "sum_over_time": "sum"}
@@ -203,9 +200,8 @@ class SpanTerm:
     def additive(self) -> str:
         """MetricsQL: the span's sample count and sum from one pass over its samples, each row
         named by its ``rollup`` label."""
-        rollups = ", ".join(f'"{r}"' for r in _ROLLUP_NAMES)
-        inner = f"aggr_over_time(({rollups}), {self._range(self.selector)})"
-        return promql.aggregate("sum", (*self.caps.device_labels(), ROLLUP), inner)
+        inner = promql.aggr_over_time(list(_ROLLUP_NAMES), self._range(self.selector))
+        return promql.aggregate("sum", (*self.caps.device_labels(), promql.ROLLUP), inner)
 
     def ranked(self, levels: Sequence[float]) -> str:
         """MetricsQL: quantiles at ``levels`` from one sort of the span's samples (level 1 is the
@@ -272,7 +268,7 @@ def aggregate_names(labels: Mapping[str, str], levels: Mapping[str, float]) -> t
     the name their rollup or level stands for (a level may stand for more than one)."""
     tag = labels.get(AGGREGATE, "")
     if tag == ADDITIVE:
-        name = _ROLLUP_NAMES.get(labels.get(ROLLUP, ""))
+        name = _ROLLUP_NAMES.get(labels.get(promql.ROLLUP, ""))
         return (name,) if name else ()
     if tag == RANKED:
         try:

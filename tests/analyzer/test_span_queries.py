@@ -26,7 +26,7 @@ from analyzer.sources.prometheus_source import PrometheusSource
 from common.model import DataloaderStarvationEvidence, FindingKind, TimeWindow
 from common.thresholds import Thresholds
 from harness.recordings import JobPod, Readings, cluster_series, scraped
-from harness.servers import VictoriaMetricsServer
+from harness.servers import VictoriaMetricsServer, serving
 from simulation.fleet import Fleet
 from simulation.fleet.simulator import Series
 from simulation.fleet.truth import window_of
@@ -392,3 +392,35 @@ def test_closer_looks_cut_into_more_queries_give_the_same_numbers(
     before = source.client.stats.requests
     assert source.span_numbers(snapshot, looks, T) == whole
     assert source.client.stats.requests - before > few
+
+
+@pytest.mark.prometheus
+@pytest.mark.victoriametrics
+@pytest.mark.parametrize("tsdb", ["prometheus", "victoriametrics"])
+def test_a_gpu_listed_under_two_scrape_jobs_counts_every_sample(tsdb: str, tmp_path: Path) -> None:
+    """A GPU whose scrape job was renamed halfway through the window is listed twice by the
+    per-device answers (once per ``job``): its samples, mean and maximum are those of both halves,
+    not of whichever row the TSDB lists first."""
+    end = datetime(2026, 1, 5, tzinfo=UTC)
+    window = TimeWindow.ending(end, timedelta(hours=4))
+    t = np.arange(window.start.timestamp() - 1800, end.timestamp() - 10, 15.0)
+    half = end.timestamp() - 2 * 3600
+    where = JobPod(namespace="ml", job="renamed")
+    series: list[Series] = []
+    inside = np.empty(0)
+    for s in cluster_series(Readings(t, np.where(t < half, 20.0, 80.0)), where, 15.0, 30.0):
+        if s.name != dcgm.DEV_GPU_UTIL:
+            series.append(s)
+            continue
+        inside = s.timestamps[(s.timestamps > window.start.timestamp()) & (s.timestamps <= end.timestamp())]
+        for job, kept in (("dcgm-exporter", s.timestamps < half), ("gpu-metrics", s.timestamps >= half)):
+            labels = tuple((k, job if k == "job" else v) for k, v in s.labels)
+            series.append(Series(s.name, labels, s.timestamps[kept], s.values[kept]))
+    with serving(tsdb, series, tmp_path) as server:
+        snapshot = PrometheusSource(PrometheusConfig(server.url)).snapshot(window, T)
+    (device,) = snapshot.devices.values()
+    assert device.stats is not None
+    # Prometheus 2 counts a sample on the window's left edge; VictoriaMetrics does not.
+    assert device.stats.samples - inside.size in (0, 1)
+    assert device.stats.mean == pytest.approx(50.0, abs=0.5)
+    assert device.stats.max == 80.0
