@@ -361,8 +361,10 @@ class PrometheusSource:
                     counts[key] = (metric, s)  # the first metric in preference order wins
                 elif known[0] == metric:
                     # Series of one holder told apart by a descriptive label (a new ``job``):
-                    # its samples are all of theirs, as its sum is.
-                    counts[key] = (metric, VectorSample(known[1].labels, known[1].value + s.value))
+                    # its samples are all of theirs, as its sum is; it is described as the row
+                    # holding most of them (its job's interval is measured on that job's series).
+                    labels = s.labels if s.value > known[1].value else known[1].labels
+                    counts[key] = (metric, VectorSample(labels, known[1].value + s.value))
         if not counts:
             raise NoDataError(f"{self.description}: GPU series exist but hold no samples in the window")
         gpu_requests: list[VectorSample] = []
@@ -540,7 +542,9 @@ class PrometheusSource:
         """Replace per-series quantiles by the union's for devices whose samples span several series
         (``series``: series per holder, by metric, maybe in several rows per holder)."""
         for metric in caps.util_metrics:
-            rows = series[metric]
+            # A row counts the series of one label set; rows of one holder are added up only
+            # where each has several, as PromQL's filtered count (`> 1`) leaves them.
+            rows = [s for s in series[metric] if s.value > 1]
             per_key = _added(self._keys_of(rows, caps), rows, counts)
             split = {key for key, n in per_key.items() if n > 1 and counts[key][0] == metric}
             if not split:

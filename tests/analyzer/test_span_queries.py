@@ -398,13 +398,14 @@ def test_closer_looks_cut_into_more_queries_give_the_same_numbers(
 @pytest.mark.victoriametrics
 @pytest.mark.parametrize("tsdb", ["prometheus", "victoriametrics"])
 def test_a_gpu_listed_under_two_scrape_jobs_counts_every_sample(tsdb: str, tmp_path: Path) -> None:
-    """A GPU whose scrape job was renamed halfway through the window is listed twice by the
-    per-device answers (once per ``job``): its samples, mean and maximum are those of both halves,
-    not of whichever row the TSDB lists first."""
+    """A GPU whose scrape job was renamed an hour into the window is listed twice by the
+    per-device answers (once per ``job``): its samples, mean and maximum are those of both parts,
+    not of whichever row the TSDB lists first, and it is described by the job holding most of its
+    samples (whose interval is then measured)."""
     end = datetime(2026, 1, 5, tzinfo=UTC)
     window = TimeWindow.ending(end, timedelta(hours=4))
     t = np.arange(window.start.timestamp() - 1800, end.timestamp() - 10, 15.0)
-    half = end.timestamp() - 2 * 3600
+    half = end.timestamp() - 3 * 3600
     where = JobPod(namespace="ml", job="renamed")
     series: list[Series] = []
     inside = np.empty(0)
@@ -422,5 +423,7 @@ def test_a_gpu_listed_under_two_scrape_jobs_counts_every_sample(tsdb: str, tmp_p
     assert device.stats is not None
     # Prometheus 2 counts a sample on the window's left edge; VictoriaMetrics does not.
     assert device.stats.samples - inside.size in (0, 1)
-    assert device.stats.mean == pytest.approx(50.0, abs=0.5)
+    assert device.stats.mean == pytest.approx(65.0, abs=0.5)  # 1 h at 20 %, 3 h at 80 %
     assert device.stats.max == 80.0
+    assert device.info.job == "gpu-metrics"
+    assert device.interval_s == pytest.approx(15.0)
