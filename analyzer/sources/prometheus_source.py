@@ -179,19 +179,14 @@ class PrometheusSource:
                 for text, rows in zip(texts, self.client.submit_vectors(asked, by_tag(label)), strict=True):
                     self._tagged[(text, at)] = rows
 
-    def _tagged_rows(self, promql_text: str, at: datetime) -> dict[str, list[VectorSample]]:
-        """A tagged answer sent by ``_fetch``, its rows by their tag."""
-        return self._tagged.pop((promql_text, at)).result()
-
-    def _by_level(self, promql_text: str, at: datetime) -> dict[float, list[VectorSample]]:
-        """A ``device_quantiles`` answer sent by ``_fetch``, its rows by level."""
-        out: dict[float, list[VectorSample]] = {}
-        for tag, rows in self._tagged_rows(promql_text, at).items():
-            try:
-                out[float(tag)] = rows
-            except ValueError:
-                continue  # a row without a level: not ours to read
-        return out
+    def _tagged_rows(self, queries: Sequence[str], at: datetime) -> dict[str, list[VectorSample]]:
+        """The rows of tagged answers sent by ``_fetch`` (the parts of one aggregate), every part
+        together, by tag."""
+        rows: dict[str, list[VectorSample]] = defaultdict(list)
+        for query in queries:
+            for tag, found in self._tagged.pop((query, at)).result().items():
+                rows[tag] += found
+        return rows
 
     def _drop_fetched(self) -> None:
         """Forget answers nobody read, once the calls still out have ended (no request outlives the
@@ -386,15 +381,12 @@ class PrometheusSource:
                 continue
             sorts, levels = _ranks(q, metric, q_low, q_high)
             rolled = both[metric]
-            summed = rolled[SUM] if rolled is not None else self._vector(q.device_sum(metric), at)
+            summed = rolled.get(SUM, []) if rolled is not None else self._vector(q.device_sum(metric), at)
             numbers["sum"].update(_added(self._keys_of(summed, caps), summed, mine))
             answers: list[tuple[str, list[VectorSample]]] = []
             if sorts:
-                by_level: dict[float, list[VectorSample]] = defaultdict(list)
-                for query in sorts:  # a part of the fleet each
-                    for level, rows in self._by_level(query, at).items():
-                        by_level[level] += rows
-                answers += [(name, by_level[level]) for name, level in levels.items()]
+                by_level = _by_level(self._tagged_rows(sorts, at))
+                answers += [(name, by_level.get(level, [])) for name, level in levels.items()]
             else:
                 answers += [
                     (name, self._vector(q.device_quantile(metric, level), at))
@@ -407,7 +399,9 @@ class PrometheusSource:
                 numbers[name].update((key, value) for key, value in pairs if key in mine)
 
         series = {
-            metric: rolled[SERIES] if rolled is not None else self._vector(q.device_series_count(metric), at)
+            metric: rolled.get(SERIES, [])
+            if rolled is not None
+            else self._vector(q.device_series_count(metric), at)
             for metric, rolled in both.items()
         }
         self._union_quantiles(q, caps, counts, series, numbers, intervals, (q_low, q_high), at)
@@ -500,17 +494,10 @@ class PrometheusSource:
     def _sum_and_series(
         self, q: FleetQueries, metric: str, at: datetime
     ) -> dict[str, list[VectorSample]] | None:
-        """The rows of ``device_sum_and_series`` by rollup, every part of the fleet together; None
-        where sum and series count are asked apart."""
+        """The rows of ``device_sum_and_series`` by rollup; None where sum and series count are
+        asked apart."""
         queries = _sum_and_series_queries(q, metric)
-        if not queries:
-            return None
-        rows: dict[str, list[VectorSample]] = {SUM: [], SERIES: []}
-        for query in queries:
-            for rollup, found in self._tagged_rows(query, at).items():
-                if rollup in rows:
-                    rows[rollup] += found
-        return rows
+        return self._tagged_rows(queries, at) if queries else None
 
     def _kubernetes(self, caps: Capabilities, q: FleetQueries) -> list[str]:
         """The Kubernetes-side queries kept for GPU pods (all but the GPU requests themselves)."""
@@ -1150,6 +1137,17 @@ def _sum_and_series_queries(q: FleetQueries, metric: str) -> list[str]:
     """``device_sum_and_series``' queries, a part of the fleet each (none without MetricsQL)."""
     queries = [q.device_sum_and_series(metric, part) for part in UUID_PARTS]
     return [query for query in queries if query is not None]
+
+
+def _by_level(rows: Mapping[str, list[VectorSample]]) -> dict[float, list[VectorSample]]:
+    """``device_quantiles``' rows by level (its tag, a number)."""
+    out: dict[float, list[VectorSample]] = {}
+    for tag, found in rows.items():
+        try:
+            out[float(tag)] = found
+        except ValueError:
+            continue  # a row without a level: not ours to read
+    return out
 
 
 def _tag_of(item: str | tuple[str, str]) -> str | None:
