@@ -16,9 +16,9 @@ raises the analyzer's own errors, keyed on the HTTP status and the envelope's fi
 * ``BadResponseError`` — anything else that is not a well-formed success: 5xx after the retries,
   HTML from a proxy, malformed JSON, an unexpected result type, or warnings (partial data).
 
-A checked answer reaches the library already decoded: parsed once (orjson) and, for a query, its
+A checked answer reaches the library already decoded: parsed once (msgspec) and, for a query, its
 ``data.result`` converted to ``VectorSample`` / ``RangeSeries`` in the same pass, still remembering the
-envelope's ``resultType``.
+envelope's ``resultType``. A plain vector answer, the common case, is parsed straight into samples.
 """
 
 from __future__ import annotations
@@ -32,13 +32,13 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import chain, repeat
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from types import TracebackType
-from typing import Any, NamedTuple, Self, TypeVar
+from typing import Any, Literal, NamedTuple, Self, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
+import msgspec
 import numpy as np
-import orjson
 import requests
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
 from urllib3 import BaseHTTPResponse
@@ -58,7 +58,8 @@ _PUSH_BACK_STATUSES = frozenset({429, 503})
 # errorType values of the API envelope that mean "your query", not "my server".
 _QUERY_ERROR_TYPES = frozenset({"bad_data", "execution", "timeout", "canceled", "422"})
 # Endpoints whose data is {resultType, result}.
-_QUERY_PATHS = ("/api/v1/query", "/api/v1/query_range")
+_INSTANT_PATH = "/api/v1/query"
+_QUERY_PATHS = (_INSTANT_PATH, "/api/v1/query_range")
 TENANT_HEADER = "X-Scope-OrgID"
 
 T = TypeVar("T")
@@ -360,7 +361,12 @@ class PrometheusClient:
         path = urlsplit(response.url).path
         what = _query_text(response.request) or path
         status = response.status_code
+        plain = status == 200 and path.endswith(_INSTANT_PATH)  # a range query's answer is a matrix
         with _decoding, collector_paused():
+            samples = _plain_vector(response.content) if plain else None
+            if samples is not None:
+                envelope = {"status": "success", "data": {"resultType": "vector", "result": samples}}
+                return _CheckedResponse(response, envelope)
             body = _json_body(response)
             if status == 200 and isinstance(body, dict) and body.get("status") == "success":
                 checked = _CheckedResponse(response, self._checked(body, path, what))
@@ -431,10 +437,48 @@ def _snippet(response: requests.Response) -> str:
     return text[:200] + ("…" if len(text) > 200 else "")
 
 
+# The common answer, a vector without warnings, is decoded straight into these: types checked and
+# values read as numbers inside msgspec's parser, with no dict per item and no second pass over
+# the answer in Python (about half the time of parsing to dicts and converting). An answer they do
+# not fit (a number as a label value, "+Inf", warnings, a matrix) takes the general path, which
+# reads or refuses it item by item.
+class _VectorItem(msgspec.Struct, gc=False):
+    metric: dict[str, str]
+    value: tuple[float, float]
+
+
+class _VectorData(msgspec.Struct, gc=False):
+    result_type: Literal["vector"] = msgspec.field(name="resultType")
+    result: list[_VectorItem]
+
+
+class _VectorAnswer(msgspec.Struct, gc=False):
+    status: Literal["success"]
+    data: _VectorData
+    warnings: list[Any] = msgspec.field(default_factory=list)
+
+
+# Lax mode reads the API's number strings ("12.5", "NaN", "-Inf") as floats; it refuses "+Inf".
+_vector_answers = msgspec.json.Decoder(_VectorAnswer, strict=False)
+_metric_of, _value_pair = attrgetter("metric"), attrgetter("value")
+
+
+def _plain_vector(content: bytes) -> _Result | None:
+    """A successful vector answer without warnings as samples; None for any other answer."""
+    try:
+        answer = _vector_answers.decode(content)
+    except msgspec.MsgspecError:
+        return None
+    if answer.warnings:
+        return None
+    items = answer.data.result
+    return _Result(samples_of(map(_metric_of, items), map(_second, map(_value_pair, items))), "vector")
+
+
 def _json_body(response: requests.Response) -> Any:
     try:
-        return orjson.loads(response.content)
-    except orjson.JSONDecodeError as e:
+        return msgspec.json.decode(response.content)
+    except msgspec.DecodeError as e:
         if response.status_code == 200:
             raise BadResponseError(
                 f"{response.url}: HTTP 200 but not JSON ({response.headers.get('Content-Type', '?')}): "

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import orjson
+import msgspec
 import pytest
 import requests
 import responses
@@ -23,6 +23,7 @@ from prometheus_api_client import PrometheusApiClientException, PrometheusConnec
 from requests.adapters import HTTPAdapter
 
 from analyzer.pipeline import analyze
+from analyzer.sources import prometheus_api
 from analyzer.sources.errors import BadResponseError, NoDataError, QueryError, SourceUnreachableError
 from analyzer.sources.prometheus_api import PrometheusClient, PrometheusConfig
 from analyzer.sources.prometheus_source import PrometheusSource
@@ -333,7 +334,12 @@ def test_a_checked_answer_is_decoded_once(
 
         return parse
 
-    monkeypatch.setattr(orjson, "loads", counting("orjson", orjson.loads))
+    class CountingDecoder:
+        def __init__(self, real: Any) -> None:
+            self.decode = counting("vector", real.decode)
+
+    monkeypatch.setattr(prometheus_api, "_vector_answers", CountingDecoder(prometheus_api._vector_answers))
+    monkeypatch.setattr(msgspec.json, "decode", counting("msgspec", msgspec.json.decode))
     monkeypatch.setattr(json, "loads", counting("json", json.loads))
     monkeypatch.setattr(requests.Response, "json", counting("requests", requests.Response.json))
     mock.post(QUERY, json=OK_VECTOR)
@@ -341,7 +347,7 @@ def test_a_checked_answer_is_decoded_once(
     c = client()
     c.vector("up", AT)
     c.query_range("up", AT - timedelta(minutes=1), AT, 15)
-    assert parses == ["orjson", "orjson"]
+    assert parses == ["vector", "msgspec"]  # a vector straight into samples, a matrix parsed once
 
 
 # --- decoding samples --------------------------------------------------------------------------------
@@ -369,6 +375,27 @@ def test_prometheus_spellings_of_nan_and_infinity_are_read(mock: responses.Reque
     assert series.timestamps.tolist() == [1767571200.0, 1767571215.5, 1767571230.0]
     assert math.isnan(series.values[0]) and series.values[1:].tolist() == [math.inf, -math.inf]
     assert [s.value for s in c.vector("scalar(x)", AT)] == [math.inf]
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        pytest.param(("NaN", "-Inf", "1e3", "0", "7.25"), id="plain-numbers"),
+        # "+Inf" is read by the general path only: both paths must give the same samples.
+        pytest.param(("NaN", "-Inf", "1e3", "0", "7.25", "+Inf"), id="with-plus-inf"),
+    ],
+)
+def test_a_vector_reads_the_same_whichever_path_decodes_it(
+    mock: responses.RequestsMock, values: tuple[str, ...]
+) -> None:
+    labels = {"UUID": "GPU-1", "namespace": "ml", "pod": "trainer-0"}
+    mock.post(QUERY, json=_vector(*values, labels=labels))
+    samples = client().vector("x", AT)
+    assert [dict(s.labels) for s in samples] == [labels] * len(values)
+    read = [s.value for s in samples]
+    assert math.isnan(read[0]) and read[1:5] == [-math.inf, 1000.0, 0.0, 7.25]
+    assert read[5:] == [math.inf] * (len(values) - 5)
+    assert all(type(s.value) is float for s in samples)
 
 
 def test_samples_keep_their_labels_and_order(mock: responses.RequestsMock) -> None:
