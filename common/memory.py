@@ -60,4 +60,20 @@ def collector_paused() -> Iterator[None]:
         with _pause_lock:
             _pauses -= 1
             if _pauses == 0 and _collector_was_running:
+                _age_survivors()
                 gc.enable()
+
+
+def _age_survivors() -> None:
+    """Moves every tracked object to the oldest generation without walking them, and zeroes the
+    count of young allocations.
+
+    The count grew through the pause; left as is, the first allocation after it starts a young
+    collection that walks everything the block built and kept (0.1 s at 10,000 GPUs), to free
+    nothing. ``freeze`` then ``unfreeze`` splice the generations' lists into the oldest one, as a
+    collection would for survivors, so those objects wait for the next full collection, like any
+    long-lived object. Skipped while anything is frozen on purpose (unfreeze would release it).
+    """
+    if gc.get_freeze_count() == 0:
+        gc.freeze()
+        gc.unfreeze()

@@ -98,3 +98,36 @@ def test_the_collector_resumes_after_the_last_pause_ends_and_only_if_it_ran() ->
             gc.enable()
         else:
             gc.disable()
+
+
+def _walks(tracked: list[object]) -> int:
+    """How many objects of ``tracked`` the next young collection would walk."""
+    young = {id(o) for o in gc.get_objects(generation=0)}
+    return sum(id(o) in young for o in tracked)
+
+
+@pytest.mark.parametrize("frozen_before", [False, True], ids=["nothing-frozen", "caller-froze-objects"])
+def test_what_a_pause_built_is_not_walked_by_a_young_collection_when_it_ends(frozen_before: bool) -> None:
+    """A run's objects outlive its pause; resuming must not send them all through a young collection
+    (the count of young allocations starts again), and nothing may be left frozen by us (or
+    unfrozen, when a caller froze objects on purpose)."""
+    was = gc.isenabled()
+    gc.enable()
+    gc.unfreeze()  # whatever an earlier test froze
+    gc.collect()
+    if frozen_before:
+        gc.freeze()
+    frozen = gc.get_freeze_count()
+    try:
+        with collector_paused():
+            kept = [[i] for i in range(50_000)]
+        assert gc.isenabled()
+        assert gc.get_freeze_count() == frozen
+        if not frozen_before:
+            assert gc.get_count()[0] < 700  # below the threshold: no collection starts
+            assert _walks(kept) == 0
+            assert {id(o) for o in gc.get_objects(generation=2)} >= {id(o) for o in kept}
+    finally:
+        gc.unfreeze()
+        if not was:
+            gc.disable()
