@@ -68,6 +68,8 @@ def to_the_second(value: datetime) -> str:
 
 
 def _require_aware_utc(value: datetime) -> datetime:
+    if value.tzinfo is UTC:
+        return value  # the common case, checked first: every span a run builds is UTC already
     # Naive datetimes are the classic source of off-by-hours bugs in cron tools: refuse them.
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValueError("timestamp must carry a timezone (RFC 3339, e.g. 2026-01-01T00:00:00Z)")

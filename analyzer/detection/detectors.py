@@ -8,6 +8,7 @@ of idleness: a GPU that stopped reporting lowers coverage, it does not read as 0
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -15,6 +16,7 @@ from typing import Any
 
 from analyzer.detection.mig import gpu_share
 from analyzer.detection.views import DeviceView, NodeView, WorkloadView
+from analyzer.sources.aggregates import UtilStats
 from common.model import (
     EVIDENCE_BY_KIND,
     AnyEvidence,
@@ -62,7 +64,6 @@ class _Numbers:
     q_low: float
     q_high: float
     q_level: float
-    widest_spread: float
     widest_upper_spread: float  # highest quantile minus median: start-up zeros do not move it
 
 
@@ -82,30 +83,49 @@ def _numbers(devices: Sequence[DeviceView], hours: float, missing: int = 0) -> _
 
 
 def _summed(devices: Sequence[DeviceView], hours: float, missing: int) -> _Numbers | None:
-    judged = [d for d in devices if d.stats is not None]
-    if not judged:
+    # One pass over the holders (a run sums every workload's, several times per workload's worth
+    # of generator passes otherwise).
+    first: UtilStats | None = None
+    total = weighted = wasted = 0.0
+    samples = 0
+    top = q_high = upper = -math.inf
+    q_low = coverage = math.inf
+    for d in devices:
+        s = d.stats
+        if s is None:
+            continue
+        if first is None:
+            first = s
+        # Holders count for the time they held their GPU: a pod replaced mid-window weighs its share.
+        seconds = d.span.duration.total_seconds()
+        weight = seconds if seconds > _EPSILON else _EPSILON
+        total += weight
+        weighted += s.mean * weight
+        if s.mean < 100.0:
+            # A MIG instance wastes its share of the GPU, not a whole one (analyzer.detection.mig).
+            wasted += (1.0 - s.mean / 100.0) * (seconds / 3600.0) * gpu_share(d.info)
+        samples += s.samples
+        # Comparisons, not min()/max() calls: this runs for every holder of every workload.
+        coverage = d.coverage if d.coverage < coverage else coverage
+        top = s.max if s.max > top else top
+        q_low = s.q_low if s.q_low < q_low else q_low
+        q_high = s.q_high if s.q_high > q_high else q_high
+        spread = s.q_high - (s.median if s.median is not None else s.q_low)
+        upper = spread if spread > upper else upper
+    if first is None:
         return None
-    stats = [d.stats for d in judged if d.stats is not None]
-    coverage = 0.0 if missing or len(judged) < len(devices) else min(d.coverage for d in judged)
-    # Holders count for the time they held their GPU: a pod replaced mid-window weighs its share.
-    weights = [max(d.span.duration.total_seconds(), _EPSILON) for d in judged]
-    total = sum(weights)
+    judged_all = all(d.stats is not None for d in devices)
     return _Numbers(
-        mean=sum(s.mean * w for s, w in zip(stats, weights, strict=True)) / total,
-        max=max(s.max for s in stats),
-        coverage=coverage,
-        samples=sum(s.samples for s in stats),
+        mean=weighted / total,
+        max=top,
+        coverage=coverage if judged_all and not missing else 0.0,
+        samples=samples,
         hours=hours,
-        # A MIG instance wastes its share of the GPU, not a whole one (analyzer.detection.mig).
-        wasted_gpu_hours=sum(
-            max(0.0, 1.0 - s.mean / 100.0) * d.span.hours * gpu_share(d.info)
-            for s, d in zip(stats, judged, strict=True)
-        ),
-        q_low=min(s.q_low for s in stats),
-        q_high=max(s.q_high for s in stats),
-        q_level=stats[0].q_level,
-        widest_spread=max(s.spread for s in stats),
-        widest_upper_spread=max(s.q_high - (s.median if s.median is not None else s.q_low) for s in stats),
+        wasted_gpu_hours=wasted,
+        q_low=q_low,
+        q_high=q_high,
+        q_level=first.q_level,
+        widest_upper_spread=upper,
     )
 
 

@@ -35,30 +35,37 @@ def resolve(
     jobs: Mapping[PodId, tuple[str, str]] | None = None,
 ) -> WorkloadRef:
     """The workload a pod belongs to (``Pod`` for a bare pod)."""
+    kind, name = _owner(pod, replicasets, jobs)
+    return WorkloadRef(kind=kind, name=name, namespace=pod.namespace)
+
+
+def _owner(
+    pod: PodRecord,
+    replicasets: Mapping[PodId, tuple[str, str]],
+    jobs: Mapping[PodId, tuple[str, str]] | None,
+) -> tuple[str, str]:
+    """The (kind, name) of the workload a pod belongs to, in its namespace."""
     kind, name = pod.owner_kind, pod.owner_name
     if not _named(kind, name):
-        return WorkloadRef(kind="Pod", name=pod.name, namespace=pod.namespace)
+        return "Pod", pod.name
     assert kind is not None and name is not None  # for mypy: _named checked both
     if kind == "Job":
         above = (jobs or {}).get((pod.namespace, name))
         if above is not None and _named(*above):
-            return WorkloadRef(kind=above[0], name=above[1], namespace=pod.namespace)
+            return above
         if pod.group:
-            return WorkloadRef(kind=JOB_GROUP, name=pod.group, namespace=pod.namespace)
+            return JOB_GROUP, pod.group
     if kind == "ReplicaSet":
         owner = replicasets.get((pod.namespace, name))
         if owner is not None:
-            owner_kind, owner_name = owner
-            if _named(owner_kind, owner_name):
-                return WorkloadRef(kind=owner_kind, name=owner_name, namespace=pod.namespace)
-            return WorkloadRef(kind="ReplicaSet", name=name, namespace=pod.namespace)
+            return owner if _named(*owner) else ("ReplicaSet", name)
         if not replicasets:
             # kube_replicaset_owner is not collected at all: the name is the only clue left.
             match = _TEMPLATE_HASH.match(name)
             if match:
-                return WorkloadRef(kind="Deployment", name=match["deployment"], namespace=pod.namespace)
-        return WorkloadRef(kind="ReplicaSet", name=name, namespace=pod.namespace)
-    return WorkloadRef(kind=kind, name=name, namespace=pod.namespace)
+                return "Deployment", match["deployment"]
+        return "ReplicaSet", name
+    return kind, name
 
 
 def resolve_all(
@@ -66,4 +73,14 @@ def resolve_all(
     replicasets: Mapping[PodId, tuple[str, str]],
     jobs: Mapping[PodId, tuple[str, str]] | None = None,
 ) -> dict[PodId, WorkloadRef]:
-    return {pid: resolve(pod, replicasets, jobs) for pid, pod in pods.items()}
+    # Pods of one workload share one reference (built and validated once, not once per pod).
+    refs: dict[tuple[str, str, str], WorkloadRef] = {}
+    out = {}
+    for pid, pod in pods.items():
+        kind, name = _owner(pod, replicasets, jobs)
+        key = (kind, name, pod.namespace)
+        ref = refs.get(key)
+        if ref is None:
+            ref = refs[key] = WorkloadRef(kind=kind, name=name, namespace=pod.namespace)
+        out[pid] = ref
+    return out
