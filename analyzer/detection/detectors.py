@@ -88,14 +88,11 @@ def _summed(devices: Sequence[DeviceView], hours: float, missing: int) -> _Numbe
     first: UtilStats | None = None
     total = weighted = wasted = 0.0
     samples = 0
-    top = q_high = upper = -math.inf
-    q_low = coverage = math.inf
+    top = q_high = upper = q_low = coverage = math.nan  # set from the first judged holder
     for d in devices:
         s = d.stats
         if s is None:
             continue
-        if first is None:
-            first = s
         # Holders count for the time they held their GPU: a pod replaced mid-window weighs its share.
         seconds = d.span.duration.total_seconds()
         weight = seconds if seconds > _EPSILON else _EPSILON
@@ -105,12 +102,17 @@ def _summed(devices: Sequence[DeviceView], hours: float, missing: int) -> _Numbe
             # A MIG instance wastes its share of the GPU, not a whole one (analyzer.detection.mig).
             wasted += (1.0 - s.mean / 100.0) * (seconds / 3600.0) * gpu_share(d.info)
         samples += s.samples
-        # Comparisons, not min()/max() calls: this runs for every holder of every workload.
+        spread = s.q_high - (s.median if s.median is not None else s.q_low)
+        if first is None:
+            first = s
+            coverage, top, q_low, q_high, upper = d.coverage, s.max, s.q_low, s.q_high, spread
+            continue
+        # Comparisons, not min()/max() calls (this runs for every holder of every workload), kept
+        # as those would (the first holder's NaN stays).
         coverage = d.coverage if d.coverage < coverage else coverage
         top = s.max if s.max > top else top
         q_low = s.q_low if s.q_low < q_low else q_low
         q_high = s.q_high if s.q_high > q_high else q_high
-        spread = s.q_high - (s.median if s.median is not None else s.q_low)
         upper = spread if spread > upper else upper
     if first is None:
         return None

@@ -467,7 +467,7 @@ def _plain_vector(content: bytes) -> _Result | None:
     """A successful vector answer without warnings as samples; None for any other answer."""
     try:
         answer = _vector_answers.decode(content)
-    except msgspec.MsgspecError:
+    except (msgspec.MsgspecError, ValueError, RecursionError):  # invalid UTF-8 is a ValueError
         return None
     if answer.warnings:
         return None
@@ -478,7 +478,7 @@ def _plain_vector(content: bytes) -> _Result | None:
 def _json_body(response: requests.Response) -> Any:
     try:
         return msgspec.json.decode(response.content)
-    except msgspec.DecodeError as e:
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as e:
         if response.status_code == 200:
             raise BadResponseError(
                 f"{response.url}: HTTP 200 but not JSON ({response.headers.get('Content-Type', '?')}): "
@@ -519,7 +519,7 @@ def _samples(result: list[Any], promql: str) -> list[VectorSample]:
         values = np.fromiter(map(float, map(_second, map(_pair, result))), dtype=float, count=len(result))
         labels = list(map(_metric, result))
         _check_label_sets(labels)
-    except (TypeError, ValueError, KeyError, IndexError):
+    except (TypeError, ValueError, OverflowError, KeyError, IndexError):
         return [
             VectorSample(_labels(item, promql), _value(_field(item, "value", promql), promql))
             for item in result
@@ -556,7 +556,7 @@ def _series(item: Any, promql: str) -> RangeSeries:
         n = len(values)
         ts = np.fromiter(map(float, map(_first, values)), dtype=float, count=n)
         vs = np.fromiter(map(float, map(_second, values)), dtype=float, count=n)
-    except (TypeError, ValueError, IndexError, KeyError) as e:
+    except (TypeError, ValueError, OverflowError, IndexError, KeyError) as e:
         raise BadResponseError(f"malformed samples for {promql!r}: {e}") from e
     return RangeSeries(_labels(item, promql), ts, vs)
 
@@ -579,7 +579,7 @@ def _labels(item: Any, promql: str) -> dict[str, str]:
 def _value(pair: Any, promql: str) -> float:
     try:
         return float(pair[1])
-    except (TypeError, ValueError, IndexError, KeyError) as e:
+    except (TypeError, ValueError, OverflowError, IndexError, KeyError) as e:
         raise BadResponseError(f"malformed sample for {promql!r}: {str(pair)[:200]}") from e
 
 

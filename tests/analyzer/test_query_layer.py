@@ -211,6 +211,26 @@ def test_connection_refused_is_unreachable() -> None:
             "timeout",
             id="query-timeout-after-retries",
         ),
+        pytest.param(
+            200,
+            b'{"status": "success", "data": {"resultType": "vector", '
+            b'"result": [{"metric": {"pod": "caf\xe9"}, "value": [1, "2"]}]}}',
+            "application/json",
+            BadResponseError,
+            "not JSON",
+            id="latin-1-not-utf-8",
+        ),
+        pytest.param(
+            200, b"[" * 5000, "application/json", BadResponseError, "not JSON", id="nested-too-deep"
+        ),
+        pytest.param(
+            502,
+            b'{"status": "error", "error": "Passerelle d\xe9faillante"}',
+            "application/json",
+            BadResponseError,
+            "HTTP 502",
+            id="latin-1-error-after-retries",
+        ),
         pytest.param(401, "Unauthorized", "text/plain", BadResponseError, "credentials", id="unauthorized"),
         pytest.param(
             404, "404 page not found", "text/plain", BadResponseError, "path prefix", id="wrong-path"
@@ -220,7 +240,7 @@ def test_connection_refused_is_unreachable() -> None:
 def test_bad_answers_raise_typed_errors(
     mock: responses.RequestsMock,
     status: int,
-    body: str,
+    body: str | bytes,
     content_type: str,
     error: type[Exception],
     match: str,
@@ -386,11 +406,21 @@ def test_prometheus_spellings_of_nan_and_infinity_are_read(mock: responses.Reque
     ],
 )
 def test_a_vector_reads_the_same_whichever_path_decodes_it(
-    mock: responses.RequestsMock, values: tuple[str, ...]
+    mock: responses.RequestsMock, monkeypatch: pytest.MonkeyPatch, values: tuple[str, ...]
 ) -> None:
+    typed: list[bool] = []
+    plain_vector = prometheus_api._plain_vector
+
+    def spy(content: bytes) -> Any:
+        answer = plain_vector(content)
+        typed.append(answer is not None)
+        return answer
+
+    monkeypatch.setattr(prometheus_api, "_plain_vector", spy)
     labels = {"UUID": "GPU-1", "namespace": "ml", "pod": "trainer-0"}
     mock.post(QUERY, json=_vector(*values, labels=labels))
     samples = client().vector("x", AT)
+    assert typed == ["+Inf" not in values]  # each case took the path it is about
     assert [dict(s.labels) for s in samples] == [labels] * len(values)
     read = [s.value for s in samples]
     assert math.isnan(read[0]) and read[1:5] == [-math.inf, 1000.0, 0.0, 7.25]
