@@ -140,7 +140,10 @@ def _analysis(
     # Spans known now (every holder but young Jobs') are aggregated while the young Jobs' first
     # busy samples are found: the two rounds overlap.
     looks = workloads.closer_looks(planned, thresholds)
-    with ThreadPoolExecutor(max_workers=1) as side:
+    with ThreadPoolExecutor(max_workers=2) as side:
+        # The likely idle endpoints' memory is read beside the closer looks: one round less.
+        suspects = workloads.idle_suspects(planned, thresholds) if snapshot.capabilities.memory else []
+        early = side.submit(source.memory_used, snapshot, suspects) if suspects else None
         busy = None
         if starts:
             step(f"finding the first busy sample of {len(starts)} Job GPU(s) that started in the window")
@@ -165,7 +168,13 @@ def _analysis(
     if idle:
         step(f"checking {len(idle)} idle endpoint candidate(s)")
         keys = [d.key for v in idle for d in v.devices]
-        memory = source.memory_used(snapshot, keys) if snapshot.capabilities.memory else {}
+        read = set(suspects)
+        # The early read is waited for only when it holds a candidate (had it failed, it fails the
+        # run then, as a read of the candidates would have).
+        memory = dict(early.result()) if early is not None and not read.isdisjoint(keys) else {}
+        unread = [k for k in keys if k not in read]
+        if unread and snapshot.capabilities.memory:
+            memory |= source.memory_used(snapshot, unread)
         by_ref = {v.ref: v for v in idle}
         views = [
             workloads.with_extras(v, memory, _request_rate(source, v, thresholds)) if v.ref in by_ref else v

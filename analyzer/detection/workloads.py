@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
+from analyzer.detection.detectors import LONG_RUNNING_KINDS
 from analyzer.detection.ownership import resolve_all
 from analyzer.detection.views import DeviceView, NodeView, PodView, RequestRate, WorkloadView
 from analyzer.sources.aggregates import (
@@ -213,6 +214,20 @@ def _bimodal_candidate(stats: UtilStats | None, histogram: Shares | None, t: Thr
 
 
 Judged = tuple[DeviceKey, TimeWindow]
+
+
+def idle_suspects(planned: Plan, t: Thresholds) -> list[DeviceKey]:
+    """GPUs of the workloads likely to be idle endpoints: long-running kinds none of whose GPUs went
+    above ``idle_percent`` over the whole window. Their memory is read while the closer looks are
+    out; the idle endpoint detector's candidates, known after them, are mostly these (a young
+    workload busy only during its warm-up is not, and is read then)."""
+    out: dict[DeviceKey, None] = {}
+    for draft in planned.workloads:
+        if draft.ref.kind not in LONG_RUNNING_KINDS or not draft.holders:
+            continue
+        if all(h.device.stats.max <= t.idle_percent for h in draft.holders):
+            out.update((h.device.key, None) for h in draft.holders)
+    return list(out)
 
 
 def busy_starts(planned: Plan, t: Thresholds) -> list[Judged]:

@@ -15,7 +15,7 @@ import pytest
 
 from analyzer.pipeline import Analysis, analyze_in_detail
 from analyzer.sources import dcgm
-from analyzer.sources.errors import NoDataError
+from analyzer.sources.errors import NoDataError, SourceUnreachableError
 from common.model import FindingKind, FindingsReport
 from common.thresholds import Thresholds
 from simulation.fleet import Fleet, Scenario, Series, expected_findings, simulate
@@ -404,3 +404,77 @@ def test_a_gpu_without_memory_data_does_not_block_its_neighbours_verdict() -> No
     (finding,) = report.findings
     assert finding.kind is FindingKind.IDLE_ENDPOINT
     assert finding.evidence.min_memory_used_mib == pytest.approx(81559 * 0.7, rel=0.02)
+
+
+class _MemoryReads(InMemorySource):
+    """Records which GPUs each memory read asked for; the first read fails when told to."""
+
+    def __init__(self, series: list[Series], fail_first: bool = False) -> None:
+        super().__init__(series, "edge")
+        self.reads: list[set[str]] = []
+        self.fail_first = fail_first
+
+    def memory_used(self, snapshot: Any, keys: Any) -> dict[Any, float]:
+        self.reads.append({k.uuid for k in keys})
+        if self.fail_first and len(self.reads) == 1:
+            raise SourceUnreachableError("memory read refused")
+        return super().memory_used(snapshot, keys)
+
+
+def _uuids(fleet: Fleet, pod_prefix: str) -> set[str]:
+    return {
+        uuid
+        for s in fleet.series
+        if s.name == dcgm.DEV_GPU_UTIL
+        and (s.label("pod") or "").startswith(pod_prefix)
+        and (uuid := s.label(dcgm.UUID)) is not None
+    }
+
+
+def _busy_warmup(series: list[Series], uuids: set[str], minutes: float) -> list[Series]:
+    """These GPUs at 60 % for the first minutes of their pod's samples (inside its warm-up grace)."""
+    out = []
+    for s in series:
+        if s.name == dcgm.DEV_GPU_UTIL and s.label(dcgm.UUID) in uuids and s.label("pod"):
+            values = s.values.copy()
+            values[s.timestamps < s.timestamps[0] + minutes * 60] = 60.0
+            s = replace(s, values=values)
+        out.append(s)
+    return out
+
+
+def test_memory_is_read_once_for_idle_endpoints_and_later_for_one_idle_only_past_its_warmup() -> None:
+    """The likely idle endpoints' memory is read beside the closer looks; an endpoint busy only in
+    its warm-up (inside the window) is a candidate the early read did not know of: read after."""
+    fleet = fleet_of(
+        [{"name": "n", "gpus": 4}],
+        [
+            {"namespace": "a", "name": "old-api", "behaviour": "idle"},
+            {"namespace": "a", "name": "young-api", "behaviour": "idle", "start": "8h"},
+            {"namespace": "a", "name": "web", "behaviour": "serving"},
+        ],
+    )
+    old, young = _uuids(fleet, "old-api"), _uuids(fleet, "young-api")
+    source = _MemoryReads(_busy_warmup(fleet.series, young, 15))
+    window = window_of(fleet)
+    report = analyze_in_detail(source, window, Thresholds(), now=window.end).report
+    assert source.reads == [old, young]
+    found = {f.workload.name: f for f in report.findings}
+    for name in ("old-api", "young-api"):
+        assert found[name].kind is FindingKind.IDLE_ENDPOINT
+        assert found[name].evidence.memory_used_mib == pytest.approx(81559 * 0.7, rel=0.02)
+
+
+def test_a_failed_early_memory_read_fails_the_run_only_when_a_candidate_needed_it() -> None:
+    def run(workload: dict[str, Any]) -> tuple[_MemoryReads, FindingsReport]:
+        fleet = fleet_of([{"name": "n", "gpus": 1}], [workload])
+        source, window = _MemoryReads(fleet.series, fail_first=True), window_of(fleet)
+        return source, analyze_in_detail(source, window, Thresholds(), now=window.end).report
+
+    with pytest.raises(SourceUnreachableError, match="memory read refused"):
+        run({"namespace": "a", "name": "api", "behaviour": "idle"})
+    # Idle, so read early, but too young to judge (1 h of a 6 h window): no candidate, so the
+    # failed read is never waited for and the run reports it as unknown.
+    source, report = run({"namespace": "a", "name": "api", "behaviour": "idle", "start": "11h"})
+    assert len(source.reads) == 1
+    assert [f.kind for f in report.findings] == [FindingKind.UNKNOWN]
