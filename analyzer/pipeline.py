@@ -3,15 +3,15 @@
 The number of queries barely depends on the fleet's size: discovery (four label calls side by
 side), one snapshot (a fixed set of fleet-wide queries side by side), the closer looks (range
 aggregates over young holders' own spans, the young Jobs' first busy samples found alongside,
-then the stalled/busy shares of starvation candidates only), one memory query per 200 idle
-candidates, and the policy's request-rate query per idle candidate. No raw samples are read for
-detection; plots alone read them."""
+then the stalled/busy shares of starvation candidates only) with the likely idle endpoints'
+memory read beside them (200 GPUs a query), and the policy's request-rate query per idle
+candidate. No raw samples are read for detection; plots alone read them."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Collection, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -140,10 +140,15 @@ def _analysis(
     # Spans known now (every holder but young Jobs') are aggregated while the young Jobs' first
     # busy samples are found: the two rounds overlap.
     looks = workloads.closer_looks(planned, thresholds)
-    with ThreadPoolExecutor(max_workers=2) as side:
+    # Kept until the idle endpoints' memory is read: the early read is waited for only there.
+    side = ThreadPoolExecutor(max_workers=2)
+    try:
         # The likely idle endpoints' memory is read beside the closer looks: one round less.
         suspects = workloads.idle_suspects(planned, thresholds) if snapshot.capabilities.memory else []
-        early = side.submit(source.memory_used, snapshot, suspects) if suspects else None
+        early = None
+        if suspects:
+            step(f"reading the memory of {len(suspects)} GPU(s) of likely idle endpoints")
+            early = side.submit(source.memory_used, snapshot, suspects)
         busy = None
         if starts:
             step(f"finding the first busy sample of {len(starts)} Job GPU(s) that started in the window")
@@ -158,33 +163,64 @@ def _analysis(
                 if (look.key, look.span) not in asked
             ]
             numbers |= _span_numbers(source, snapshot, rest, thresholds, step)
-    more = workloads.share_looks(planned, numbers, thresholds)
-    if more:
-        step(f"measuring stalled and busy shares of {len(more)} young starvation candidate GPU(s)")
-        numbers = workloads.with_shares(numbers, source.span_numbers(snapshot, more, thresholds))
-    views, nodes = workloads.finalize(planned, numbers, thresholds)
-
-    idle = [v for v in views if detectors.idle_endpoint_candidate(v, thresholds, now)]
-    if idle:
-        step(f"checking {len(idle)} idle endpoint candidate(s)")
-        keys = [d.key for v in idle for d in v.devices]
-        read = set(suspects)
-        # The early read is waited for only when it holds a candidate (had it failed, it fails the
-        # run then, as a read of the candidates would have).
-        memory = dict(early.result()) if early is not None and not read.isdisjoint(keys) else {}
-        unread = [k for k in keys if k not in read]
-        if unread and snapshot.capabilities.memory:
-            memory |= source.memory_used(snapshot, unread)
-        by_ref = {v.ref: v for v in idle}
-        views = [
-            workloads.with_extras(v, memory, _request_rate(source, v, thresholds)) if v.ref in by_ref else v
-            for v in views
-        ]
+        more = workloads.share_looks(planned, numbers, thresholds)
+        if more:
+            step(f"measuring stalled and busy shares of {len(more)} young starvation candidate GPU(s)")
+            numbers = workloads.with_shares(numbers, source.span_numbers(snapshot, more, thresholds))
+        views, nodes = workloads.finalize(planned, numbers, thresholds)
+        views = _with_idle_extras(source, snapshot, views, thresholds, now, (suspects, early), step)
+    finally:
+        side.shutdown(wait=True)
 
     step("running detectors")
     found: list[Finding] = detectors.detect(views, nodes, thresholds, now)
     report = FindingsReport(window=window, generated_at=now, source=source.description, findings=tuple(found))
     return Analysis(report=report, snapshot=snapshot, workloads=tuple(views), nodes=tuple(nodes))
+
+
+def _with_idle_extras(
+    source: MetricsSource,
+    snapshot: FleetSnapshot,
+    views: list[WorkloadView],
+    thresholds: Thresholds,
+    now: datetime,
+    early: tuple[list[DeviceKey], Future[dict[DeviceKey, float]] | None],
+    step: Callable[[str], None],
+) -> list[WorkloadView]:
+    """Views with the idle endpoint candidates' memory and request rate.
+
+    ``early`` is the memory read of the likely idle endpoints, sent beside the closer looks: waited
+    for only when it holds a candidate (had it failed, the run fails then, as a read of the
+    candidates would have; otherwise its failure is only logged). Candidates it did not cover (an
+    endpoint busy only during a warm-up inside the window) are read now.
+    """
+    suspects, pending = early
+    idle = [v for v in views if detectors.idle_endpoint_candidate(v, thresholds, now)]
+    keys = [d.key for v in idle for d in v.devices]
+    read = set(suspects)
+    memory: dict[DeviceKey, float] = {}
+    if pending is not None:
+        if not read.isdisjoint(keys):
+            memory = dict(pending.result())
+        else:
+            pending.add_done_callback(_log_unneeded_failure)
+    if not idle:
+        return views
+    step(f"checking {len(idle)} idle endpoint candidate(s)")
+    unread = [k for k in keys if k not in read]
+    if unread and snapshot.capabilities.memory:
+        memory |= source.memory_used(snapshot, unread)
+    by_ref = {v.ref: v for v in idle}
+    return [
+        workloads.with_extras(v, memory, _request_rate(source, v, thresholds)) if v.ref in by_ref else v
+        for v in views
+    ]
+
+
+def _log_unneeded_failure(read: Future[dict[DeviceKey, float]]) -> None:
+    error = read.exception()
+    if error is not None:
+        log.info("the early memory read failed (%s); no idle endpoint candidate needed it", error)
 
 
 def _span_numbers(

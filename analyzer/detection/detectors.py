@@ -318,7 +318,7 @@ def idle_endpoint(w: WorkloadView, t: Thresholds, now: datetime) -> Finding | No
     if judged_numbers is None:
         return None
     judged, n = judged_numbers
-    if n.max > t.idle_percent + _EPSILON:
+    if not stayed_idle(n.max, t):
         return None
     least_memory = _least_memory(w.devices)
     if least_memory is not None and least_memory < t.idle_min_memory_mib:
@@ -349,6 +349,11 @@ def idle_endpoint(w: WorkloadView, t: Thresholds, now: datetime) -> Finding | No
             "rare requests, serve them from a shared or smaller GPU (MIG slice, time-slicing)."
         ),
     )
+
+
+def stayed_idle(peak: float, t: Thresholds) -> bool:
+    """The idle endpoint rule's test of a peak: no sample above ``idle_percent``."""
+    return not peak > t.idle_percent + _EPSILON
 
 
 def _least_memory(devices: Sequence[DeviceView]) -> float | None:

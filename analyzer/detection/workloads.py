@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
-from analyzer.detection.detectors import LONG_RUNNING_KINDS
+from analyzer.detection.detectors import LONG_RUNNING_KINDS, stayed_idle
 from analyzer.detection.ownership import resolve_all
 from analyzer.detection.views import DeviceView, NodeView, PodView, RequestRate, WorkloadView
 from analyzer.sources.aggregates import (
@@ -225,7 +225,7 @@ def idle_suspects(planned: Plan, t: Thresholds) -> list[DeviceKey]:
     for draft in planned.workloads:
         if draft.ref.kind not in LONG_RUNNING_KINDS or not draft.holders:
             continue
-        if all(h.device.stats.max <= t.idle_percent for h in draft.holders):
+        if all(stayed_idle(h.device.stats.max, t) for h in draft.holders):
             out.update((h.device.key, None) for h in draft.holders)
     return list(out)
 
