@@ -168,7 +168,7 @@ def _analysis(
             step(f"measuring stalled and busy shares of {len(more)} young starvation candidate GPU(s)")
             numbers = workloads.with_shares(numbers, source.span_numbers(snapshot, more, thresholds))
         views, nodes = workloads.finalize(planned, numbers, thresholds)
-        views = _with_idle_extras(source, snapshot, views, thresholds, now, (suspects, early), step)
+        views = _with_idle_extras(source, snapshot, views, thresholds, now, suspects, early, step)
     finally:
         side.shutdown(wait=True)
 
@@ -184,26 +184,26 @@ def _with_idle_extras(
     views: list[WorkloadView],
     thresholds: Thresholds,
     now: datetime,
-    early: tuple[list[DeviceKey], Future[dict[DeviceKey, float]] | None],
+    suspects: list[DeviceKey],
+    early: Future[dict[DeviceKey, float]] | None,
     step: Callable[[str], None],
 ) -> list[WorkloadView]:
     """Views with the idle endpoint candidates' memory and request rate.
 
-    ``early`` is the memory read of the likely idle endpoints, sent beside the closer looks: waited
-    for only when it holds a candidate (had it failed, the run fails then, as a read of the
-    candidates would have; otherwise its failure is only logged). Candidates it did not cover (an
-    endpoint busy only during a warm-up inside the window) are read now.
+    ``early`` is the memory read of the ``suspects`` (the likely idle endpoints), sent beside the
+    closer looks: waited for only when it holds a candidate (had it failed, the run fails then, as
+    a read of the candidates would have; otherwise its failure is only logged). Candidates it did
+    not cover (an endpoint busy only during a warm-up inside the window) are read now.
     """
-    suspects, pending = early
     idle = [v for v in views if detectors.idle_endpoint_candidate(v, thresholds, now)]
     keys = [d.key for v in idle for d in v.devices]
     read = set(suspects)
     memory: dict[DeviceKey, float] = {}
-    if pending is not None:
+    if early is not None:
         if not read.isdisjoint(keys):
-            memory = dict(pending.result())
+            memory = dict(early.result())
         else:
-            pending.add_done_callback(_log_unneeded_failure)
+            early.add_done_callback(_log_unneeded_failure)
     if not idle:
         return views
     step(f"checking {len(idle)} idle endpoint candidate(s)")
