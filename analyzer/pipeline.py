@@ -159,7 +159,7 @@ def _analysis(
             asked = {(look.key, look.span) for look in looks}
             rest = [
                 look
-                for look in workloads.closer_looks(planned, thresholds)
+                for look in workloads.closer_looks(planned, thresholds, settled_only=True)
                 if (look.key, look.span) not in asked
             ]
             numbers |= _span_numbers(source, snapshot, rest, thresholds, step)

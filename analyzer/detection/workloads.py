@@ -52,9 +52,12 @@ class Holder:
     span: TimeWindow | None
     cut: bool  # the pod's warm-up lies inside the window: numbers are aggregates over `span` alone
     # A Job pod's warm-up ends at its first busy sample, at the latest after the grace: `span` then
-    # starts at the incarnation's start and `born` is when it started.
+    # starts at the incarnation's start, `born` is when it started and `search` is the part of its
+    # life where that sample matters (shared by the pod's GPUs); `settled` once the span starts there.
     until_busy: bool = False
     born: datetime | None = None
+    search: TimeWindow | None = None
+    settled: bool = False
 
 
 @dataclass(frozen=True)
@@ -176,7 +179,11 @@ def plan(snapshot: FleetSnapshot, thresholds: Thresholds, now: datetime) -> Plan
                 # A Job computes as soon as its data is in: its warm-up ends at its first busy sample.
                 for born, life in incarnations(pod, window, now):
                     early = born is not None and born + grace > life.start
-                    holders += [Holder(d, life, cut=early, until_busy=early, born=born) for d in devices]
+                    search = _busy_search(life, born, grace) if early else None
+                    holders += [
+                        Holder(d, life, cut=early, until_busy=early, born=born, search=search)
+                        for d in devices
+                    ]
                 continue
             # Some incarnation's warm-up lies inside the window: the aggregates include it.
             warm_in_window = any(_utc(s) + grace > window.start for s in pod.starts) or (
@@ -234,38 +241,48 @@ def busy_starts(planned: Plan, t: Thresholds) -> list[Judged]:
     """Job holders whose warm-up ends at their first busy sample, each with the part of its life
     where that sample matters: up to its grace's end (a later one leaves the span at the grace's
     end), which keeps the source's search short whatever the window's length."""
+    del t  # the search spans were set by `plan`
     wanted = {
-        (h.device.key, _busy_search(h, h.span, t))
+        (h.device.key, h.search)
         for d in planned.workloads
         for h in d.holders
-        if h.until_busy and h.span is not None
+        if h.until_busy and h.span is not None and h.search is not None
     }
     return sorted(wanted, key=lambda w: (w[0], w[1].start))
 
 
-def _busy_search(h: Holder, life: TimeWindow, t: Thresholds) -> TimeWindow:
-    if h.born is None:
+def _busy_search(life: TimeWindow, born: datetime | None, grace: timedelta) -> TimeWindow:
+    if born is None:
         return life
-    return TimeWindow(start=life.start, end=max(life.start, min(life.end, h.born + t.warmup_grace)))
+    return TimeWindow(start=life.start, end=max(life.start, min(life.end, born + grace)))
 
 
 def settle(planned: Plan, first_busy: Mapping[Judged, float], t: Thresholds) -> Plan:
     """Each Job holder's span from its first busy sample (at the latest from its grace's end)."""
     drafts = []
+    # The GPUs of one pod without a busy sample share their span: built once.
+    spans: dict[tuple[TimeWindow, datetime | None, float | None], TimeWindow | None] = {}
     for draft in planned.workloads:
+        if not any(h.until_busy for h in draft.holders):
+            drafts.append(draft)
+            continue
         holders = []
         for h in draft.holders:
-            if h.until_busy and h.span is not None:
-                first = first_busy.get((h.device.key, _busy_search(h, h.span, t)))
-                h = replace(h, span=_past_first_busy(h, h.span, first, t), until_busy=False)
+            if h.until_busy and h.span is not None and h.search is not None:
+                first = first_busy.get((h.device.key, h.search))
+                known = (h.span, h.born, first)
+                if known not in spans:
+                    spans[known] = _past_first_busy(h, h.span, first, t)
+                h = Holder(h.device, spans[known], h.cut, until_busy=False, born=h.born, settled=True)
             holders.append(h)
         drafts.append(replace(draft, holders=tuple(holders)))
     return replace(planned, workloads=tuple(drafts))
 
 
-def closer_looks(planned: Plan, t: Thresholds) -> list[CloserLook]:
+def closer_looks(planned: Plan, t: Thresholds, settled_only: bool = False) -> list[CloserLook]:
     """The first round of aggregates over holders' own spans: young holders' statistics (and sample
     histogram), and the stalled/busy shares of starvation candidates judged over the whole window.
+    ``settled_only``: those of the young Jobs' holders ``settle`` gave a span, alone.
 
     A young holder's shares wait for its statistics (``share_looks``): the shares' subqueries are the
     costly part, and most holders are no starvation candidate.
@@ -273,7 +290,7 @@ def closer_looks(planned: Plan, t: Thresholds) -> list[CloserLook]:
     looks: dict[Judged, CloserLook] = {}
     for draft in planned.workloads:
         for h in draft.holders:
-            if h.span is None or h.until_busy:
+            if h.span is None or h.until_busy or (settled_only and not h.settled):
                 continue  # a young Job's span is known once its first busy sample is
             dev, judged = h.device, (h.device.key, h.span)
             if h.cut:

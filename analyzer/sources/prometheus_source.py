@@ -61,6 +61,7 @@ from analyzer.sources.prometheus_api import (
 from analyzer.sources.rollups import Cover, RolledUpQueries
 from analyzer.sources.span_queries import (
     ADDITIVE,
+    AGGREGATE,
     HOLDERS_PER_TERM,
     MAX_QUERY_CHARS,
     MAX_SUBQUERY_STEPS,
@@ -559,10 +560,7 @@ class PrometheusSource:
         memo = self._keys
         if memo is None:
             return [self._new_key(s.labels, caps) for s in answer]
-        labels = list(map(_labels_of, answer))
-        names = list(map(tuple, labels))
-        names = list(map(memo.names.setdefault, names, names))
-        return list(map(memo.__getitem__, zip(names, map(tuple, map(_values, labels)), strict=True)))
+        return list(_keys_by_label_set(memo, list(map(_labels_of, answer))))
 
     def _key(self, labels: Mapping[str, str], caps: Capabilities) -> DeviceKey | None:
         memo = self._keys
@@ -741,8 +739,9 @@ class PrometheusSource:
         batches: list[list[SpanTerm]],
         families: Sequence[Mapping[str, Callable[[SpanTerm], str | None]]],
         levels: Mapping[str, float] | None = None,
-    ) -> dict[str, dict[Window, list[VectorSample]]]:
-        """Per batch, one query per family of named aggregates, side by side; answers by (holder, span).
+    ) -> dict[Window, dict[str, list[float]]]:
+        """Per batch, one query per family of named aggregates, side by side; per (holder, span), the
+        values each aggregate answered (a bucket's under ``histogram_name``).
 
         ``levels`` names the quantile levels a ``ranked`` aggregate asks for (see ``aggregate_names``).
         """
@@ -785,26 +784,43 @@ class PrometheusSource:
                 rows += part_rows
             if chunk:
                 plan.append((owner, joined(chunk)))
-        bounds: dict[str, Mapping[str, str]] = {}
+        keys = _KeyMemo(partial(self._new_key, caps=caps))
+        names = _NameMemo(levels or {})
 
-        def numbers(answer: list[VectorSample]) -> list[tuple[str, DeviceKey, VectorSample]]:
-            # Only what the caller reads is kept: the aggregate's name, the key, a bucket's bound.
-            found = []
-            for s in answer:
-                key = self._key(s.labels, caps)
-                if key is not None and np.isfinite(s.value):
-                    le = s.labels.get(dcgm.LE, "")
-                    labels = bounds.setdefault(le, {dcgm.LE: le} if le else {})
-                    for name in aggregate_names(s.labels, levels or {}):
-                        found.append((name, key, VectorSample(labels, s.value)))
-            return found
+        def numbers(answer: list[VectorSample]) -> list[tuple[DeviceKey, tuple[str, ...], float]]:
+            # Only what the caller reads is kept: the key, the aggregates the row holds, its value.
+            # The tags come off each row's labels (parsed for this answer alone), which then name
+            # the holder as every other row of its device does: the key is looked up, and the
+            # tags' names too, in C (at 10,000 GPUs young, tens of thousands of rows a round).
+            labels = list(map(_labels_of, answer))
+            # Popped before the keys are looked up: they key on what is left.
+            popped = (map(dict.pop, labels, repeat(tag), repeat("")) for tag in _ROW_TAGS)
+            tags = list(zip(*popped, strict=True))
+            held = map(names.__getitem__, tags)
+            found = zip(_keys_by_label_set(keys, labels), held, map(_value_of, answer), strict=True)
+            return [
+                (key, held, value)
+                for key, held, value in found
+                if key is not None and held and isfinite(value)
+            ]
 
-        out: dict[str, dict[Window, list[VectorSample]]] = defaultdict(lambda: defaultdict(list))
+        out: dict[Window, dict[str, list[float]]] = {}
         answers = self.client.read_vectors([(query, at) for _, query in plan], numbers)
-        for (owner, _), answer in zip(plan, answers, strict=True):
-            for name, key, sample in answer:
+        for (owner, _), read in zip(plan, answers, strict=True):
+            # Grouped by holder first: a holder's span (a pydantic model) is hashed once, not per row.
+            by_key: dict[DeviceKey, dict[str, list[float]]] = {}
+            for key, held_names, value in read:
                 if key in owner:
-                    out[name][(key, owner[key])].append(sample)
+                    got = by_key.get(key)
+                    if got is None:
+                        got = by_key[key] = {}
+                    for name in held_names:
+                        got.setdefault(name, []).append(value)
+            for key, got in by_key.items():
+                have = out.setdefault((key, owner[key]), got)
+                if have is not got:
+                    for name, values in got.items():
+                        have.setdefault(name, []).extend(values)
         return out
 
     def span_numbers(
@@ -812,15 +828,19 @@ class PrometheusSource:
     ) -> dict[Window, SpanNumbers]:
         caps = snapshot.capabilities
         q_low, q_high = quantile_levels(t.starvation_min_share)
-        need = {
-            "stats": {(lk.key, lk.span) for lk in looks if lk.stats},
-            "histogram": {(lk.key, lk.span) for lk in looks if lk.histogram and caps.histogram},
-            "shares": {(lk.key, lk.span) for lk in looks if lk.shares},
-        }
-        wanted = sorted({(lk.key, lk.span) for lk in looks}, key=lambda w: (w[0], w[1].start))
+        # What each (holder, span) needs: statistics, sample-histogram shares, shares from samples.
+        need: dict[Window, tuple[bool, bool, bool]] = {}
+        for lk in looks:
+            w = (lk.key, lk.span)
+            had = need.get(w, (False, False, False))
+            need[w] = (had[0] or lk.stats, had[1] or (lk.histogram and caps.histogram), had[2] or lk.shares)
+        wanted = sorted(need, key=lambda w: (w[0], w[1].start))
         batches = self._terms(snapshot, wanted)
 
-        spans = {kind: {span for _, span in wanted} for kind, wanted in need.items()}
+        spans = {
+            kind: {span for (_, span), flags in need.items() if flags[i]}
+            for i, kind in enumerate(("stats", "histogram", "shares"))
+        }
 
         def when(kind: str, build: Callable[[SpanTerm], str]) -> Callable[[SpanTerm], str | None]:
             # A term asks for an aggregate only if one of its holders' spans needs it.
@@ -862,18 +882,17 @@ class PrometheusSource:
             levels,
         )
 
-        def one(name: str, w: Window) -> float | None:
-            found = answers[name].get(w)
-            return found[0].value if found else None
-
         out = {}
         for w in wanted:
             dev = snapshot.devices[w[0]]
             scale = caps.scale(dev.info.metric, dev.info.job)
+            got = answers.get(w, {})
+            one = partial(_first, got)
+            with_stats, with_histogram, with_shares = need[w]
             stats = None
-            count = one("count", w)
-            if w in need["stats"] and count:
-                values = [one(n, w) for n in ("sum", "max", "q_low", "q_high", "median")]
+            count = one("count")
+            if with_stats and count:
+                values = [one(n) for n in ("sum", "max", "q_low", "q_high", "median")]
                 if all(v is not None for v in values[:4]):
                     total, top, low, high, median = values
                     stats = UtilStats(
@@ -886,18 +905,18 @@ class PrometheusSource:
                         median=None if median is None else median * scale,
                     )
             histogram = None
-            if w in need["histogram"]:
-                inc = {s.labels.get(dcgm.LE): s.value for s in answers["histogram"].get(w, [])}
-                if all(le in inc for le in caps.histogram_le):
+            if with_histogram:
+                inc = {le: v for le in caps.histogram_le if (v := one(histogram_name(le))) is not None}
+                if len(inc) == len(caps.histogram_le):
                     idle_le, busy_le, total_le = caps.histogram_le
                     histogram = histogram_shares(inc[idle_le], inc[busy_le], inc[total_le])
             shares = phases = None
-            n = one("n", w)
-            if w in need["shares"] and n:
-                stalled, busy_n = one("stalled", w) or 0.0, one("busy", w) or 0.0
+            n = one("n")
+            if with_shares and n:
+                stalled, busy_n = one("stalled") or 0.0, one("busy") or 0.0
                 shares = Shares(stalled=stalled / n, busy=busy_n / n, weight=n, source="samples")
                 phases = phases_from_counts(
-                    stalled, one("stalled_runs", w) or 0.0, busy_n, one("busy_runs", w) or 0.0, dev.interval_s
+                    stalled, one("stalled_runs") or 0.0, busy_n, one("busy_runs") or 0.0, dev.interval_s
                 )
             out[w] = SpanNumbers(stats=stats, histogram=histogram, shares=shares, phases=phases)
         return out
@@ -945,7 +964,7 @@ class PrometheusSource:
         if again:
             batches = self._terms(snapshot, again)
             answers = self._ask_terms(snapshot, batches, [{"first": lambda t: t.first_busy(idle_percent)}])
-            out |= {w: min(s.value for s in found) for w, found in answers["first"].items()}
+            out |= {w: min(got["first"]) for w, got in answers.items() if got.get("first")}
         return out
 
     # --- raw samples, for plots only ------------------------------------------------------------
@@ -1114,6 +1133,44 @@ class _KeyMemo(dict[tuple[tuple[str, ...], tuple[str, ...]], DeviceKey | None]):
     def __missing__(self, label_set: tuple[tuple[str, ...], tuple[str, ...]]) -> DeviceKey | None:
         key = self[label_set] = self.make(dict(zip(*label_set, strict=True)))
         return key
+
+
+def _first(values: Mapping[str, list[float]], name: str) -> float | None:
+    """The first value an aggregate answered (None: it answered nothing)."""
+    found = values.get(name)
+    return found[0] if found else None
+
+
+def _keys_by_label_set(memo: _KeyMemo, labels: list[dict[str, str]]) -> Iterator[DeviceKey | None]:
+    """Each label set's key from ``memo``, mapped in C (no Python call per set but a miss)."""
+    names = list(map(tuple, labels))
+    names = list(map(memo.names.setdefault, names, names))
+    return map(memo.__getitem__, zip(names, map(tuple, map(_values, labels)), strict=True))
+
+
+# The labels a closer look's answer row carries beside its holder's: what it is an aggregate of.
+_ROW_TAGS = (AGGREGATE, promql.ROLLUP, promql.PHI, dcgm.LE)
+
+
+def histogram_name(le: str) -> str:
+    """The name a sample-histogram bucket's increase is read under, by its bound."""
+    return f"histogram le={le}"
+
+
+class _NameMemo(dict[tuple[str, ...], tuple[str, ...]]):
+    """The aggregates an answer row holds, by its ``_ROW_TAGS`` values (a handful per round)."""
+
+    def __init__(self, levels: Mapping[str, float]) -> None:
+        super().__init__()
+        self.levels = levels
+
+    def __missing__(self, tags: tuple[str, ...]) -> tuple[str, ...]:
+        le = tags[-1]
+        held = aggregate_names(dict(zip(_ROW_TAGS, tags, strict=True)), self.levels)
+        if le:
+            held = tuple(histogram_name(le) for name in held if name == "histogram")
+        self[tags] = held
+        return held
 
 
 _namespace, _pod = methodcaller("get", "namespace", ""), methodcaller("get", "pod", "")
