@@ -27,6 +27,18 @@ UUID_PARTS = (
     Matcher(dcgm.UUID, "=~", "(?i)GPU-[89ab].*"),
     Matcher(dcgm.UUID, "!~", "(?i)GPU-[0-9ab].*"),
 )
+WHOLE_FLEET = (Matcher(dcgm.UUID, "=~", ".*"),)  # one part: every device
+# Up to this many utilization series, one part: its answers hold no more rows than a quarter of a
+# 10,000-GPU fleet's, and each part more is a query (a round trip, a request's parsing) of its own.
+ONE_PART_SERIES = 2_500
+
+
+def fleet_parts(series: int | None) -> tuple[Matcher, ...]:
+    """The parts the per-device aggregates are asked in, by the utilization series reporting at the
+    window's end (None: unknown, so four parts, the safe side for memory)."""
+    return WHOLE_FLEET if series is not None and series <= ONE_PART_SERIES else UUID_PARTS
+
+
 _REAL_CONTAINERS = (ne("container", ""), ne("container", "POD"))
 # The rollups of ``device_sum_and_series``: the samples' sum, and 1 per series (summed: series per
 # holder).
@@ -51,6 +63,8 @@ class FleetQueries:
     window: timedelta
     # Whether the GPU-pod filter also names pods by the GPU series (see ``gpu_pods``).
     held: bool = False
+    # The parts of the fleet the per-device sums and quantiles are asked in (see ``fleet_parts``).
+    parts: tuple[Matcher, ...] = UUID_PARTS
 
     # --- discovery ------------------------------------------------------------------------------
 
@@ -62,6 +76,12 @@ class FleetQueries:
     @staticmethod
     def util_match() -> str:
         return "{" + str(one_of("__name__", dcgm.UTIL_METRICS)) + "}"
+
+    @staticmethod
+    def util_series() -> str:
+        """The utilization series reporting at the evaluation time (within the lookback): a
+        fleet's size, read from the index and the last samples only."""
+        return f"count({FleetQueries.util_match()})"
 
     # --- per device -----------------------------------------------------------------------------
 

@@ -49,7 +49,7 @@ from analyzer.sources.aggregates import (
 )
 from analyzer.sources.dcgm import Capabilities
 from analyzer.sources.errors import NoDataError
-from analyzer.sources.fleet_queries import SERIES, SUM, UUID_PARTS, FleetQueries
+from analyzer.sources.fleet_queries import SERIES, SUM, FleetQueries, fleet_parts
 from analyzer.sources.pacing import run_all
 from analyzer.sources.prometheus_api import (
     PrometheusClient,
@@ -125,6 +125,8 @@ class PrometheusSource:
         # Device keys of the snapshot's label sets, by the set's items: each made once (a device's
         # labels recur in every per-device aggregate); cleared with the fetched answers.
         self._keys: _KeyMemo | None = None
+        # Utilization series reporting at the window's end, found by ``discover`` (None: unknown).
+        self._fleet_series: int | None = None
 
     def _vector(self, promql: str, at: datetime) -> list[VectorSample]:
         fetched = self._fetched.pop((promql, at), None)
@@ -206,8 +208,9 @@ class PrometheusSource:
     def discover(self, window: TimeWindow, t: Thresholds) -> Capabilities:
         """What the source holds over the window, decided once per run."""
         start, end = window.start, window.end
-        # Four label calls side by side: the three that matter only if a name is present answer
-        # empty when it is not, and one round trip is cheaper than two.
+        # Four label calls side by side, with the engine's build info, the MetricsQL probe and the
+        # fleet's size: the three label calls that matter only if a name is present answer empty
+        # when it is not, and one round trip is cheaper than two.
         extra = rollups.ALL_NAMES if self.recording_rules else ()
         calls: list[Callable[[], list[str]]] = [
             lambda: self.client.label_values("__name__", FleetQueries.names_match(extra), start, end),
@@ -216,9 +219,11 @@ class PrometheusSource:
             lambda: self.client.label_values(dcgm.LE, dcgm.SAMPLE_HISTOGRAM_BUCKET, start, end),
             self._engine,
             lambda: self._metricsql(end),
+            lambda: self._util_series(end),
         ]
         answers = run_all(self.client.limit, _attempt, calls)
-        (names, failed), *rest, (engine, _), (metricsql, _) = answers
+        (names, failed), *rest, (engine, _), (metricsql, _), (series, _) = answers
+        self._fleet_series = int(series[0]) if series else None
         if failed is not None:
             raise failed
         present = set(names)
@@ -261,6 +266,16 @@ class PrometheusSource:
             return ["prometheus"] if "goVersion" in self.client.build_info() else []
         except DataUnavailableError:
             return []  # no build info to give: nothing follows from it
+
+    def _util_series(self, at: datetime) -> list[str]:
+        """``[n]``: ``n`` utilization series report at ``at`` (none: unknown, so the snapshot
+        takes the side that is safe for a large fleet)."""
+        try:
+            found = self.client.vector(FleetQueries.util_series(), at)
+        except DataUnavailableError:
+            return []
+        counts = [s.value for s in found if isfinite(s.value)]
+        return [str(round(counts[0]))] if counts else []
 
     def _metricsql(self, at: datetime) -> list[str]:
         """``["metricsql"]`` when the server evaluates MetricsQL's counting rollups (see Capabilities).
@@ -334,10 +349,11 @@ class PrometheusSource:
         caps = self.discover(window, thresholds)
         covers = self._rollup_covers(caps, window) if self.recording_rules else {}
         caps = replace(caps, rollups=tuple(covers))
+        parts = fleet_parts(self._fleet_series)
         q: FleetQueries = (
-            RolledUpQueries(caps, window.duration, covers=covers)
+            RolledUpQueries(caps, window.duration, parts=parts, covers=covers)
             if covers
-            else FleetQueries(caps, window.duration)
+            else FleetQueries(caps, window.duration, parts=parts)
         )
         q_low, q_high = quantile_levels(thresholds.starvation_min_share)
         span_s = window.duration.total_seconds()
@@ -1188,13 +1204,13 @@ def _ranks(q: FleetQueries, metric: str, q_low: float, q_high: float) -> tuple[l
     each (none: one query per level, and the maximum apart)."""
     levels = _levels(q_low, q_high, with_max=q.caps.metricsql and q.max_from_samples(metric))
     distinct = sorted(set(levels.values()))
-    queries = [q.device_quantiles(metric, distinct, part) for part in UUID_PARTS]
+    queries = [q.device_quantiles(metric, distinct, part) for part in q.parts]
     return [query for query in queries if query is not None], levels
 
 
 def _sum_and_series_queries(q: FleetQueries, metric: str) -> list[str]:
     """``device_sum_and_series``' queries, a part of the fleet each (none without MetricsQL)."""
-    queries = [q.device_sum_and_series(metric, part) for part in UUID_PARTS]
+    queries = [q.device_sum_and_series(metric, part) for part in q.parts]
     return [query for query in queries if query is not None]
 
 

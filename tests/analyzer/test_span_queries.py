@@ -18,7 +18,7 @@ import pytest
 import requests
 
 from analyzer.pipeline import analyze
-from analyzer.sources import dcgm, prometheus_source, span_queries
+from analyzer.sources import dcgm, fleet_queries, prometheus_source, span_queries
 from analyzer.sources.aggregates import CloserLook
 from analyzer.sources.fleet_queries import FleetQueries
 from analyzer.sources.prometheus_api import PrometheusClient, PrometheusConfig, PrometheusSession
@@ -349,15 +349,29 @@ def _wait_for_samples(url: str, metric: str, expected: int, end: datetime, timeo
         time.sleep(0.2)
 
 
+@pytest.mark.parametrize("parts", [1, 4])
 def test_snapshot_statistics_from_metricsql_match_numpy_over_the_raw_samples(
-    victoria_standard: VictoriaMetricsServer, standard_fleet: Fleet
+    victoria_standard: VictoriaMetricsServer,
+    standard_fleet: Fleet,
+    monkeypatch: pytest.MonkeyPatch,
+    parts: int,
 ) -> None:
     """On VictoriaMetrics every quantile and the maximum come from one `quantiles_over_time`: each
     device's statistics are still numpy's over its raw samples (the window holds the same samples
-    as the in-memory twin's on VictoriaMetrics; Prometheus 2 adds the one on its left edge)."""
+    as the in-memory twin's on VictoriaMetrics; Prometheus 2 adds the one on its left edge), whether
+    the fleet is asked in one part (a small fleet) or in four (a fleet above ``ONE_PART_SERIES``)."""
+    if parts == 4:
+        monkeypatch.setattr(fleet_queries, "ONE_PART_SERIES", 0)
     window = window_of(standard_fleet)
-    snapshot = PrometheusSource(PrometheusConfig(victoria_standard.url)).snapshot(window, T)
+    source = PrometheusSource(PrometheusConfig(victoria_standard.url))
+    sent: list[str] = []
+    vector = source.client.vector
+    monkeypatch.setattr(source.client, "vector", lambda q, at: sent.append(q) or vector(q, at))
+    snapshot = source.snapshot(window, T)
     assert snapshot.capabilities.metricsql
+    # Per utilization metric, one sort of the samples for each part of the fleet.
+    sorts = [q for q in sent if "quantiles_over_time" in q]
+    assert len(sorts) == parts * len(snapshot.capabilities.util_metrics)
     twin = SimulatedSource(standard_fleet).snapshot(window, T)
     compared = 0
     for key, device in snapshot.devices.items():
