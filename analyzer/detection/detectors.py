@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -297,6 +297,23 @@ def _judged_numbers(w: WorkloadView, t: Thresholds) -> tuple[TimeWindow, _Number
     return judged, n
 
 
+def _idle_holding_memory(w: WorkloadView, t: Thresholds) -> tuple[TimeWindow, _Numbers, float | None] | None:
+    """``idle_endpoint``'s rule but the request rate: the judged span, the numbers and the least
+    memory a GPU held (None: no memory data), or None where the rule does not hold."""
+    if w.ref.kind not in LONG_RUNNING_KINDS:
+        return None
+    judged_numbers = _judged_numbers(w, t)
+    if judged_numbers is None:
+        return None
+    judged, n = judged_numbers
+    if not stayed_idle(n.max, t):
+        return None
+    least_memory = _least_memory(w.devices)
+    if least_memory is not None and least_memory < t.idle_min_memory_mib:
+        return None
+    return judged, n, least_memory
+
+
 def idle_endpoint(w: WorkloadView, t: Thresholds, now: datetime) -> Finding | None:
     """A serving workload holding GPUs it does not use.
 
@@ -312,17 +329,10 @@ def idle_endpoint(w: WorkloadView, t: Thresholds, now: datetime) -> Finding | No
     Wasted GPU-hours: ``Σ over GPU holders (1 - mean) × judged hours × share`` (a MIG slice's share).
     """
     del now
-    if w.ref.kind not in LONG_RUNNING_KINDS:
+    idle = _idle_holding_memory(w, t)
+    if idle is None:
         return None
-    judged_numbers = _judged_numbers(w, t)
-    if judged_numbers is None:
-        return None
-    judged, n = judged_numbers
-    if not stayed_idle(n.max, t):
-        return None
-    least_memory = _least_memory(w.devices)
-    if least_memory is not None and least_memory < t.idle_min_memory_mib:
-        return None
+    judged, n, least_memory = idle
     if w.request_rate is not None and (w.request_rate.value is None or abs(w.request_rate.value) > _EPSILON):
         return None
     evidence = _base_evidence(n, w.devices, judged.start)
@@ -651,9 +661,10 @@ def classify(w: WorkloadView, t: Thresholds, now: datetime) -> Finding | None:
 
 
 def idle_endpoint_candidate(w: WorkloadView, t: Thresholds, now: datetime) -> bool:
-    """Would be an idle endpoint before the request-rate check (which costs a query per workload)."""
-    unasked = w if w.request_rate is None else replace(w, request_rate=None)  # a copy only when needed
-    return idle_endpoint(unasked, t, now) is not None
+    """Would be an idle endpoint before the request-rate check (which costs a query per workload):
+    the rule alone, no finding built."""
+    del now
+    return _idle_holding_memory(w, t) is not None
 
 
 _ORDER = {
