@@ -136,7 +136,7 @@ def _analysis(
     log.info("source capabilities: %s", snapshot.capabilities.describe())
 
     planned = workloads.plan(snapshot, thresholds, now)
-    starts = workloads.busy_starts(planned, thresholds)
+    starts = workloads.busy_starts(planned)
     # Spans known now (every holder but young Jobs') are aggregated while the young Jobs' first
     # busy samples are found: the two rounds overlap.
     looks = workloads.closer_looks(planned, thresholds)
@@ -156,12 +156,8 @@ def _analysis(
         numbers = _span_numbers(source, snapshot, looks, thresholds, step)
         if busy is not None:
             planned = workloads.settle(planned, busy.result(), thresholds)
-            asked = {(look.key, look.span) for look in looks}
-            rest = [
-                look
-                for look in workloads.closer_looks(planned, thresholds, settled_only=True)
-                if (look.key, look.span) not in asked
-            ]
+            # Only the holders `settle` gave a span: every other look went out above.
+            rest = workloads.closer_looks(planned, thresholds, settled_only=True)
             numbers |= _span_numbers(source, snapshot, rest, thresholds, step)
         more = workloads.share_looks(planned, numbers, thresholds)
         if more:

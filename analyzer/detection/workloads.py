@@ -53,7 +53,8 @@ class Holder:
     cut: bool  # the pod's warm-up lies inside the window: numbers are aggregates over `span` alone
     # A Job pod's warm-up ends at its first busy sample, at the latest after the grace: `span` then
     # starts at the incarnation's start, `born` is when it started and `search` is the part of its
-    # life where that sample matters (shared by the pod's GPUs); `settled` once the span starts there.
+    # life where that sample matters (built once for the pod's GPUs; None: all of `span`).
+    # `settled`: `settle` has set the span (from that sample, or the grace's end).
     until_busy: bool = False
     born: datetime | None = None
     search: TimeWindow | None = None
@@ -237,16 +238,16 @@ def idle_suspects(planned: Plan, t: Thresholds) -> list[DeviceKey]:
     return list(out)
 
 
-def busy_starts(planned: Plan, t: Thresholds) -> list[Judged]:
+def busy_starts(planned: Plan) -> list[Judged]:
     """Job holders whose warm-up ends at their first busy sample, each with the part of its life
     where that sample matters: up to its grace's end (a later one leaves the span at the grace's
-    end), which keeps the source's search short whatever the window's length."""
-    del t  # the search spans were set by `plan`
+    end), which keeps the source's search short whatever the window's length (set by ``plan``,
+    with its thresholds' grace)."""
     wanted = {
-        (h.device.key, h.search)
+        (h.device.key, _search(h, h.span))
         for d in planned.workloads
         for h in d.holders
-        if h.until_busy and h.span is not None and h.search is not None
+        if h.until_busy and h.span
     }
     return sorted(wanted, key=lambda w: (w[0], w[1].start))
 
@@ -257,23 +258,29 @@ def _busy_search(life: TimeWindow, born: datetime | None, grace: timedelta) -> T
     return TimeWindow(start=life.start, end=max(life.start, min(life.end, born + grace)))
 
 
+def _search(h: Holder, life: TimeWindow) -> TimeWindow:
+    return h.search if h.search is not None else life
+
+
 def settle(planned: Plan, first_busy: Mapping[Judged, float], t: Thresholds) -> Plan:
     """Each Job holder's span from its first busy sample (at the latest from its grace's end)."""
     drafts = []
-    # The GPUs of one pod without a busy sample share their span: built once.
-    spans: dict[tuple[TimeWindow, datetime | None, float | None], TimeWindow | None] = {}
+    # Holders of one life with the same first busy sample (or none: the GPUs of one pod that never
+    # got busy in time) share their span: each built once.
+    settled: dict[tuple[TimeWindow, datetime | None, float | None], TimeWindow | None] = {}
     for draft in planned.workloads:
         if not any(h.until_busy for h in draft.holders):
             drafts.append(draft)
             continue
         holders = []
         for h in draft.holders:
-            if h.until_busy and h.span is not None and h.search is not None:
-                first = first_busy.get((h.device.key, h.search))
+            if h.until_busy and h.span is not None:
+                first = first_busy.get((h.device.key, _search(h, h.span)))
                 known = (h.span, h.born, first)
-                if known not in spans:
-                    spans[known] = _past_first_busy(h, h.span, first, t)
-                h = Holder(h.device, spans[known], h.cut, until_busy=False, born=h.born, settled=True)
+                if known not in settled:
+                    settled[known] = _past_first_busy(h, h.span, first, t)
+                # Built, not `replace`d (a tenth of the time): every field is passed on.
+                h = Holder(h.device, settled[known], h.cut, False, h.born, h.search, settled=True)
             holders.append(h)
         drafts.append(replace(draft, holders=tuple(holders)))
     return replace(planned, workloads=tuple(drafts))
@@ -291,7 +298,7 @@ def closer_looks(planned: Plan, t: Thresholds, settled_only: bool = False) -> li
     for draft in planned.workloads:
         for h in draft.holders:
             if h.span is None or h.until_busy or (settled_only and not h.settled):
-                continue  # a young Job's span is known once its first busy sample is
+                continue  # a young Job's span is known once its first busy sample is (`settle`)
             dev, judged = h.device, (h.device.key, h.span)
             if h.cut:
                 looks[judged] = CloserLook(dev.key, h.span, stats=True, histogram=dev.histogram is not None)

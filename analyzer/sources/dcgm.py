@@ -123,6 +123,10 @@ class Capabilities:
     # (VictoriaMetrics): a starvation candidate's sample, stalled and busy counts then come from
     # its raw samples in one pass each, with no subquery; only the run counts still need one.
     metricsql: bool = False
+    # The most utilization series that reported at once during the window, where counted (found
+    # with the MetricsQL probe, the one engine whose snapshot asks a fleet in parts): it decides how
+    # many parts (see fleet_queries.fleet_parts). None: not counted.
+    fleet_series: int | None = None
     # Per scrape job: multiplier from the DEV gauge's unit to percent, and the sample interval (s).
     dev_scale: Mapping[str, float] = field(default_factory=dict)
     interval_s: Mapping[str, float] = field(default_factory=dict)
@@ -138,6 +142,7 @@ class Capabilities:
         rollups: tuple[str, ...] = (),
         prometheus_engine: bool = False,
         metricsql: bool = False,
+        fleet_series: int | None = None,
     ) -> Capabilities:
         """What a source holds, from the metric names present and the labels of the GPU and owner
         series: the one definition both metrics sources (TSDB and in-memory) decide by."""
@@ -163,6 +168,7 @@ class Capabilities:
             rollups=rollups,
             prometheus_engine=prometheus_engine,
             metricsql=metricsql,
+            fleet_series=fleet_series,
         )
 
     @property

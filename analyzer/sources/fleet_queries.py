@@ -34,8 +34,8 @@ ONE_PART_SERIES = 2_500
 
 
 def fleet_parts(series: int | None) -> tuple[Matcher, ...]:
-    """The parts the per-device aggregates are asked in, by the utilization series reporting at the
-    window's end (None: unknown, so four parts, the safe side for memory)."""
+    """The parts the per-device aggregates are asked in, by the most utilization series that reported
+    at once in the window (None: unknown, so four parts, the safe side for memory)."""
     return WHOLE_FLEET if series is not None and series <= ONE_PART_SERIES else UUID_PARTS
 
 
@@ -78,10 +78,13 @@ class FleetQueries:
         return "{" + str(one_of("__name__", dcgm.UTIL_METRICS)) + "}"
 
     @staticmethod
-    def util_series() -> str:
-        """The utilization series reporting at the evaluation time (within the lookback): a
-        fleet's size, read from the index and the last samples only."""
-        return f"count({FleetQueries.util_match()})"
+    def util_series(window: timedelta) -> str:
+        """The most utilization series that reported at once at 24 moments of the window (each
+        within the lookback): a fleet's size, from the last samples only, so that one scaled down
+        or half gone at the window's end still counts as large."""
+        step = max(timedelta(minutes=1), window / 24)
+        inner = f"count({FleetQueries.util_match()})"
+        return f"max_over_time(({inner})[{promql.duration(window)}:{promql.duration(step)}])"
 
     # --- per device -----------------------------------------------------------------------------
 
@@ -101,7 +104,7 @@ class FleetQueries:
         """MetricsQL: ``device_sum`` and the series per holder (``device_series_count`` unfiltered)
         from one pass over the samples, where each reads them all (at 10,000 GPUs, 0.3 s of the
         TSDB's time each when nothing is cached): one row per rollup (``promql.ROLLUP`` label),
-        for the devices ``part`` selects (see ``UUID_PARTS``); None without MetricsQL.
+        for the devices ``part`` selects (one of ``parts``); None without MetricsQL.
         ``device_count`` stays apart: its rows carry the labels that describe the device, which two
         more rows per holder would repeat."""
         if not self.caps.metricsql:
@@ -120,8 +123,8 @@ class FleetQueries:
 
     def device_quantiles(self, metric: str, levels: Sequence[float], part: Matcher) -> str | None:
         """MetricsQL: the quantiles at ``levels`` (1 is the maximum) from one sort of each series'
-        samples, one row per level (``promql.PHI`` label), for the devices ``part`` selects (see
-        ``UUID_PARTS``); None without MetricsQL."""
+        samples, one row per level (``promql.PHI`` label), for the devices ``part`` selects (one of
+        ``parts``); None without MetricsQL."""
         if not self.caps.metricsql:
             return None
         ranged = promql.ranged(promql.selector(metric, [part]), self.window)

@@ -125,8 +125,6 @@ class PrometheusSource:
         # Device keys of the snapshot's label sets, by the set's items: each made once (a device's
         # labels recur in every per-device aggregate); cleared with the fetched answers.
         self._keys: _KeyMemo | None = None
-        # Utilization series reporting at the window's end, found by ``discover`` (None: unknown).
-        self._fleet_series: int | None = None
 
     def _vector(self, promql: str, at: datetime) -> list[VectorSample]:
         fetched = self._fetched.pop((promql, at), None)
@@ -208,9 +206,9 @@ class PrometheusSource:
     def discover(self, window: TimeWindow, t: Thresholds) -> Capabilities:
         """What the source holds over the window, decided once per run."""
         start, end = window.start, window.end
-        # Four label calls side by side, with the engine's build info, the MetricsQL probe and the
-        # fleet's size: the three label calls that matter only if a name is present answer empty
-        # when it is not, and one round trip is cheaper than two.
+        # Four label calls side by side, with the engine's build info and the MetricsQL probe: the
+        # three label calls that matter only if a name is present answer empty when it is not, and
+        # one round trip is cheaper than two.
         extra = rollups.ALL_NAMES if self.recording_rules else ()
         calls: list[Callable[[], list[str]]] = [
             lambda: self.client.label_values("__name__", FleetQueries.names_match(extra), start, end),
@@ -218,12 +216,10 @@ class PrometheusSource:
             lambda: self.client.label_names(dcgm.KUBE_POD_OWNER, start, end),
             lambda: self.client.label_values(dcgm.LE, dcgm.SAMPLE_HISTOGRAM_BUCKET, start, end),
             self._engine,
-            lambda: self._metricsql(end),
-            lambda: self._util_series(end),
+            lambda: self._metricsql(window),
         ]
         answers = run_all(self.client.limit, _attempt, calls)
-        (names, failed), *rest, (engine, _), (metricsql, _), (series, _) = answers
-        self._fleet_series = int(series[0]) if series else None
+        (names, failed), *rest, (engine, _), (metricsql, _) = answers
         if failed is not None:
             raise failed
         present = set(names)
@@ -258,6 +254,7 @@ class PrometheusSource:
             rollups.recorded(present, util),
             prometheus_engine=bool(engine),
             metricsql=bool(metricsql),
+            fleet_series=int(metricsql[1]) if len(metricsql) > 1 else None,
         )
 
     def _engine(self) -> list[str]:
@@ -267,27 +264,22 @@ class PrometheusSource:
         except DataUnavailableError:
             return []  # no build info to give: nothing follows from it
 
-    def _util_series(self, at: datetime) -> list[str]:
-        """``[n]``: ``n`` utilization series report at ``at`` (none: unknown, so the snapshot
-        takes the side that is safe for a large fleet)."""
-        try:
-            found = self.client.vector(FleetQueries.util_series(), at)
-        except DataUnavailableError:
-            return []
-        counts = [s.value for s in found if isfinite(s.value)]
-        return [str(round(counts[0]))] if counts else []
-
-    def _metricsql(self, at: datetime) -> list[str]:
-        """``["metricsql"]`` when the server evaluates MetricsQL's counting rollups (see Capabilities).
+    def _metricsql(self, window: TimeWindow) -> list[str]:
+        """``["metricsql", n]`` when the server evaluates MetricsQL's counting rollups (see
+        Capabilities), with ``n`` the most utilization series that reported at once in the window
+        (left out where the answer holds none); ``[]`` otherwise.
 
         Asked, not guessed from a version: PromQL engines refuse the unknown function (HTTP 400),
-        and the selector matches nothing, so the answer costs the server nothing.
+        and the probe's selector matches nothing, so that part costs the server nothing. The fleet's
+        size rides on it: only this engine's snapshot asks a fleet in parts, by its size.
         """
+        query = f"{METRICSQL_PROBE} or {FleetQueries.util_series(window.duration)}"
         try:
-            self.client.vector(METRICSQL_PROBE, at)
+            found = self.client.vector(query, window.end)
         except DataUnavailableError:
             return []  # refused: PromQL only (a server that is down fails the other calls too)
-        return ["metricsql"]
+        counts = [s.value for s in found if isfinite(s.value)]
+        return ["metricsql", str(round(max(counts)))] if counts else ["metricsql"]
 
     def _rollup_covers(self, caps: Capabilities, window: TimeWindow) -> dict[str, Cover]:
         """The metrics whose recording-rule rollups cover the whole window, and how (logged either way)."""
@@ -349,7 +341,7 @@ class PrometheusSource:
         caps = self.discover(window, thresholds)
         covers = self._rollup_covers(caps, window) if self.recording_rules else {}
         caps = replace(caps, rollups=tuple(covers))
-        parts = fleet_parts(self._fleet_series)
+        parts = fleet_parts(caps.fleet_series)
         q: FleetQueries = (
             RolledUpQueries(caps, window.duration, parts=parts, covers=covers)
             if covers
@@ -812,12 +804,10 @@ class PrometheusSource:
             # Popped before the keys are looked up: they key on what is left.
             popped = (map(dict.pop, labels, repeat(tag), repeat("")) for tag in _ROW_TAGS)
             tags = list(zip(*popped, strict=True))
-            held = map(names.__getitem__, tags)
-            found = zip(_keys_by_label_set(keys, labels), held, map(_value_of, answer), strict=True)
+            aggregates = map(names.__getitem__, tags)
+            found = zip(_keys_by_label_set(keys, labels), aggregates, map(_value_of, answer), strict=True)
             return [
-                (key, held, value)
-                for key, held, value in found
-                if key is not None and held and isfinite(value)
+                (key, of, value) for key, of, value in found if key is not None and of and isfinite(value)
             ]
 
         out: dict[Window, dict[str, list[float]]] = {}
@@ -922,7 +912,7 @@ class PrometheusSource:
                     )
             histogram = None
             if with_histogram:
-                inc = {le: v for le in caps.histogram_le if (v := one(histogram_name(le))) is not None}
+                inc = {le: v for le in caps.histogram_le if (v := one(_histogram_name(le))) is not None}
                 if len(inc) == len(caps.histogram_le):
                     idle_le, busy_le, total_le = caps.histogram_le
                     histogram = histogram_shares(inc[idle_le], inc[busy_le], inc[total_le])
@@ -1168,13 +1158,16 @@ def _keys_by_label_set(memo: _KeyMemo, labels: list[dict[str, str]]) -> Iterator
 _ROW_TAGS = (AGGREGATE, promql.ROLLUP, promql.PHI, dcgm.LE)
 
 
-def histogram_name(le: str) -> str:
+def _histogram_name(le: str) -> str:
     """The name a sample-histogram bucket's increase is read under, by its bound."""
     return f"histogram le={le}"
 
 
 class _NameMemo(dict[tuple[str, ...], tuple[str, ...]]):
-    """The aggregates an answer row holds, by its ``_ROW_TAGS`` values (a handful per round)."""
+    """The aggregates an answer row holds, by its ``_ROW_TAGS`` values (a handful per round).
+
+    Only the histogram's rows carry ``le`` (every other aggregate is grouped by the device labels
+    alone), each bucket a name of its own; one holder has one row per name (its own ``by``)."""
 
     def __init__(self, levels: Mapping[str, float]) -> None:
         super().__init__()
@@ -1184,7 +1177,7 @@ class _NameMemo(dict[tuple[str, ...], tuple[str, ...]]):
         le = tags[-1]
         held = aggregate_names(dict(zip(_ROW_TAGS, tags, strict=True)), self.levels)
         if le:
-            held = tuple(histogram_name(le) for name in held if name == "histogram")
+            held = tuple(_histogram_name(le) for name in held if name == "histogram")
         self[tags] = held
         return held
 

@@ -180,22 +180,6 @@ def test_a_refused_query_fails_the_run_once_every_query_sent_has_ended(
     assert source._fetched == {}
 
 
-def test_a_refused_fleet_size_query_leaves_the_fleet_in_four_parts_and_the_findings_unchanged(
-    proxy_for: type[Proxy], standard_fleet: Fleet, victoria_analysis: Analysis
-) -> None:
-    """The fleet's size only decides how many parts the per-device aggregates are asked in: unknown,
-    they go out in four (the side that is safe for a large fleet), and nothing else changes."""
-    proxy = proxy_for(False)  # type: ignore[call-arg]
-    proxy.fail_on = b"query=count%28%7B__name__"
-    source = PrometheusSource(PrometheusConfig(proxy.url, concurrency=3))  # type: ignore[attr-defined]
-    analysis = run(source, standard_fleet)
-    assert _findings(analysis) == _findings(victoria_analysis)
-    sorts = [
-        key for key in proxy.seen if b"quantiles_over_time" in key and b"gpu_analyzer_aggregate" not in key
-    ]
-    assert len(sorts) == 4 * len(analysis.snapshot.capabilities.util_metrics)
-
-
 def test_a_server_that_pushes_back_slows_the_pool_and_the_run_still_completes(
     proxy_for: type[Proxy], standard_fleet: Fleet, victoria_analysis: Analysis
 ) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from analyzer.detection import detectors
 from analyzer.pipeline import Analysis, analyze_in_detail
 from analyzer.sources import dcgm
 from analyzer.sources.errors import NoDataError, SourceUnreachableError
@@ -483,3 +484,19 @@ def test_a_failed_early_memory_read_fails_the_run_only_when_a_candidate_needed_i
     assert len(source.reads) == 1
     assert [f.kind for f in report.findings] == [FindingKind.UNKNOWN]
     assert "early memory read failed (memory read refused)" in caplog.text
+
+
+def test_an_idle_endpoint_candidate_is_what_the_detector_finds_before_the_request_rate(
+    standard_fleet: Fleet,
+) -> None:
+    """The candidate test (which decides who costs a request-rate query) is the detector's rule
+    without the request rate, for every workload of a fleet with every kind of finding."""
+    t = Thresholds()
+    window = window_of(standard_fleet)
+    analysis = analyze_in_detail(SimulatedSource(standard_fleet), window, t, now=window.end)
+    verdicts = {v.ref.key(): detectors.idle_endpoint_candidate(v, t, window.end) for v in analysis.workloads}
+    assert verdicts == {
+        v.ref.key(): detectors.idle_endpoint(replace(v, request_rate=None), t, window.end) is not None
+        for v in analysis.workloads
+    }
+    assert any(verdicts.values()) and not all(verdicts.values())
