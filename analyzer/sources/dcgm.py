@@ -123,9 +123,9 @@ class Capabilities:
     # (VictoriaMetrics): a starvation candidate's sample, stalled and busy counts then come from
     # its raw samples in one pass each, with no subquery; only the run counts still need one.
     metricsql: bool = False
-    # The most utilization series that reported at once during the window, where counted (found
-    # with the MetricsQL probe, the one engine whose snapshot asks a fleet in parts): it decides how
-    # many parts (see fleet_queries.fleet_parts). None: not counted.
+    # The utilization series reporting at the window's end, where counted (with the MetricsQL
+    # probe: only that engine's snapshot asks a fleet in parts, and their number follows from it,
+    # see fleet_queries.fleet_parts). None: not counted.
     fleet_series: int | None = None
     # Per scrape job: multiplier from the DEV gauge's unit to percent, and the sample interval (s).
     dev_scale: Mapping[str, float] = field(default_factory=dict)

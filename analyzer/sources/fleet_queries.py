@@ -34,8 +34,8 @@ ONE_PART_SERIES = 2_500
 
 
 def fleet_parts(series: int | None) -> tuple[Matcher, ...]:
-    """The parts the per-device aggregates are asked in, by the most utilization series that reported
-    at once in the window (None: unknown, so four parts, the safe side for memory)."""
+    """The parts the per-device aggregates are asked in, by the utilization series reporting at the
+    window's end (None: unknown, so four parts, the safe side for memory)."""
     return WHOLE_FLEET if series is not None and series <= ONE_PART_SERIES else UUID_PARTS
 
 
@@ -78,13 +78,10 @@ class FleetQueries:
         return "{" + str(one_of("__name__", dcgm.UTIL_METRICS)) + "}"
 
     @staticmethod
-    def util_series(window: timedelta) -> str:
-        """The most utilization series that reported at once at 24 moments of the window (each
-        within the lookback): a fleet's size, from the last samples only, so that one scaled down
-        or half gone at the window's end still counts as large."""
-        step = max(timedelta(minutes=1), window / 24)
-        inner = f"count({FleetQueries.util_match()})"
-        return f"max_over_time(({inner})[{promql.duration(window)}:{promql.duration(step)}])"
+    def util_series() -> str:
+        """The utilization series reporting at the evaluation time: a fleet's size, from the index
+        and each series' last samples within the lookback, not from the window's samples."""
+        return f"count({FleetQueries.util_match()})"
 
     # --- per device -----------------------------------------------------------------------------
 

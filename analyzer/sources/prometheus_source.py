@@ -266,18 +266,24 @@ class PrometheusSource:
 
     def _metricsql(self, window: TimeWindow) -> list[str]:
         """``["metricsql", n]`` when the server evaluates MetricsQL's counting rollups (see
-        Capabilities), with ``n`` the most utilization series that reported at once in the window
-        (left out where the answer holds none); ``[]`` otherwise.
+        Capabilities), ``n`` the utilization series reporting at the window's end (left out where
+        none is, or where the count could not be had); ``[]`` otherwise.
 
         Asked, not guessed from a version: PromQL engines refuse the unknown function (HTTP 400),
-        and the probe's selector matches nothing, so that part costs the server nothing. The fleet's
-        size rides on it: only this engine's snapshot asks a fleet in parts, by its size.
+        and the probe's selector matches nothing, so that part costs the server nothing. The count
+        rides on it (only this engine's snapshot asks a fleet in parts, by its size); where the two
+        together are refused, the probe alone is asked again, so that a count the server would not
+        give never costs the MetricsQL rollups.
         """
-        query = f"{METRICSQL_PROBE} or {FleetQueries.util_series(window.duration)}"
+        with_size = f"{METRICSQL_PROBE} or {FleetQueries.util_series()}"
         try:
-            found = self.client.vector(query, window.end)
+            found = self.client.vector(with_size, window.end)
         except DataUnavailableError:
-            return []  # refused: PromQL only (a server that is down fails the other calls too)
+            try:
+                self.client.vector(METRICSQL_PROBE, window.end)
+            except DataUnavailableError:
+                return []  # refused: PromQL only (a server that is down fails the other calls too)
+            return ["metricsql"]
         counts = [s.value for s in found if isfinite(s.value)]
         return ["metricsql", str(round(max(counts)))] if counts else ["metricsql"]
 
@@ -749,7 +755,7 @@ class PrometheusSource:
         levels: Mapping[str, float] | None = None,
     ) -> dict[Window, dict[str, list[float]]]:
         """Per batch, one query per family of named aggregates, side by side; per (holder, span), the
-        values each aggregate answered (a bucket's under ``histogram_name``).
+        values each aggregate answered (a bucket's under ``_histogram_name``).
 
         ``levels`` names the quantile levels a ``ranked`` aggregate asks for (see ``aggregate_names``).
         """

@@ -180,6 +180,25 @@ def test_a_refused_query_fails_the_run_once_every_query_sent_has_ended(
     assert source._fetched == {}
 
 
+def test_a_refused_fleet_size_keeps_metricsql_and_asks_the_fleet_in_four_parts(
+    proxy_for: type[Proxy], standard_fleet: Fleet, victoria_analysis: Analysis
+) -> None:
+    """The fleet's size rides on the MetricsQL probe. A server that refuses the two together (a
+    limit, a timeout) is asked the probe alone: MetricsQL is still used, the fleet goes out in four
+    parts (the side that is safe for a large fleet), and the findings do not change."""
+    proxy = proxy_for(False)  # type: ignore[call-arg]
+    proxy.fail_on = b"+or+count%28%7B__name__"
+    source = PrometheusSource(PrometheusConfig(proxy.url, concurrency=3))  # type: ignore[attr-defined]
+    analysis = run(source, standard_fleet)
+    assert _findings(analysis) == _findings(victoria_analysis)
+    caps = analysis.snapshot.capabilities
+    assert caps.metricsql and caps.fleet_series is None
+    sorts = [
+        key for key in proxy.seen if b"quantiles_over_time" in key and b"gpu_analyzer_aggregate" not in key
+    ]
+    assert len(sorts) == 4 * len(caps.util_metrics)
+
+
 def test_a_server_that_pushes_back_slows_the_pool_and_the_run_still_completes(
     proxy_for: type[Proxy], standard_fleet: Fleet, victoria_analysis: Analysis
 ) -> None:

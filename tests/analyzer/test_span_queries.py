@@ -389,18 +389,18 @@ def test_snapshot_statistics_from_metricsql_match_numpy_over_the_raw_samples(
     assert compared == len(snapshot.devices) == len(twin.devices) > 0  # every device, none left out
 
 
-def test_the_fleet_is_sized_by_the_most_series_that_reported_at_once_in_the_window(
+def test_the_fleet_is_sized_by_its_utilization_series_with_the_metricsql_probe(
     victoria_standard: VictoriaMetricsServer, standard_fleet: Fleet
 ) -> None:
-    """The size that decides the snapshot's parts counts the utilization series over the window,
-    not at its end alone: a fleet that stopped reporting halfway through still counts as large."""
+    """The size that decides the snapshot's parts comes back with the MetricsQL probe: the
+    utilization series reporting at the window's end (the standard fleet's, but for pods gone)."""
     window = window_of(standard_fleet)
     util = {(s.name, s.labels) for s in standard_fleet.series if s.name in dcgm.UTIL_METRICS}
     source = PrometheusSource(PrometheusConfig(victoria_standard.url))
-    size = source.discover(window, T).fleet_series
-    assert size is not None and 0.8 * len(util) <= size <= len(util)
-    later = TimeWindow(start=window.end - window.duration / 2, end=window.end + window.duration / 2)
-    assert source.discover(later, T).fleet_series == size
+    caps = source.discover(window, T)
+    assert caps.metricsql
+    assert caps.fleet_series is not None and 0.8 * len(util) <= caps.fleet_series <= len(util)
+    assert source.client.stats.requests == 6  # no request of its own
 
 
 def test_closer_looks_cut_into_more_queries_give_the_same_numbers(
