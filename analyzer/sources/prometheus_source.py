@@ -138,19 +138,12 @@ class PrometheusSource:
         shared: dict[tuple[tuple[str, ...], tuple[str, ...]], Mapping[str, str]] = {}
         names: dict[tuple[str, ...], tuple[str, ...]] = {}
 
-        def label_sets(labels: list[Mapping[str, str]]) -> Iterator[tuple[tuple[str, ...], tuple[str, ...]]]:
-            # A label set as its names (one tuple per shape) and its values: two objects held per
-            # distinct set, where (name, value) pairs hold one per label.
-            shapes = list(map(tuple, labels))
-            shapes = list(map(names.setdefault, shapes, shapes))
-            return zip(shapes, map(tuple, map(_values, labels)), strict=True)
-
         def shared_labels(answer: list[VectorSample]) -> list[VectorSample]:
             # The per-device aggregates name the same devices with the same labels: one label set
             # kept for all of them, not one per answer (at 10,000 GPUs, tens of MiB). Mapped in C,
             # without a Python call per sample.
             labels = list(map(_labels_of, answer))
-            kept = map(shared.setdefault, label_sets(labels), labels)
+            kept = map(shared.setdefault, _label_sets(names, labels), labels)
             return samples_of(kept, map(_value_of, answer))
 
         def by_tag(label: str) -> Callable[[list[VectorSample]], dict[str, list[VectorSample]]]:
@@ -160,7 +153,7 @@ class PrometheusSource:
                 # answer is alive (answers parsed meanwhile add to the peak memory).
                 labels = list(map(_labels_of, answer))
                 tags = list(map(dict.pop, labels, repeat(label), repeat("")))
-                kept = map(shared.setdefault, label_sets(labels), labels)
+                kept = map(shared.setdefault, _label_sets(names, labels), labels)
                 rows: dict[str, list[VectorSample]] = defaultdict(list)
                 for tag, sample in zip(tags, samples_of(kept, map(_value_of, answer)), strict=True):
                     rows[tag].append(sample)
@@ -1153,11 +1146,19 @@ def _first(values: Mapping[str, list[float]], name: str) -> float | None:
     return found[0] if found else None
 
 
+def _label_sets(
+    names: dict[tuple[str, ...], tuple[str, ...]], labels: Sequence[Mapping[str, str]]
+) -> Iterator[tuple[tuple[str, ...], tuple[str, ...]]]:
+    """Each label set as its names (one tuple per shape, kept in ``names``) and its values: two
+    objects held per distinct set, where (name, value) pairs hold one per label; mapped in C."""
+    shapes = list(map(tuple, labels))
+    shapes = list(map(names.setdefault, shapes, shapes))
+    return zip(shapes, map(tuple, map(_values, labels)), strict=True)
+
+
 def _keys_by_label_set(memo: _KeyMemo, labels: list[dict[str, str]]) -> Iterator[DeviceKey | None]:
     """Each label set's key from ``memo``, mapped in C (no Python call per set but a miss)."""
-    names = list(map(tuple, labels))
-    names = list(map(memo.names.setdefault, names, names))
-    return map(memo.__getitem__, zip(names, map(tuple, map(_values, labels)), strict=True))
+    return map(memo.__getitem__, _label_sets(memo.names, labels))
 
 
 # The labels a closer look's answer row carries beside its holder's: what it is an aggregate of.
