@@ -11,7 +11,11 @@ is its own:
   aggregates (avg/max/quantile/count_over_time, the stalled and busy shares, memory, owners, pod
   start times, CPU usage, limits and throttling), the same thresholds, simple rules per workload;
 * ``tsdb``   — the queries ``ours`` sent, replayed in the same process right after it with the same
-  concurrency and nothing decoded: the time the TSDB itself needs for them.
+  concurrency and nothing decoded: the time the TSDB itself needs for them;
+* ``floor``  — the same queries once more, each sent only once every request that had answered
+  before ``ours`` asked for it has answered again (``ours``' rounds), and each answer decoded
+  (gunzip, then JSON into labels and numbers): what any client asking these queries in these
+  rounds spends before it analyses anything.
 
 Each row reports wall time (p50 and p99 by nearest rank: with fewer than 100 runs the p99 is the
 worst run), queries, bytes on the wire (gzip) and decoded, peak RSS (the worst run's), and how many
@@ -48,11 +52,14 @@ import tempfile
 import threading
 import time
 from collections import defaultdict
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NamedTuple, TypeVar
 
+import msgspec
 import requests
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,6 +79,8 @@ from bench_fleet import (  # noqa: E402
 )
 
 from analyzer.pipeline import analyze  # noqa: E402
+from analyzer.sources import pacing, prometheus_api  # noqa: E402
+from analyzer.sources.pacing import AdaptiveLimit  # noqa: E402
 from analyzer.sources.prometheus_api import PrometheusClient, PrometheusConfig, PrometheusSession  # noqa: E402
 from analyzer.sources.prometheus_source import PrometheusSource  # noqa: E402
 from common.memory import limit_malloc_arenas  # noqa: E402
@@ -93,8 +102,64 @@ PREPARE_TIMEOUT_S = 4 * 3600
 # --- the two approaches, each run in a child process -----------------------------------------------
 
 
+class _Asked(threading.local):
+    """When ours asked for the request this thread sends next: a pool call's batch was submitted
+    then, a call on the caller's own thread began then (before waiting for a place in flight)."""
+
+    at: float | None = None
+
+
+ASKED = _Asked()
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+@contextmanager
+def noting_asks() -> Iterator[None]:
+    """Pool calls carry the time their batch was submitted to the thread that runs them."""
+    submit_all = pacing.submit_all
+
+    def noted_submit_all(limit: AdaptiveLimit, call: Callable[[T], R], items: Sequence[T]) -> list[Future[R]]:
+        asked = time.perf_counter()
+
+        def noted(item: T) -> R:
+            ASKED.at = asked
+            return call(item)
+
+        return submit_all(limit, noted, items)
+
+    # pacing.run_all looks the name up in its module, the client in its own.
+    pacing.submit_all = prometheus_api.submit_all = noted_submit_all
+    try:
+        yield
+    finally:
+        pacing.submit_all = prometheus_api.submit_all = submit_all
+
+
+class NotingClient(PrometheusClient):
+    """Marks a request made on the caller's own thread as asked for when the call began."""
+
+    def _ask(self, what: str, call: Callable[..., T], *args: Any) -> T:
+        if ASKED.at is None:
+            ASKED.at = time.perf_counter()
+        try:
+            return super()._ask(what, call, *args)
+        finally:
+            ASKED.at = None
+
+
+class Call(NamedTuple):
+    """One request ours sent, and when (``time.perf_counter``) it was asked for and answered."""
+
+    verb: str
+    url: str
+    params: dict[str, str]
+    asked: float
+    answered: float
+
+
 class NotingSession(PrometheusSession):
-    """Writes down every request ours sends, for the replay: to a file, so that keeping thousands
+    """Writes down every request ours sends, for the replays: to a file, so that keeping thousands
     of query texts does not count in ours' peak RSS."""
 
     def __init__(self, log: IO[str]) -> None:
@@ -103,34 +168,45 @@ class NotingSession(PrometheusSession):
         self._lock = threading.Lock()  # queries go out from several threads; a text file is not safe
 
     def request(self, method: str | bytes, url: str | bytes, *args: Any, **kwargs: Any) -> requests.Response:
+        sent = time.perf_counter()
+        asked = sent if ASKED.at is None else ASKED.at
+        response = super().request(method, url, *args, **kwargs)
+        answered = time.perf_counter()
         params = kwargs.get("params") or kwargs.get("data") or {}
         verb = method.decode() if isinstance(method, bytes) else method
-        call = [verb, str(url), {str(k): str(v) for k, v in dict(params).items()}]
+        call = [verb, str(url), {str(k): str(v) for k, v in dict(params).items()}, asked, answered]
         with self._lock:
             self.log.write(json.dumps(call) + "\n")
-        return super().request(method, url, *args, **kwargs)
+        return response
 
 
 def run_ours(url: str, window: TimeWindow, step: timedelta) -> dict[str, Any]:
     del step  # ours finds the scrape interval itself
-    with tempfile.TemporaryFile("w+") as log:
+    with tempfile.TemporaryFile("w+") as log, noting_asks():
         session = NotingSession(log)
         config = PrometheusConfig(url, timeout_s=600)
-        client = PrometheusClient(config, session=session)
+        client = NotingClient(config, session=session)
         start = time.perf_counter()
         report = analyze(PrometheusSource(client), window, Thresholds(), now=window.end)
         wall = time.perf_counter() - start
         stats = client.stats
         result = _result(report, wall, stats.requests, stats.wire_bytes, stats.body_bytes)
         log.seek(0)
-        calls = [tuple(json.loads(line)) for line in log]
+        calls = [Call(*json.loads(line)) for line in log]
         if len(calls) != stats.requests:
             raise RuntimeError(f"replay log holds {len(calls)} requests, ours sent {stats.requests}")
         result["tsdb_s"] = replay(calls, config.concurrency)
+        result["floor_s"] = floor(calls, config.concurrency)
     return result
 
 
-def replay(calls: list[tuple[str, str, dict[str, str]]], concurrency: int) -> float:
+def _send(http: requests.Session, call: Call) -> requests.Response:
+    if call.verb.upper() == "POST":
+        return http.post(call.url, data=call.params, stream=True, timeout=600)
+    return http.get(call.url, params=call.params, stream=True, timeout=600)
+
+
+def replay(calls: list[Call], concurrency: int) -> float:
     """The same requests, as many at once as ours allowed, bodies read raw and never decoded.
 
     Requests that depended on earlier answers went out later in ours too; replaying them all
@@ -139,17 +215,65 @@ def replay(calls: list[tuple[str, str, dict[str, str]]], concurrency: int) -> fl
     with requests.Session() as http:
         http.headers["Accept-Encoding"] = "gzip"
 
-        def one(call: tuple[str, str, dict[str, str]]) -> int:
-            verb, url, params = call
-            if verb.upper() == "POST":
-                r = http.post(url, data=params, stream=True, timeout=600)
-            else:
-                r = http.get(url, params=params, stream=True, timeout=600)
-            return len(r.raw.read(decode_content=False))
+        def one(call: Call) -> int:
+            return len(_send(http, call).raw.read(decode_content=False))
 
         start = time.perf_counter()
         with ThreadPoolExecutor(max_workers=concurrency) as pool:
             list(pool.map(one, calls))
+        return time.perf_counter() - start
+
+
+class _Item(msgspec.Struct, gc=False):
+    metric: dict[str, str]
+    value: tuple[float, float] | None = None  # an instant vector's sample
+    values: list[tuple[float, float]] | None = None  # a range selector's samples
+
+
+class _Data(msgspec.Struct, gc=False):
+    result: list[_Item]
+
+
+class _Answer(msgspec.Struct, gc=False):
+    data: _Data
+
+
+# Lax: the API writes numbers as strings. Label and status answers do not fit and are decoded plainly.
+_answers = msgspec.json.Decoder(_Answer, strict=False)
+
+
+def _decoded(response: requests.Response) -> object:
+    raw = response.raw.read(decode_content=False)
+    body = gzip.decompress(raw) if response.headers.get("Content-Encoding") == "gzip" else raw
+    try:
+        return _answers.decode(body)
+    except msgspec.ValidationError:
+        return msgspec.json.decode(body)
+
+
+def floor(calls: list[Call], concurrency: int) -> float:
+    """The same requests, each sent once every request that answered before ours asked for it has
+    answered here, as many at once as ours allowed, each answer decoded and then dropped.
+
+    No Python of ours runs between the rounds: the gap from this to ``tsdb`` is what asking in
+    rounds and reading the answers costs; from ``ours`` to this, what analysing them costs.
+    """
+    waits_for = [{j for j, other in enumerate(calls) if other.answered < call.asked} for call in calls]
+    pending = sorted(range(len(calls)), key=lambda i: calls[i].asked)
+    done: set[int] = set()
+    with requests.Session() as http, ThreadPoolExecutor(max_workers=concurrency) as pool:
+        http.headers["Accept-Encoding"] = "gzip"
+        start = time.perf_counter()
+        out: dict[Future[object], int] = {}
+        while pending or out:
+            ready = [i for i in pending if waits_for[i] <= done]
+            pending = [i for i in pending if i not in ready]
+            out |= {pool.submit(lambda c: _decoded(_send(http, c)), calls[i]): i for i in ready}
+            # Each request answered after it was asked for: the earliest asked is always ready.
+            finished, _ = wait(out, return_when=FIRST_COMPLETED)
+            for f in finished:
+                f.result()
+                done.add(out.pop(f))
         return time.perf_counter() - start
 
 
@@ -454,9 +578,11 @@ def summarize(runs: list[dict[str, Any]], warmup: dict[str, Any]) -> dict[str, A
         return out
     walls = [r["wall_s"] for r in ok]
     out |= {"wall_p50_s": nearest_rank(walls, 50), "wall_p99_s": nearest_rank(walls, 99), "wall_s": walls}
-    if "tsdb_s" in ok[0]:
-        tsdb = [r["tsdb_s"] for r in ok]
-        out |= {"tsdb_p50_s": nearest_rank(tsdb, 50), "tsdb_p99_s": nearest_rank(tsdb, 99), "tsdb_s": tsdb}
+    for replayed in ("tsdb", "floor"):
+        if f"{replayed}_s" in ok[0]:
+            times = [r[f"{replayed}_s"] for r in ok]
+            out |= {f"{replayed}_p50_s": nearest_rank(times, 50), f"{replayed}_s": times}
+            out[f"{replayed}_p99_s"] = nearest_rank(times, 99)
     for key in ("requests", "wire_bytes", "body_bytes"):
         out[key] = [min(r[key] for r in ok), max(r[key] for r in ok)]
     out["peak_rss_mb"] = max(r["peak_rss_mb"] for r in ok)
@@ -633,38 +759,39 @@ def table(fleets: list[dict[str, Any]], results: list[dict[str, Any]], runs: int
     if results:
         lines += [
             f"| GPUs | window (pod age) | run | wall p50 s | wall p99 (worst of {runs}) s | TSDB p50 s "
-            "| TSDB p99 s | queries | wire bytes | decoded bytes | peak RSS MiB |",
-            "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+            "| TSDB p99 s | floor p50 s | queries | wire bytes | decoded bytes | peak RSS MiB |",
+            "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         ]
         for r in results:
             for name in ("ours", "strong"):
                 x = r[name]
                 head = f"| {r['gpus']:,} | {_case(r)} | {name} |"
                 if "wall_p50_s" not in x:
-                    lines.append(f"{head} failed: {_short(x.get('error', ''))} | | | | | | | |")
+                    lines.append(f"{head} failed: {_short(x.get('error', ''))} | | | | | | | | |")
                     continue
                 note = f" ({x['failed_runs']} failed)" if x["failed_runs"] else ""
                 lines.append(
                     f"{head} {x['wall_p50_s']:.2f}{note} | {x['wall_p99_s']:.2f} | {_s(x.get('tsdb_p50_s'))} "
-                    f"| {_s(x.get('tsdb_p99_s'))} | {_range(x['requests'])} | {_range(x['wire_bytes'])} "
-                    f"| {_range(x['body_bytes'])} | {x['peak_rss_mb']:.0f} |"
+                    f"| {_s(x.get('tsdb_p99_s'))} | {_s(x.get('floor_p50_s'))} | {_range(x['requests'])} "
+                    f"| {_range(x['wire_bytes'])} | {_range(x['body_bytes'])} | {x['peak_rss_mb']:.0f} |"
                 )
         lines += [
             "",
-            "| GPUs | window (pod age) | ours ÷ strong p50 | ours ÷ TSDB p50 | wire bytes / 1,000 GPUs "
-            "| strong agrees | precision/recall (ours vs ground truth) |",
-            "| ---: | --- | ---: | ---: | ---: | ---: | --- |",
+            "| GPUs | window (pod age) | ours ÷ strong p50 | ours ÷ TSDB p50 | floor ÷ TSDB p50 "
+            "| wire bytes / 1,000 GPUs | strong agrees | precision/recall (ours vs ground truth) |",
+            "| ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |",
         ]
         for r in results:
             o, s = r["ours"], r["strong"]
             if "wall_p50_s" not in o:
-                lines.append(f"| {r['gpus']:,} | {_case(r)} | ours failed | | | | |")
+                lines.append(f"| {r['gpus']:,} | {_case(r)} | ours failed | | | | | |")
                 continue
             vs_strong = f"{o['wall_p50_s'] / s['wall_p50_s']:.2f}" if "wall_p50_s" in s else "strong failed"
             agrees = f"{r['strong_agrees']}/{r['findings']}" if "strong_agrees" in r else ""
             pr = ", ".join(f"{k} {p:.2f}/{rc:.2f}" for k, (p, rc) in sorted(r["scores"].items()))
             lines.append(
                 f"| {r['gpus']:,} | {_case(r)} | {vs_strong} | {o['wall_p50_s'] / o['tsdb_p50_s']:.2f} "
+                f"| {o['floor_p50_s'] / o['tsdb_p50_s']:.2f} "
                 f"| {o['wire_bytes'][1] * 1000 / r['gpus']:,.0f} | {agrees} | {pr} |"
             )
         lines.append("")
