@@ -12,6 +12,8 @@ is its own:
   start times, CPU usage, limits and throttling), the same thresholds, simple rules per workload;
 * ``tsdb``   — the queries ``ours`` sent, replayed in the same process right after it with the same
   concurrency and nothing decoded: the time the TSDB itself needs for them;
+* ``read``   — the same queries again, all at once, each answer decoded (gunzip, then JSON into
+  labels and numbers): what reading the answers costs on top of the TSDB's time;
 * ``floor``  — the same queries once more, each sent only once every request that had answered
   before ``ours`` asked for it has answered again (``ours``' rounds), and each answer decoded
   (gunzip, then JSON into labels and numbers): what any client asking these queries in these
@@ -196,6 +198,7 @@ def run_ours(url: str, window: TimeWindow, step: timedelta) -> dict[str, Any]:
         if len(calls) != stats.requests:
             raise RuntimeError(f"replay log holds {len(calls)} requests, ours sent {stats.requests}")
         result["tsdb_s"] = replay(calls, config.concurrency)
+        result["read_s"] = replay(calls, config.concurrency, decode=True)
         result["floor_s"] = floor(calls, config.concurrency)
     return result
 
@@ -206,8 +209,9 @@ def _send(http: requests.Session, call: Call) -> requests.Response:
     return http.get(call.url, params=call.params, stream=True, timeout=600)
 
 
-def replay(calls: list[Call], concurrency: int) -> float:
-    """The same requests, as many at once as ours allowed, bodies read raw and never decoded.
+def replay(calls: list[Call], concurrency: int, decode: bool = False) -> float:
+    """The same requests, as many at once as ours allowed, bodies read raw and never decoded
+    (``decode``: each decoded and dropped).
 
     Requests that depended on earlier answers went out later in ours too; replaying them all
     through one pool gives the TSDB's own time, a lower bound for any client.
@@ -215,8 +219,12 @@ def replay(calls: list[Call], concurrency: int) -> float:
     with requests.Session() as http:
         http.headers["Accept-Encoding"] = "gzip"
 
-        def one(call: Call) -> int:
-            return len(_send(http, call).raw.read(decode_content=False))
+        def one(call: Call) -> None:
+            response = _send(http, call)
+            if decode:
+                _decoded(response)  # and dropped, as the floor drops it
+            else:
+                response.raw.read(decode_content=False)
 
         start = time.perf_counter()
         with ThreadPoolExecutor(max_workers=concurrency) as pool:
@@ -578,7 +586,7 @@ def summarize(runs: list[dict[str, Any]], warmup: dict[str, Any]) -> dict[str, A
         return out
     walls = [r["wall_s"] for r in ok]
     out |= {"wall_p50_s": nearest_rank(walls, 50), "wall_p99_s": nearest_rank(walls, 99), "wall_s": walls}
-    for replayed in ("tsdb", "floor"):
+    for replayed in ("tsdb", "read", "floor"):
         if f"{replayed}_s" in ok[0]:
             times = [r[f"{replayed}_s"] for r in ok]
             out |= {f"{replayed}_p50_s": nearest_rank(times, 50), f"{replayed}_s": times}
@@ -759,39 +767,41 @@ def table(fleets: list[dict[str, Any]], results: list[dict[str, Any]], runs: int
     if results:
         lines += [
             f"| GPUs | window (pod age) | run | wall p50 s | wall p99 (worst of {runs}) s | TSDB p50 s "
-            "| TSDB p99 s | floor p50 s | queries | wire bytes | decoded bytes | peak RSS MiB |",
-            "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+            "| TSDB p99 s | read p50 s | floor p50 s | queries | wire bytes | decoded bytes | peak RSS MiB |",
+            "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         ]
         for r in results:
             for name in ("ours", "strong"):
                 x = r[name]
                 head = f"| {r['gpus']:,} | {_case(r)} | {name} |"
                 if "wall_p50_s" not in x:
-                    lines.append(f"{head} failed: {_short(x.get('error', ''))} | | | | | | | | |")
+                    lines.append(f"{head} failed: {_short(x.get('error', ''))} | | | | | | | | | |")
                     continue
                 note = f" ({x['failed_runs']} failed)" if x["failed_runs"] else ""
                 lines.append(
                     f"{head} {x['wall_p50_s']:.2f}{note} | {x['wall_p99_s']:.2f} | {_s(x.get('tsdb_p50_s'))} "
-                    f"| {_s(x.get('tsdb_p99_s'))} | {_s(x.get('floor_p50_s'))} | {_range(x['requests'])} "
+                    f"| {_s(x.get('tsdb_p99_s'))} | {_s(x.get('read_p50_s'))} | {_s(x.get('floor_p50_s'))} "
+                    f"| {_range(x['requests'])} "
                     f"| {_range(x['wire_bytes'])} | {_range(x['body_bytes'])} | {x['peak_rss_mb']:.0f} |"
                 )
         lines += [
             "",
-            "| GPUs | window (pod age) | ours ÷ strong p50 | ours ÷ TSDB p50 | floor ÷ TSDB p50 "
-            "| wire bytes / 1,000 GPUs | strong agrees | precision/recall (ours vs ground truth) |",
-            "| ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |",
+            "| GPUs | window (pod age) | ours ÷ strong p50 | ours ÷ TSDB p50 | read ÷ TSDB p50 "
+            "| floor ÷ TSDB p50 | wire bytes / 1,000 GPUs | strong agrees "
+            "| precision/recall (ours vs ground truth) |",
+            "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
         ]
         for r in results:
             o, s = r["ours"], r["strong"]
             if "wall_p50_s" not in o:
-                lines.append(f"| {r['gpus']:,} | {_case(r)} | ours failed | | | | | |")
+                lines.append(f"| {r['gpus']:,} | {_case(r)} | ours failed | | | | | | |")
                 continue
             vs_strong = f"{o['wall_p50_s'] / s['wall_p50_s']:.2f}" if "wall_p50_s" in s else "strong failed"
             agrees = f"{r['strong_agrees']}/{r['findings']}" if "strong_agrees" in r else ""
             pr = ", ".join(f"{k} {p:.2f}/{rc:.2f}" for k, (p, rc) in sorted(r["scores"].items()))
             lines.append(
                 f"| {r['gpus']:,} | {_case(r)} | {vs_strong} | {o['wall_p50_s'] / o['tsdb_p50_s']:.2f} "
-                f"| {o['floor_p50_s'] / o['tsdb_p50_s']:.2f} "
+                f"| {o['read_p50_s'] / o['tsdb_p50_s']:.2f} | {o['floor_p50_s'] / o['tsdb_p50_s']:.2f} "
                 f"| {o['wire_bytes'][1] * 1000 / r['gpus']:,.0f} | {agrees} | {pr} |"
             )
         lines.append("")
