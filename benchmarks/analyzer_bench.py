@@ -13,11 +13,15 @@ is its own:
 * ``tsdb``   — the queries ``ours`` sent, replayed in the same process right after it with the same
   concurrency and nothing decoded: the time the TSDB itself needs for them;
 * ``read``   — the same queries again, all at once, each answer decoded (gunzip, then JSON into
-  labels and numbers): what reading the answers costs on top of the TSDB's time;
-* ``floor``  — the same queries once more, each sent only once every request that had answered
-  before ``ours`` asked for it has answered again (``ours``' rounds), and each answer decoded
-  (gunzip, then JSON into labels and numbers): what any client asking these queries in these
-  rounds spends before it analyses anything.
+  labels and numbers) and dropped: the TSDB's time plus reading the answers, no rounds;
+* ``floor``  — the same queries once more, in ``ours``' observed order: each sent once every
+  request that had answered before ``ours`` asked for it has answered again, each answer decoded
+  and dropped, nothing analysed. An estimate of what asking in ``ours``' rounds and reading the
+  answers costs: a request waits for every earlier answer, needed or not, so it can wait longer
+  than the design must (``read`` waits for nothing).
+
+The three replays run one after another right after ``ours``, so VictoriaMetrics' result cache
+(on unless ``--vm-flag=-search.disableCache``) serves them as it served ``ours``' own run.
 
 Each row reports wall time (p50 and p99 by nearest rank: with fewer than 100 runs the p99 is the
 worst run), queries, bytes on the wire (gzip) and decoded, peak RSS (the worst run's), and how many
@@ -172,14 +176,17 @@ class NotingSession(PrometheusSession):
     def request(self, method: str | bytes, url: str | bytes, *args: Any, **kwargs: Any) -> requests.Response:
         sent = time.perf_counter()
         asked = sent if ASKED.at is None else ASKED.at
-        response = super().request(method, url, *args, **kwargs)
-        answered = time.perf_counter()
-        params = kwargs.get("params") or kwargs.get("data") or {}
-        verb = method.decode() if isinstance(method, bytes) else method
-        call = [verb, str(url), {str(k): str(v) for k, v in dict(params).items()}, asked, answered]
-        with self._lock:
-            self.log.write(json.dumps(call) + "\n")
-        return response
+        try:
+            return super().request(method, url, *args, **kwargs)
+        finally:
+            # Also when the client's hooks refuse the answer (a probe the server rejects): it was
+            # counted, so it is replayed.
+            answered = time.perf_counter()
+            params = kwargs.get("params") or kwargs.get("data") or {}
+            verb = method.decode() if isinstance(method, bytes) else method
+            call = [verb, str(url), {str(k): str(v) for k, v in dict(params).items()}, asked, answered]
+            with self._lock:
+                self.log.write(json.dumps(call) + "\n")
 
 
 def run_ours(url: str, window: TimeWindow, step: timedelta) -> dict[str, Any]:
@@ -252,10 +259,11 @@ _answers = msgspec.json.Decoder(_Answer, strict=False)
 
 def _decoded(response: requests.Response) -> object:
     raw = response.raw.read(decode_content=False)
-    body = gzip.decompress(raw) if response.headers.get("Content-Encoding") == "gzip" else raw
+    zipped = response.headers.get("Content-Encoding", "").strip().lower() in ("gzip", "x-gzip")
+    body = gzip.decompress(raw) if zipped else raw
     try:
         return _answers.decode(body)
-    except msgspec.ValidationError:
+    except msgspec.ValidationError:  # another shape (labels, build info), or "+Inf"
         return msgspec.json.decode(body)
 
 
@@ -263,8 +271,9 @@ def floor(calls: list[Call], concurrency: int) -> float:
     """The same requests, each sent once every request that answered before ours asked for it has
     answered here, as many at once as ours allowed, each answer decoded and then dropped.
 
-    No Python of ours runs between the rounds: the gap from this to ``tsdb`` is what asking in
-    rounds and reading the answers costs; from ``ours`` to this, what analysing them costs.
+    No Python of ours runs between the rounds: from ``tsdb`` to this is about what asking in
+    ``ours``' rounds and reading the answers costs; from this to ``ours``, what analysing them
+    costs (and ours' own reading, in its client, beyond this plain decoding).
     """
     waits_for = [{j for j, other in enumerate(calls) if other.answered < call.asked} for call in calls]
     pending = sorted(range(len(calls)), key=lambda i: calls[i].asked)
@@ -277,7 +286,9 @@ def floor(calls: list[Call], concurrency: int) -> float:
             ready = [i for i in pending if waits_for[i] <= done]
             pending = [i for i in pending if i not in ready]
             out |= {pool.submit(lambda c: _decoded(_send(http, c)), calls[i]): i for i in ready}
-            # Each request answered after it was asked for: the earliest asked is always ready.
+            # Each request was answered after it was asked for, so the earliest asked of those
+            # pending waits only for requests done or out.
+            assert out, "replay order has a cycle"
             finished, _ = wait(out, return_when=FIRST_COMPLETED)
             for f in finished:
                 f.result()
@@ -753,6 +764,12 @@ def _s(value: float | None) -> str:
     return "" if value is None else f"{value:.2f}"
 
 
+def _ratio(ours: dict[str, Any], replayed: str) -> str:
+    """A replay's p50 over the TSDB's (blank for results written before that replay existed)."""
+    value = ours.get(f"{replayed}_p50_s")
+    return "" if value is None else f"{value / ours['tsdb_p50_s']:.2f}"
+
+
 def table(fleets: list[dict[str, Any]], results: list[dict[str, Any]], runs: int) -> str:
     first = fleets[0]
     flags = ", flags " + " ".join(first["vm_flags"]) if first["vm_flags"] else ", default limits"
@@ -801,7 +818,7 @@ def table(fleets: list[dict[str, Any]], results: list[dict[str, Any]], runs: int
             pr = ", ".join(f"{k} {p:.2f}/{rc:.2f}" for k, (p, rc) in sorted(r["scores"].items()))
             lines.append(
                 f"| {r['gpus']:,} | {_case(r)} | {vs_strong} | {o['wall_p50_s'] / o['tsdb_p50_s']:.2f} "
-                f"| {o['read_p50_s'] / o['tsdb_p50_s']:.2f} | {o['floor_p50_s'] / o['tsdb_p50_s']:.2f} "
+                f"| {_ratio(o, 'read')} | {_ratio(o, 'floor')} "
                 f"| {o['wire_bytes'][1] * 1000 / r['gpus']:,.0f} | {agrees} | {pr} |"
             )
         lines.append("")
