@@ -12,16 +12,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
+from analyzer.clusters import CLUSTERS_AT_ONCE, choose_clusters
 from analyzer.detection import detectors, workloads
 from analyzer.detection.views import DeviceView, NodeView, RequestRate, WorkloadView
 from analyzer.report.share_series import ShareLine, bin_middles, from_histogram, from_samples
 from analyzer.scope import scope_snapshot
 from analyzer.sources.aggregates import CloserLook, DeviceKey, FleetSnapshot, SpanNumbers
+from analyzer.sources.dcgm import CLUSTER_LABEL
 from analyzer.sources.errors import NoDataError
 from analyzer.sources.metrics_source import MetricsSource
 from analyzer.sources.promql import duration, render_template
@@ -32,6 +34,7 @@ from common.thresholds import Thresholds
 
 __all__ = [
     "Analysis",
+    "ClusterAnalysis",
     "MetricsSource",
     "OffenderSeries",
     "ShareLine",
@@ -48,20 +51,38 @@ _CLOCK_SKEW = timedelta(minutes=2)
 
 @dataclass(frozen=True)
 class Analysis:
-    """The report plus what it was built from (the HTML report plots from these)."""
+    """The report plus what it was built from (the HTML report plots from these).
+
+    Where the source holds several clusters, each is analysed apart: ``parts`` holds each one's
+    analysis with the source it read, ``report`` their findings together, and ``snapshot``,
+    ``workloads`` and ``nodes`` are the first cluster's (use ``parts`` to read them all)."""
 
     report: FindingsReport
     snapshot: FleetSnapshot
     workloads: tuple[WorkloadView, ...]
     nodes: tuple[NodeView, ...]
+    parts: tuple[ClusterAnalysis, ...] = ()
 
     @property
     def capabilities(self) -> str:
+        if self.parts:
+            return self.parts[0].analysis.capabilities + f"; {len(self.parts)} clusters"
         return self.snapshot.capabilities.describe()
 
     @property
     def gpu_count(self) -> int:
+        if self.parts:
+            return sum(p.analysis.gpu_count for p in self.parts)
         return len({(k.uuid, k.mig_instance) for k in self.snapshot.devices})
+
+
+@dataclass(frozen=True)
+class ClusterAnalysis:
+    """One cluster's analysis, and the source restricted to that cluster it was read from."""
+
+    cluster: str
+    analysis: Analysis
+    source: MetricsSource
 
 
 @dataclass(frozen=True)
@@ -89,9 +110,13 @@ def analyze(
     now: datetime | None = None,
     progress: Callable[[str], None] | None = None,
     namespaces: Collection[str] = (),
+    clusters: Collection[str] = (),
 ) -> FindingsReport:
-    """Findings for ``window``; raises DataUnavailableError subclasses rather than report on bad data."""
-    return analyze_in_detail(source, window, thresholds, now, progress, namespaces).report
+    """Findings for ``window``; raises DataUnavailableError subclasses rather than report on bad data.
+
+    Of a source holding several clusters, only each cluster's findings outlive its analysis."""
+    with collector_paused():
+        return _by_cluster(source, window, thresholds, now, progress, namespaces, clusters, keep=False).report
 
 
 def analyze_in_detail(
@@ -101,10 +126,63 @@ def analyze_in_detail(
     now: datetime | None = None,
     progress: Callable[[str], None] | None = None,
     namespaces: Collection[str] = (),
+    clusters: Collection[str] = (),
 ) -> Analysis:
-    """The analysis of ``window``; ``namespaces`` (when given) scopes it (see ``analyzer.scope``)."""
+    """The analysis of ``window``; ``namespaces`` (when given) scopes it (see ``analyzer.scope``),
+    ``clusters`` (when given) restricts it to those clusters (see ``analyzer.clusters``)."""
     with collector_paused():  # what the run builds lives to its end (see common.memory)
+        return _by_cluster(source, window, thresholds, now, progress, namespaces, clusters, keep=True)
+
+
+def _by_cluster(
+    source: MetricsSource,
+    window: TimeWindow,
+    thresholds: Thresholds,
+    now: datetime | None,
+    progress: Callable[[str], None] | None,
+    namespaces: Collection[str],
+    wanted: Collection[str],
+    keep: bool,
+) -> Analysis:
+    """One analysis per cluster the source holds (one in all where its series name none), side by
+    side, each through a source restricted to its cluster: a cluster's workloads, pods and nodes are
+    never mixed with another's of the same name. ``keep``: each cluster's whole analysis is kept
+    (for plots); otherwise only its findings, so memory is bounded by the clusters in flight."""
+    chosen = choose_clusters(source.clusters(window), wanted, _cluster_label(source))
+    if not chosen:
         return _analysis(source, window, thresholds, now, progress, namespaces)
+
+    def one(cluster: str) -> ClusterAnalysis:
+        def step(message: str) -> None:
+            if progress is not None:
+                progress(f"[{cluster}] {message}")
+
+        scoped = source.for_cluster(cluster)
+        found = _analysis(scoped, window, thresholds, now, step if progress else None, namespaces)
+        stamped = tuple(f.model_copy(update={"cluster": cluster}) for f in found.report.findings)
+        report = found.report.model_copy(update={"findings": stamped})
+        if keep:
+            return ClusterAnalysis(cluster, replace(found, report=report), scoped)
+        return ClusterAnalysis(cluster, Analysis(report, _empty_snapshot(found.snapshot), (), ()), scoped)
+
+    log.info("analysing %d clusters (%s) apart", len(chosen), ", ".join(chosen))
+    with ThreadPoolExecutor(max_workers=min(CLUSTERS_AT_ONCE, len(chosen))) as pool:
+        parts = tuple(pool.map(one, chosen))
+    first = parts[0].analysis
+    findings = tuple(f for p in parts for f in p.analysis.report.findings)
+    report = FindingsReport(
+        window=window, generated_at=first.report.generated_at, source=source.description, findings=findings
+    )
+    return Analysis(report, first.snapshot, first.workloads, first.nodes, parts)
+
+
+def _cluster_label(source: MetricsSource) -> str:
+    return getattr(source, "cluster_label", CLUSTER_LABEL)
+
+
+def _empty_snapshot(snapshot: FleetSnapshot) -> FleetSnapshot:
+    """What is kept of a cluster's snapshot when only its findings are wanted: its capabilities."""
+    return FleetSnapshot(window=snapshot.window, capabilities=snapshot.capabilities, devices={})
 
 
 def _analysis(

@@ -126,6 +126,9 @@ class Finding(_Frozen):
     """A verdict about one workload over one window, with the numbers behind it."""
 
     kind: FindingKind
+    # The cluster the workload runs in: the value of the series' cluster label (``--cluster-label``)
+    # where many clusters are read through one query view; None where the series carry none.
+    cluster: str | None = Field(default=None, min_length=1)
     workload: WorkloadRef
     pods: tuple[str, ...] = ()
     nodes: tuple[str, ...] = ()
@@ -179,6 +182,7 @@ class Finding(_Frozen):
         """The stable JSON shape (see docs/findings.md)."""
         return {
             "kind": self.kind.value,
+            "cluster": self.cluster,
             "namespace": self.workload.namespace,
             "workload": {"kind": self.workload.kind, "name": self.workload.name},
             "pods": list(self.pods),

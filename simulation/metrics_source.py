@@ -50,15 +50,33 @@ _GPU_RESOURCE = ("nvidia_com_gpu", "nvidia_com_mig_")
 class InMemorySource:
     """``MetricsSource`` over ``Series`` objects (name, labels, timestamps, values)."""
 
-    def __init__(self, series: Iterable[Series], description: str) -> None:
+    def __init__(
+        self, series: Iterable[Series], description: str, cluster_label: str = dcgm.CLUSTER_LABEL
+    ) -> None:
         self._by_name: dict[str, list[Series]] = defaultdict(list)
         for s in series:
             self._by_name[s.name].append(s)
         self._description = description
+        self.cluster_label = cluster_label
 
     @property
     def description(self) -> str:
         return self._description
+
+    def clusters(self, window: TimeWindow) -> list[str]:
+        found = {
+            value
+            for metric in dcgm.UTIL_METRICS
+            for s, _, _ in self._in_window(metric, window)
+            if (value := s.label(self.cluster_label))
+        }
+        return sorted(found)
+
+    def for_cluster(self, cluster: str) -> InMemorySource:
+        mine = (
+            s for group in self._by_name.values() for s in group if s.label(self.cluster_label) == cluster
+        )
+        return InMemorySource(mine, self._description, self.cluster_label)
 
     # --- series access --------------------------------------------------------------------------
 

@@ -15,11 +15,12 @@ The decisions are pure functions of label names and numbers so they are tested w
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from analyzer.sources.promql import Matcher
 from common import metric_names
 
 PROF_GR_ENGINE_ACTIVE = metric_names.PROF_GR_ENGINE_ACTIVE
@@ -64,6 +65,9 @@ KNOWN_METRICS = (
     CPU_THROTTLED,
 )
 
+# The external label that tells clusters apart in one query view (Thanos, Mimir, VictoriaMetrics),
+# by convention; ``--cluster-label`` names another.
+CLUSTER_LABEL = "cluster"
 UUID = "UUID"
 GPU_INDEX = "gpu"
 MODEL = "modelName"
@@ -127,6 +131,9 @@ class Capabilities:
     # probe: only that engine's snapshot asks a fleet in parts, and their number follows from it,
     # see fleet_queries.fleet_parts). None: not counted.
     fleet_series: int | None = None
+    # Matchers every selector of the run carries: one cluster's series where a query view holds
+    # several (see analyzer.clusters); none otherwise.
+    scope: tuple[Matcher, ...] = ()
     # Per scrape job: multiplier from the DEV gauge's unit to percent, and the sample interval (s).
     dev_scale: Mapping[str, float] = field(default_factory=dict)
     interval_s: Mapping[str, float] = field(default_factory=dict)
@@ -143,6 +150,7 @@ class Capabilities:
         prometheus_engine: bool = False,
         metricsql: bool = False,
         fleet_series: int | None = None,
+        scope: tuple[Matcher, ...] = (),
     ) -> Capabilities:
         """What a source holds, from the metric names present and the labels of the GPU and owner
         series: the one definition both metrics sources (TSDB and in-memory) decide by."""
@@ -169,6 +177,7 @@ class Capabilities:
             prometheus_engine=prometheus_engine,
             metricsql=metricsql,
             fleet_series=fleet_series,
+            scope=scope,
         )
 
     @property
@@ -270,11 +279,17 @@ def scales_by_job(
     return scales
 
 
-def median_interval(timestamps: np.ndarray) -> float | None:
-    """The scrape interval of one series: the median gap, which holes in the data do not move."""
-    if timestamps.size < 3:
+def median_interval(timestamps: np.ndarray | Sequence[np.ndarray]) -> float | None:
+    """The scrape interval of one series: the median gap, which holes in the data do not move.
+
+    Given several series (one device's, from two scrape jobs or an HA pair's replicas, or before and
+    after its exporter moved), the gaps are taken within each: their samples interleaved would show
+    the distance between two scrapers' phases, not either one's interval.
+    """
+    series = [timestamps] if isinstance(timestamps, np.ndarray) else list(timestamps)
+    if sum(t.size for t in series) < 3:
         return None
-    gaps = np.diff(np.sort(timestamps))
+    gaps = np.concatenate([np.diff(np.sort(t)) for t in series])
     gaps = np.sort(gaps[gaps > 0])
     if not gaps.size:
         return None

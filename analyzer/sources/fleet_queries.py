@@ -40,9 +40,24 @@ def fleet_parts(series: int | None) -> tuple[Matcher, ...]:
 
 
 _REAL_CONTAINERS = (ne("container", ""), ne("container", "POD"))
+# What one cAdvisor counter series stands for: a container's cgroup (``id``, ``name`` where the
+# scrape keeps them) and CPU; everything else (instance, job, a replica label) is how it arrived.
+_CADVISOR_IDENTITY = (*CANONICAL.names, "container", "id", "name", "cpu")
+_UNION_TOTALS = ("count_over_time", "sum_over_time")
 # The rollups of ``device_sum_and_series``: the samples' sum, and 1 per series (summed: series per
 # holder).
 SUM, SERIES = "sum_over_time", "present_over_time"
+
+
+def once_each(identity: Sequence[str], expr: str) -> str:
+    """One row per object ``identity`` names, however many series report it.
+
+    A stack delivers the same object more than once: kube-state-metrics rescheduled (its series go
+    on under a new ``instance`` and ``pod``) or rolled out, run with two replicas, an HA Prometheus
+    pair written into one TSDB (a replica label), a second scrape job. Their values agree, so the
+    largest stands for them all; a ``sum`` over the raw rows would count the object once per copy.
+    """
+    return promql.aggregate("max", identity, expr)
 
 
 def copy_label(expr: str, target: str, source: str) -> str:
@@ -69,26 +84,30 @@ class FleetQueries:
     # --- discovery ------------------------------------------------------------------------------
 
     @staticmethod
-    def names_match(extra: Sequence[str] = ()) -> str:
+    def names_match(extra: Sequence[str] = (), scope: Sequence[Matcher] = ()) -> str:
         """The metric names discovery asks about: those the analyzer reads, and ``extra`` (rollups)."""
-        return "{" + str(one_of("__name__", (*dcgm.KNOWN_METRICS, *extra))) + "}"
+        return promql.selector("", [one_of("__name__", (*dcgm.KNOWN_METRICS, *extra)), *scope])
 
     @staticmethod
-    def util_match() -> str:
-        return "{" + str(one_of("__name__", dcgm.UTIL_METRICS)) + "}"
+    def util_match(scope: Sequence[Matcher] = ()) -> str:
+        return promql.selector("", [one_of("__name__", dcgm.UTIL_METRICS), *scope])
 
     @staticmethod
-    def util_series() -> str:
+    def util_series(scope: Sequence[Matcher] = ()) -> str:
         """The utilization series reporting at the evaluation time: a fleet's size, from the index
         and each series' last samples within the lookback, not from the window's samples."""
-        return f"count({FleetQueries.util_match()})"
+        return f"count({FleetQueries.util_match(scope)})"
+
+    def _sel(self, metric: str, matchers: Sequence[Matcher] = ()) -> str:
+        """``metric{matchers}`` within this run's scope (one cluster's series, where there are several)."""
+        return promql.selector(metric, [*self.caps.scope, *matchers])
 
     # --- per device -----------------------------------------------------------------------------
 
     def _over(
         self, func: str, metric: str, matchers: Sequence[Matcher] = (), param: float | None = None
     ) -> str:
-        return promql.over_time(func, promql.ranged(promql.selector(metric, matchers), self.window), param)
+        return promql.over_time(func, promql.ranged(self._sel(metric, matchers), self.window), param)
 
     def device_count(self, metric: str) -> str:
         """Samples per device holder, with the labels that describe the device (one query)."""
@@ -106,7 +125,7 @@ class FleetQueries:
         more rows per holder would repeat."""
         if not self.caps.metricsql:
             return None
-        ranged = promql.ranged(promql.selector(metric, [part]), self.window)
+        ranged = promql.ranged(self._sel(metric, [part]), self.window)
         rolled = promql.aggr_over_time((SUM, SERIES), ranged)
         return promql.aggregate("sum", (*self.caps.device_labels(), promql.ROLLUP), rolled)
 
@@ -124,7 +143,7 @@ class FleetQueries:
         ``parts``); None without MetricsQL."""
         if not self.caps.metricsql:
             return None
-        ranged = promql.ranged(promql.selector(metric, [part]), self.window)
+        ranged = promql.ranged(self._sel(metric, [part]), self.window)
         return promql.aggregate(
             "max", (*self.caps.device_labels(), promql.PHI), promql.quantiles_over_time(levels, ranged)
         )
@@ -145,13 +164,31 @@ class FleetQueries:
         """Quantile over the union of a device's series, for the few devices split over several.
 
         Per-series quantiles cannot be combined into the union's; merging the series first (``max``
-        at each step of a subquery as fine as the scrape interval) can. Counts and sums stay exact
-        elsewhere: only the quantiles go through the subquery.
+        at each step of a subquery as fine as the scrape interval) can.
         """
         labels = self.caps.device_labels()
-        merged = promql.aggregate("max", labels, promql.selector(metric, [one_of(dcgm.UUID, uuids)]))
+        merged = promql.aggregate("max", labels, self._sel(metric, [one_of(dcgm.UUID, uuids)]))
         sub = f"({merged})[{promql.duration(self.window)}:{promql.duration(step)}]"
         return promql.aggregate("max", labels, f"quantile_over_time({promql.number(q)}, {sub})")
+
+    def device_union_total(self, func: str, metric: str, uuids: Sequence[str], step: timedelta) -> str:
+        """Samples (``count_over_time``) or their sum (``sum_over_time``) of the union of a device's
+        series, for the devices split over several.
+
+        Series of one holder follow each other (its exporter moved: a new ``instance``) or run side
+        by side (two scrape jobs, an HA pair's replicas, each with gaps of its own). Adding their
+        counts is right for the first and counts the second twice, hiding a gap both share; taking
+        each step of a subquery at the scrape interval from the series that delivered most in it is
+        right for both. The step's range stops 1 ms short, so a sample on a step's edge counts once.
+        """
+        if func not in _UNION_TOTALS:
+            raise ValueError(f"not a union total: {func!r}")
+        labels = self.caps.device_labels()
+        reach = promql.duration(step - timedelta(milliseconds=1))
+        selected = self._sel(metric, [one_of(dcgm.UUID, uuids)])
+        per_step = promql.aggregate("max", labels, f"{func}({selected}[{reach}])")
+        sub = f"({per_step})[{promql.duration(self.window)}:{promql.duration(step)}]"
+        return promql.aggregate("sum", labels, f"sum_over_time({sub})")
 
     def histogram_increase(self) -> str:
         labels = (*self.caps.device_labels(), dcgm.LE)
@@ -160,11 +197,11 @@ class FleetQueries:
 
     def device_raw(self, metric: str, uuids: Sequence[str], window: timedelta) -> str:
         """Raw samples of a few GPUs (filtered to the exact holders afterwards)."""
-        return promql.ranged(promql.selector(metric, [one_of(dcgm.UUID, uuids)]), window)
+        return promql.ranged(self._sel(metric, [one_of(dcgm.UUID, uuids)]), window)
 
     def bucket_raw(self, uuids: Sequence[str], window: timedelta) -> str:
         matchers = [one_of(dcgm.UUID, uuids), one_of(dcgm.LE, self.caps.histogram_le)]
-        return promql.ranged(promql.selector(dcgm.SAMPLE_HISTOGRAM_BUCKET, matchers), window)
+        return promql.ranged(self._sel(dcgm.SAMPLE_HISTOGRAM_BUCKET, matchers), window)
 
     def one_device_raw(self, metric: str, key: DeviceKey, job: str, reach: timedelta | None = None) -> str:
         """The samples of one device holder over the window's last ``reach`` (all of it by default):
@@ -173,7 +210,7 @@ class FleetQueries:
         if self.caps.mig:
             matchers.append(eq(dcgm.MIG_INSTANCE, key.mig_instance))
         window = self.window if reach is None else min(self.window, reach)
-        return promql.ranged(promql.selector(metric, matchers), window)
+        return promql.ranged(self._sel(metric, matchers), window)
 
     def memory(self, uuids: Sequence[str]) -> str:
         return promql.aggregate(
@@ -188,7 +225,7 @@ class FleetQueries:
     # so reading them over the window costs little next to the GPU series.
 
     def _gpu_requests(self) -> str:
-        return promql.selector(dcgm.KUBE_POD_REQUESTS, [Matcher("resource", "=~", dcgm.GPU_RESOURCE_REGEX)])
+        return self._sel(dcgm.KUBE_POD_REQUESTS, [Matcher("resource", "=~", dcgm.GPU_RESOURCE_REGEX)])
 
     def _last(self, selector_text: str) -> str:
         return promql.over_time("last_over_time", promql.ranged(selector_text, self.window))
@@ -214,7 +251,7 @@ class FleetQueries:
             held = [ne(self.caps.gpu_pod.pod, "")]
             parts += [
                 promql.aggregate(
-                    "group", CANONICAL.names, canonical(promql.selector(metric, held), self.caps.gpu_pod)
+                    "group", CANONICAL.names, canonical(self._sel(metric, held), self.caps.gpu_pod)
                 )
                 for metric in self.caps.util_metrics
             ]
@@ -254,12 +291,12 @@ class FleetQueries:
         if self.caps.metricsql:
             return self._ksm("max", CANONICAL.names, self._last_seen_metricsql())
         if self.caps.pod_phase:
-            running = promql.selector(dcgm.KUBE_POD_STATUS_PHASE, [eq("phase", "Running")])
+            running = self._sel(dcgm.KUBE_POD_STATUS_PHASE, [eq("phase", "Running")])
             # timestamp() of the plain selector is the sample's own time (a filtered expression's is
             # the evaluation time, which a series without staleness markers stretches by the lookback).
             stamp = f"(timestamp({running}) and ({running} == 1))"
         else:
-            stamp = f"timestamp({dcgm.KUBE_POD_OWNER})"
+            stamp = f"timestamp({self._sel(dcgm.KUBE_POD_OWNER)})"
         seen = f"max_over_time({stamp}[{promql.duration(self.window)}:1m])"
         return self._ksm("max", CANONICAL.names, seen)
 
@@ -268,69 +305,80 @@ class FleetQueries:
         of the last sample holding the maximum, which, for a 0/1 series whose maximum is 1, is the
         last ``Running`` report; ``tlast_over_time``, the last report."""
         if not self.caps.pod_phase:
-            return f"tlast_over_time({promql.ranged(dcgm.KUBE_POD_OWNER, self.window)})"
-        running = promql.ranged(
-            promql.selector(dcgm.KUBE_POD_STATUS_PHASE, [eq("phase", "Running")]), self.window
-        )
+            return f"tlast_over_time({promql.ranged(self._sel(dcgm.KUBE_POD_OWNER), self.window)})"
+        running = promql.ranged(self._sel(dcgm.KUBE_POD_STATUS_PHASE, [eq("phase", "Running")]), self.window)
         return f"(tmax_over_time({running}) and (max_over_time({running}) == 1))"
 
     def pod_scheduled(self) -> str:
         """1 for pods whose PodScheduled condition was true at some time in the window, else 0."""
-        scheduled = promql.selector(dcgm.KUBE_POD_STATUS_SCHEDULED, [eq("condition", "true")])
+        scheduled = self._sel(dcgm.KUBE_POD_STATUS_SCHEDULED, [eq("condition", "true")])
         ranged = promql.over_time("max_over_time", promql.ranged(scheduled, self.window))
         return self._ksm("max", CANONICAL.names, ranged)
 
     def pod_pending(self) -> str:
         """1 for pods whose phase was Pending at their last report in the window."""
-        pending = promql.selector(dcgm.KUBE_POD_STATUS_PHASE, [eq("phase", "Pending")])
+        pending = self._sel(dcgm.KUBE_POD_STATUS_PHASE, [eq("phase", "Pending")])
         return self._ksm("max", CANONICAL.names, self._last(pending))
 
     def pod_gpu_requests(self) -> str:
         """GPUs each pod incarnation requested, per node label (empty until it is scheduled)."""
         requested = canonical(self._last(self._gpu_requests()), self.caps.ksm_pod)
-        return promql.aggregate("sum", (*CANONICAL.names, "uid", "node"), requested)
+        per_container = once_each((*CANONICAL.names, "uid", "node", "container", "resource"), requested)
+        return promql.aggregate("sum", (*CANONICAL.names, "uid", "node"), per_container)
 
     def replicaset_owners(self) -> str:
         ns = self.caps.ksm_pod.namespace
-        owners = self._last(promql.selector(dcgm.KUBE_POD_OWNER, [eq("owner_kind", "ReplicaSet")]))
+        owners = self._last(self._sel(dcgm.KUBE_POD_OWNER, [eq("owner_kind", "ReplicaSet")]))
         gpu_owners = self._ksm("group", (*CANONICAL.names, "owner_name"), owners)
         gpu_replicasets = f'label_replace({gpu_owners}, "replicaset", "$1", "owner_name", "(.+)")'
-        rs = copy_label(self._last(dcgm.KUBE_REPLICASET_OWNER), "namespace", ns)
+        rs = copy_label(self._last(self._sel(dcgm.KUBE_REPLICASET_OWNER)), "namespace", ns)
         labels = ("namespace", "replicaset", "owner_kind", "owner_name", "owner_is_controller")
         return f"({promql.aggregate('max', labels, rs)}) and on (namespace, replicaset) ({gpu_replicasets})"
 
     def job_owners(self) -> str:
         """What created each GPU pod's Job (CronJob, JobSet, ...): ``kube_job_owner``."""
         ns = self.caps.ksm_pod.namespace
-        owners = self._last(promql.selector(dcgm.KUBE_POD_OWNER, [eq("owner_kind", "Job")]))
+        owners = self._last(self._sel(dcgm.KUBE_POD_OWNER, [eq("owner_kind", "Job")]))
         gpu_owners = self._ksm("group", (*CANONICAL.names, "owner_name"), owners)
         gpu_jobs = f'label_replace({gpu_owners}, "job_name", "$1", "owner_name", "(.+)")'
         above = copy_label(
-            self._last(promql.selector(dcgm.KUBE_JOB_OWNER, [ne("owner_kind", "<none>")])), "namespace", ns
+            self._last(self._sel(dcgm.KUBE_JOB_OWNER, [ne("owner_kind", "<none>")])), "namespace", ns
         )
         labels = ("namespace", "job_name", "owner_kind", "owner_name", "owner_is_controller")
         return f"({promql.aggregate('max', labels, above)}) and on (namespace, job_name) ({gpu_jobs})"
 
     def pod_groups(self) -> str:
         """The ``app.kubernetes.io/name`` label of GPU pods, where kube-state-metrics exports it."""
-        labelled = promql.selector(dcgm.KUBE_POD_LABELS, [ne(dcgm.JOB_GROUP_LABEL, "")])
+        labelled = self._sel(dcgm.KUBE_POD_LABELS, [ne(dcgm.JOB_GROUP_LABEL, "")])
         labels = (*CANONICAL.names, dcgm.JOB_GROUP_LABEL)
         return self._ksm("max", labels, self._last(labelled))
 
     def cpu_usage(self) -> str:
-        rate = self._over("rate", dcgm.CPU_USAGE, _REAL_CONTAINERS)
-        return self._gpu_only(promql.aggregate("sum", CANONICAL.names, rate))
+        return self._gpu_only(self._per_pod_cadvisor("rate", dcgm.CPU_USAGE))
+
+    def _per_pod_cadvisor(self, func: str, metric: str) -> str:
+        """``func`` of a cAdvisor counter summed over a pod's containers, each container (one cgroup,
+        ``id``; a restarted one is another) counted once however many scrapes delivered it."""
+        per_series = self._over(func, metric, _REAL_CONTAINERS)
+        return promql.aggregate("sum", CANONICAL.names, once_each(_CADVISOR_IDENTITY, per_series))
 
     def cpu_limits(self) -> str:
-        limits = self._over("max_over_time", dcgm.KUBE_POD_LIMITS, [eq("resource", "cpu")])
-        return self._ksm("sum", CANONICAL.names, limits)
+        return self._cpu_per_pod(dcgm.KUBE_POD_LIMITS)
 
     def cpu_requests(self) -> str:
-        requests = self._over("max_over_time", dcgm.KUBE_POD_REQUESTS, [eq("resource", "cpu")])
-        return self._ksm("sum", CANONICAL.names, requests)
+        return self._cpu_per_pod(dcgm.KUBE_POD_REQUESTS)
+
+    def _cpu_per_pod(self, metric: str) -> str:
+        """A pod's CPU limit or request: its containers' summed, each container counted once
+        whatever reported it (and at its largest over the window, whichever incarnation)."""
+        per_series = canonical(
+            self._over("max_over_time", metric, [eq("resource", "cpu")]), self.caps.ksm_pod
+        )
+        return self._gpu_only(
+            promql.aggregate("sum", CANONICAL.names, once_each((*CANONICAL.names, "container"), per_series))
+        )
 
     def cpu_throttled_ratio(self) -> str:
-        def total(metric: str) -> str:
-            return promql.aggregate("sum", CANONICAL.names, self._over("increase", metric, _REAL_CONTAINERS))
-
-        return self._gpu_only(f"{total(dcgm.CPU_THROTTLED)} / {total(dcgm.CPU_PERIODS)}")
+        throttled = self._per_pod_cadvisor("increase", dcgm.CPU_THROTTLED)
+        periods = self._per_pod_cadvisor("increase", dcgm.CPU_PERIODS)
+        return self._gpu_only(f"{throttled} / {periods}")

@@ -23,6 +23,15 @@ class MetricsSource(Protocol):
         """Where the data came from, for the report (a URL or a scenario name)."""
         ...
 
+    def clusters(self, window: TimeWindow) -> list[str]:
+        """The clusters the source holds GPU series of in ``window``, by the values of its cluster
+        label; empty where no series carries one (one cluster)."""
+        ...
+
+    def for_cluster(self, cluster: str) -> MetricsSource:
+        """The source restricted to one cluster's series (every query carries its label's value)."""
+        ...
+
     def snapshot(self, window: TimeWindow, thresholds: Thresholds) -> FleetSnapshot:
         """Discover what the source holds, then every per-device and per-pod aggregate over ``window``."""
         ...

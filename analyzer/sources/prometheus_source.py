@@ -93,6 +93,8 @@ PODS_PER_QUERY = 150
 # Answer rows one closer-look query may return (about 4 MB parsed): the largest answers parsed at
 # once set a run's peak memory, and MetricsQL's shorter text fits three times the holders.
 MAX_ROWS_PER_QUERY = 4_000
+# GPUs one union query names (a UUID takes about 45 characters of the text).
+UUIDS_PER_UNION_QUERY = 200
 # MetricsQL only (a PromQL engine knows no such function), over a series that never exists.
 METRICSQL_PROBE = 'count_le_over_time(gpu_analyzer_probe{never="set"}[1s], 0)'
 
@@ -107,8 +109,17 @@ class PrometheusSource:
         max_points_per_series: int = MAX_POINTS_PER_SERIES,
         max_samples_per_query: int = MAX_SAMPLES_PER_QUERY,
         recording_rules: bool = True,
+        cluster_label: str = dcgm.CLUSTER_LABEL,
+        cluster: str | None = None,
     ) -> None:
         self.client = client if isinstance(client, PrometheusClient) else PrometheusClient(client)
+        # Where one query view holds many clusters, the label telling them apart; a source made for
+        # one of them (``for_cluster``) carries its value in every selector.
+        self.cluster_label = promql.check_label_name(cluster_label)
+        self.cluster = cluster
+        self.scope: tuple[promql.Matcher, ...] = (
+            (promql.eq(cluster_label, cluster),) if cluster is not None else ()
+        )
         if util_scale not in ("auto", "percent", "ratio"):
             raise ValueError(f"util_scale must be auto, percent or ratio, not {util_scale!r}")
         self.util_scale = util_scale
@@ -194,20 +205,45 @@ class PrometheusSource:
     def description(self) -> str:
         return self.client.config.display_url
 
+    # --- clusters -------------------------------------------------------------------------------
+
+    def clusters(self, window: TimeWindow) -> list[str]:
+        """The cluster label's values on the GPU utilization series in the window (none: one cluster,
+        or series that do not say)."""
+        found = self.client.label_values(
+            self.cluster_label, FleetQueries.util_match(), window.start, window.end
+        )
+        return sorted(v for v in found if v)
+
+    def for_cluster(self, cluster: str) -> PrometheusSource:
+        """This source restricted to one cluster's series (same client: one bound on requests)."""
+        return PrometheusSource(
+            self.client,
+            self.util_scale,
+            self.max_points_per_series,
+            self.max_samples_per_query,
+            self.recording_rules,
+            cluster_label=self.cluster_label,
+            cluster=cluster,
+        )
+
     # --- discovery ------------------------------------------------------------------------------
 
     def discover(self, window: TimeWindow, t: Thresholds) -> Capabilities:
         """What the source holds over the window, decided once per run."""
         start, end = window.start, window.end
+        scope = self.scope
         # Four label calls side by side, with the engine's build info and the MetricsQL probe: the
         # three label calls that matter only if a name is present answer empty when it is not, and
         # one round trip is cheaper than two.
         extra = rollups.ALL_NAMES if self.recording_rules else ()
         calls: list[Callable[[], list[str]]] = [
-            lambda: self.client.label_values("__name__", FleetQueries.names_match(extra), start, end),
-            lambda: self.client.label_names(FleetQueries.util_match(), start, end),
-            lambda: self.client.label_names(dcgm.KUBE_POD_OWNER, start, end),
-            lambda: self.client.label_values(dcgm.LE, dcgm.SAMPLE_HISTOGRAM_BUCKET, start, end),
+            lambda: self.client.label_values("__name__", FleetQueries.names_match(extra, scope), start, end),
+            lambda: self.client.label_names(FleetQueries.util_match(scope), start, end),
+            lambda: self.client.label_names(promql.selector(dcgm.KUBE_POD_OWNER, scope), start, end),
+            lambda: self.client.label_values(
+                dcgm.LE, promql.selector(dcgm.SAMPLE_HISTOGRAM_BUCKET, scope), start, end
+            ),
             self._engine,
             lambda: self._metricsql(window),
         ]
@@ -248,6 +284,7 @@ class PrometheusSource:
             prometheus_engine=bool(engine),
             metricsql=bool(metricsql),
             fleet_series=int(metricsql[1]) if len(metricsql) > 1 else None,
+            scope=scope,
         )
 
     def _engine(self) -> list[str]:
@@ -268,7 +305,7 @@ class PrometheusSource:
         together are refused, the probe alone is asked again, so that a count the server would not
         give never costs the MetricsQL rollups.
         """
-        with_size = f"{METRICSQL_PROBE} or {FleetQueries.util_series()}"
+        with_size = f"{METRICSQL_PROBE} or {FleetQueries.util_series(self.scope)}"
         try:
             found = self.client.vector(with_size, window.end)
         except DataUnavailableError:
@@ -285,7 +322,7 @@ class PrometheusSource:
         if not caps.rollups:
             return {}
         latest: dict[str, datetime] = {}
-        for s in self._vector(rollups.latest_query(caps.rollups), window.end):
+        for s in self._vector(rollups.latest_query(caps.rollups, caps.scope), window.end):
             stamp = datetime.fromtimestamp(round(s.value * 1000) / 1000, tz=window.end.tzinfo)
             latest[s.labels.get(rollups.METRIC_LABEL, "")] = stamp
         covers = {}
@@ -299,7 +336,7 @@ class PrometheusSource:
             return {}
         evaluations = {
             s.labels.get(rollups.METRIC_LABEL, ""): s.value
-            for s in self._vector(rollups.check_query(covers), window.end)
+            for s in self._vector(rollups.check_query(covers, caps.scope), window.end)
         }
         out = {}
         for metric, c in covers.items():
@@ -412,7 +449,7 @@ class PrometheusSource:
             else self._vector(q.device_series_count(metric), at)
             for metric, rolled in both.items()
         }
-        self._union_quantiles(q, caps, counts, series, numbers, intervals, (q_low, q_high), at)
+        self._union_numbers(q, caps, counts, series, numbers, intervals, (q_low, q_high), at)
 
         # The DEV gauge's unit per scrape job follows from the per-device maxima and sums just read.
         dev_max: dict[str, list[float]] = defaultdict(list)
@@ -523,19 +560,22 @@ class PrometheusSource:
         out += [q.cpu_throttled_ratio()] if caps.cpu_throttling else []
         return out
 
-    def _union_quantiles(
+    def _union_numbers(
         self,
         q: FleetQueries,
         caps: Capabilities,
-        counts: Mapping[DeviceKey, tuple[str, VectorSample]],
+        counts: dict[DeviceKey, tuple[str, VectorSample]],
         series: Mapping[str, Sequence[VectorSample]],
         numbers: dict[str, dict[DeviceKey, float]],
         intervals: Mapping[str, float],
         levels: tuple[float, float],
         at: datetime,
     ) -> None:
-        """Replace per-series quantiles by the union's for devices whose samples span several series
-        (``series``: series per holder, by metric, maybe in several rows per holder)."""
+        """Replace per-series counts, sums and quantiles by the union's for devices whose samples
+        span several series (``series``: series per holder, by metric, maybe in several rows per
+        holder): one after the other (a moved exporter) or side by side (two scrape jobs, an HA
+        pair written twice), see ``FleetQueries.device_union_total``. The maximum needs nothing:
+        the union's is the largest of its series'."""
         for metric in caps.util_metrics:
             # A row counts the series of one label set; rows of one holder are added up only
             # where each has several, as PromQL's filtered count (`> 1`) leaves them.
@@ -545,20 +585,40 @@ class PrometheusSource:
             if not split:
                 continue
             jobs = {counts[k][1].labels.get(dcgm.JOB, "") for k in split}
-            step = min((intervals[j] for j in jobs if j in intervals), default=15.0)
+            step_s = min((intervals[j] for j in jobs if j in intervals), default=15.0)
             # Over a long window the union is sampled every few scrapes, as no subquery may take more
-            # than MAX_SUBQUERY_STEPS steps (the quantiles of these few devices are then estimates).
-            step *= max(1, ceil(q.window.total_seconds() / step / MAX_SUBQUERY_STEPS))
+            # than MAX_SUBQUERY_STEPS steps (the quantiles of these few devices are then estimates;
+            # counts and sums stay whole, each step taking every sample of its range).
+            step = timedelta(
+                seconds=step_s * max(1, ceil(q.window.total_seconds() / step_s / MAX_SUBQUERY_STEPS))
+            )
             uuids = sorted({k.uuid for k in split})
-            named = [
-                (name, q.device_quantile_union(metric, level, uuids, timedelta(seconds=step)))
-                for name, level in (("q_low", levels[0]), ("q_high", levels[1]), ("median", 0.5))
-            ]
+            log.info(
+                "%d GPU holders of %s are reported by more than one series (a moved exporter, two scrape "
+                "jobs, or an HA pair written twice): their numbers come from the series merged every %gs",
+                len(split),
+                metric,
+                step.total_seconds(),
+            )
+            named: list[tuple[str, str]] = []
+            for chunk in _chunks(uuids, UUIDS_PER_UNION_QUERY):
+                named += [
+                    (name, q.device_quantile_union(metric, level, chunk, step))
+                    for name, level in (("q_low", levels[0]), ("q_high", levels[1]), ("median", 0.5))
+                ]
+                named += [
+                    ("count", q.device_union_total("count_over_time", metric, chunk, step)),
+                    ("sum", q.device_union_total("sum_over_time", metric, chunk, step)),
+                ]
             self._fetch([query for _, query in named], at)
             for name, query in named:
                 for s in self._vector(query, at):
                     key = self._key(s.labels, caps)
-                    if key in split:
+                    if key not in split:
+                        continue
+                    if name == "count":
+                        counts[key] = (metric, VectorSample(counts[key][1].labels, s.value))
+                    else:
                         numbers[name][key] = s.value
 
     def _keys_of(self, answer: Sequence[VectorSample], caps: Capabilities) -> list[DeviceKey | None]:
@@ -610,7 +670,7 @@ class PrometheusSource:
             # The last hour first: the interval needs a few hundred gaps, not a week of samples.
             for reach in (INTERVAL_PROBE, None):
                 series = self.client.matrix(q.one_device_raw(metric, key, job, reach), end)
-                stamps = np.concatenate([s.timestamps for s in series]) if series else np.empty(0)
+                stamps = [s.timestamps for s in series]
                 interval = dcgm.median_interval(stamps)
                 if interval is not None or q.window <= INTERVAL_PROBE:
                     break
@@ -620,7 +680,7 @@ class PrometheusSource:
                     "cannot measure the sample interval of job %r from %d samples; its GPUs are "
                     "reported as unknown (set detection.scrapeInterval to override)",
                     job,
-                    stamps.size,
+                    sum(t.size for t in stamps),
                 )
                 continue
             out[job] = interval
@@ -1231,6 +1291,11 @@ def _tag_of(item: str | tuple[str, str]) -> str | None:
 
 def _text_of(item: str | tuple[str, str]) -> str:
     return item[0] if isinstance(item, tuple) else item
+
+
+def _chunks(items: Sequence[str], size: int) -> Iterator[Sequence[str]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
 
 
 def _added(

@@ -52,9 +52,9 @@ def rule_name(metric: str) -> str:
     return promql.check_metric_name(f"gpu_analyzer:{metric}:rollup_5m")
 
 
-def selector(metric: str, kind: str) -> str:
-    """The rollup series of one kind: count, sum, max, or the fleet-wide count."""
-    return promql.selector(rule_name(metric), [promql.eq(ROLLUP_LABEL, kind)])
+def selector(metric: str, kind: str, scope: Sequence[Matcher] = ()) -> str:
+    """The rollup series of one kind: count, sum, max, or the fleet-wide count (within ``scope``)."""
+    return promql.selector(rule_name(metric), [*scope, promql.eq(ROLLUP_LABEL, kind)])
 
 
 ALL_NAMES = tuple(rule_name(metric) for metric in dcgm.UTIL_METRICS)
@@ -117,20 +117,21 @@ def _interior(cover_: Cover) -> timedelta:
     return cover_.interior - STEP / 2
 
 
-def latest_query(metrics: Sequence[str]) -> str:
+def latest_query(metrics: Sequence[str], scope: Sequence[Matcher] = ()) -> str:
     """When each metric's rollups were last evaluated (``timestamp`` of the plain selector is the
     sample's own time)."""
     parts = [
-        f'label_replace(timestamp({selector(m, FLEET)}), "{METRIC_LABEL}", "{promql.escape(m)}", "", "")'
+        f"label_replace(timestamp({selector(m, FLEET, scope)}), "
+        f'"{METRIC_LABEL}", "{promql.escape(m)}", "", "")'
         for m in metrics
     ]
     return " or ".join(parts)
 
 
-def check_query(covers: Mapping[str, Cover]) -> str:
+def check_query(covers: Mapping[str, Cover], scope: Sequence[Matcher] = ()) -> str:
     """How many evaluations recorded each metric's rollups over its interior: one number per metric."""
     parts = [
-        f"label_replace(count_over_time({_ranged(selector(m, FLEET), _interior(c), c.trail - LAG)}), "
+        f"label_replace(count_over_time({_ranged(selector(m, FLEET, scope), _interior(c), c.trail - LAG)}), "
         f'"{METRIC_LABEL}", "{promql.escape(m)}", "", "")'
         for m, c in covers.items()
     ]
@@ -150,8 +151,8 @@ class RolledUpQueries(FleetQueries):
 
     def _trail(self, func: str, metric: str, c: Cover) -> str:
         """``func`` over (b, end]: [b - 5m, end] minus [b - 5m, b], whatever the range semantics."""
-        whole = f"{func}({_ranged(metric, c.trail + STEP, timedelta(0))})"
-        before = f"{func}({_ranged(metric, STEP, c.trail)})"
+        whole = f"{func}({_ranged(self._sel(metric), c.trail + STEP, timedelta(0))})"
+        before = f"{func}({_ranged(self._sel(metric), STEP, c.trail)})"
         # A series without samples before b has no `before`: it subtracts nothing.
         difference = f"{whole} - ({before} or 0 * {whole})"
         # Series whose samples all lie before b come out at 0: no part of the trail for a count
@@ -161,16 +162,18 @@ class RolledUpQueries(FleetQueries):
     def _parts(self, metric: str, raw_func: str, kind: str, rollup_func: str) -> list[tuple[str, str]]:
         c = self.covers[metric]
         # Rollups are stamped LAG after the span they cover.
-        rollup = f"{rollup_func}({_ranged(selector(metric, kind), _interior(c), c.trail - LAG)})"
+        rollup = (
+            f"{rollup_func}({_ranged(selector(metric, kind, self.caps.scope), _interior(c), c.trail - LAG)})"
+        )
         parts = [
-            ("lead", f"{raw_func}({_ranged(metric, c.lead, c.interior + c.trail)})"),
+            ("lead", f"{raw_func}({_ranged(self._sel(metric), c.lead, c.interior + c.trail)})"),
             # Without its ``rollup`` label a rollup series carries exactly its raw series' labels.
             ("rollups", f'label_replace({rollup}, "{ROLLUP_LABEL}", "", "", "")'),
         ]
         if c.trail > timedelta(0):  # always, LAG at least; kept for a LAG of 0
             if raw_func == "max_over_time":
                 # A maximum may see b's sample twice: [b, end] is as good as (b, end].
-                trail = f"max_over_time({_ranged(metric, c.trail, timedelta(0))})"
+                trail = f"max_over_time({_ranged(self._sel(metric), c.trail, timedelta(0))})"
             else:
                 trail = self._trail(raw_func, metric, c)
             parts.append(("trail", trail))

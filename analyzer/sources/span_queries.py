@@ -97,7 +97,7 @@ class SpanTerm:
             else:
                 holders = [one_of(dcgm.UUID, sorted(self.uuids))]
         self.holders = list(holders)
-        self.selector = promql.selector(metric, self.holders)
+        self.selector = promql.selector(metric, [*caps.scope, *self.holders])
 
     @classmethod
     def pods_of_job(
@@ -249,7 +249,8 @@ class SpanTerm:
     def histogram(self) -> str:
         labels = (*self.caps.device_labels(), dcgm.LE)
         buckets = promql.selector(
-            dcgm.SAMPLE_HISTOGRAM_BUCKET, [*self.holders, one_of(dcgm.LE, self.caps.histogram_le)]
+            dcgm.SAMPLE_HISTOGRAM_BUCKET,
+            [*self.caps.scope, *self.holders, one_of(dcgm.LE, self.caps.histogram_le)],
         )
         return promql.aggregate("sum", labels, f"increase({self._range(buckets)})")
 

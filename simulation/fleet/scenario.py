@@ -177,6 +177,44 @@ class LabelStyle(_Spec):
     pod_prefix: Literal["", "exported_"] = ""
 
 
+class KubeStateMetricsDelivery(_Spec):
+    """How kube-state-metrics' series reach the TSDB (see simulation.fleet.delivery)."""
+
+    moves: tuple[Offset, ...] = ()  # rescheduled: from each offset on, a new pod (instance, pod labels)
+    rollout_overlap: Duration = timedelta(0)  # after a move, the old pod still reports this long
+    replicas: int = Field(default=1, ge=1, le=4)  # every object exported by each replica
+    shards: int = Field(default=1, ge=1, le=8)  # --total-shards: each object exported by one shard
+
+
+class ReplicaGap(_Spec):
+    """HA replica ``replica`` holds no sample between ``start`` and ``end`` (the other one does)."""
+
+    replica: int = Field(ge=0)
+    start: Offset
+    end: Offset
+
+
+class Delivery(_Spec):
+    """How the monitoring stack delivers the series: duplicated, and from which cluster."""
+
+    kube_state_metrics: KubeStateMetricsDelivery | None = None
+    gpu_scrapes: int = Field(default=1, ge=1, le=3)  # GPU exporters scraped by this many jobs
+    ha_replicas: int = Field(default=1, ge=1, le=3)  # an HA pair remote-writing without deduplication
+    replica_label: str = Field(default="prometheus_replica", pattern=r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+    replica_gaps: tuple[ReplicaGap, ...] = ()
+    cluster: str | None = Field(default=None, min_length=1)  # the external label's value
+    cluster_label: str = Field(default="cluster", pattern=r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+
+    @model_validator(mode="after")
+    def _checks(self) -> Delivery:
+        for gap in self.replica_gaps:
+            if gap.replica >= self.ha_replicas:
+                raise ValueError(
+                    f"replica_gaps: replica {gap.replica} does not exist ({self.ha_replicas} replicas)"
+                )
+        return self
+
+
 class Scenario(_Spec):
     name: str
     seed: int = 0
@@ -191,6 +229,7 @@ class Scenario(_Spec):
     driver_version: str = "550.54.15"
     nodes: tuple[NodeSpec, ...] = Field(min_length=1)
     workloads: tuple[WorkloadSpec, ...] = ()
+    delivery: Delivery = Delivery()
 
     @model_validator(mode="after")
     def _checks(self) -> Scenario:

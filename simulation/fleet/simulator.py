@@ -20,23 +20,14 @@ import numpy as np
 
 from common.model import WorkloadRef
 from simulation.fleet import behaviours
+from simulation.fleet.delivery import deliver
 from simulation.fleet.scenario import NodeSpec, Scenario, ScenarioError, WorkloadKind, WorkloadSpec
+from simulation.fleet.series import Series as Series  # re-exported: where the simulator's users find it
 
 UTIL_BUCKETS = (5.0, 10.0, 25.0, 50.0, 75.0, 90.0, 95.0)
 _K8S_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _CFS_PERIODS_PER_SECOND = 10.0  # the default 100 ms CFS period
 _NAMESPACE_UUID = uuid.UUID("6f1c2f8e-1d1e-4c55-9a0c-5b0f3f0a9d11")
-
-
-@dataclass(frozen=True)
-class Series:
-    name: str
-    labels: tuple[tuple[str, str], ...]
-    timestamps: np.ndarray  # unix seconds, ascending
-    values: np.ndarray
-
-    def label(self, key: str) -> str | None:
-        return dict(self.labels).get(key)
 
 
 @dataclass(frozen=True)
@@ -240,6 +231,7 @@ def simulate(scenario: Scenario) -> Fleet:
         fleet.series.extend(_relocated(series, moves) if moves else series)
     fleet.series.extend(_kube_state_series(scenario, times, pods))
     fleet.series.extend(_cadvisor_series(scenario, times, pods, traces))
+    fleet.series = deliver(scenario, fleet.series)
     return fleet
 
 
