@@ -328,9 +328,25 @@ def offender_series(
     source: MetricsSource, analysis: Analysis, top: int = 6, thresholds: Thresholds | None = None
 ) -> list[OffenderSeries]:
     """Raw signals of the top offenders' GPUs (one more batch of raw pulls): utilization, plus the
-    sample histogram's counters for a bimodal starvation whose shares came from it."""
+    sample histogram's counters for a bimodal starvation whose shares came from it. Of several
+    clusters, each offender's signals come from its own cluster's source and analysis."""
     t = thresholds or Thresholds()
     chosen = top_offenders(analysis.report.findings, top)
+    if not analysis.parts:
+        return _offender_series(source, analysis, chosen, t)
+    found = {
+        id(s.finding): s
+        for part in analysis.parts
+        for s in _offender_series(
+            part.source, part.analysis, [f for f in chosen if f.cluster == part.cluster], t
+        )
+    }
+    return [found[id(f)] for f in chosen if id(f) in found]
+
+
+def _offender_series(
+    source: MetricsSource, analysis: Analysis, chosen: Sequence[Finding], t: Thresholds
+) -> list[OffenderSeries]:
     devices: dict[str, tuple[DeviceView, ...]] = {v.ref.key(): v.devices for v in analysis.workloads}
     devices |= {f"/Node/{n.name}": n.devices for n in analysis.nodes}
     wanted = {f.workload.key(): devices.get(f.workload.key(), ()) for f in chosen}

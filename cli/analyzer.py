@@ -44,6 +44,14 @@ def build_parser() -> argparse.ArgumentParser:
     conventions.add_end_option(a, "end of the window")
     conventions.add_namespace_option(a, "analyze only the workloads in this namespace")
     a.add_argument(
+        "--cluster",
+        dest="clusters",
+        action="append",
+        type=conventions.cluster_arg,
+        metavar="NAME",
+        help="analyze only this cluster, by the value of --cluster-label (repeat for several)",
+    )
+    a.add_argument(
         "--policy",
         type=Path,
         help="policy file: its detection: block sets the thresholds, pricePerGpuHour and currency the costs",
@@ -117,7 +125,8 @@ def _source_and_window(args: argparse.Namespace) -> tuple[MetricsSource, TimeWin
     config = prometheus_options.prometheus_config(args)
     now = datetime.now(UTC)
     end = args.end or now
-    return PrometheusSource(config, util_scale=args.util_scale), _window(end, args.window), now
+    source = PrometheusSource(config, util_scale=args.util_scale, cluster_label=args.cluster_label)
+    return source, _window(end, args.window), now
 
 
 def _window(end: datetime, length: timedelta) -> TimeWindow:
@@ -144,7 +153,13 @@ def _analyze(args: argparse.Namespace, err: Console) -> int:
     source, window, now = _source_and_window(args)
     with _progress(err) as progress:
         analysis = analyze_in_detail(
-            source, window, thresholds, now=now, progress=progress, namespaces=args.namespaces or ()
+            source,
+            window,
+            thresholds,
+            now=now,
+            progress=progress,
+            namespaces=args.namespaces or (),
+            clusters=args.clusters or (),
         )
         offenders = []
         if args.format == "html" and args.top:

@@ -31,6 +31,7 @@ log = logging.getLogger("cli")
 
 # A Kubernetes namespace name (an RFC 1123 label).
 _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 
 
 def tool_version() -> str:
@@ -172,6 +173,18 @@ def past_time_arg(text: str) -> datetime:
 def namespace_arg(text: str) -> str:
     if not _NAMESPACE.fullmatch(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a Kubernetes namespace name")
+    return text
+
+
+def label_name_arg(text: str) -> str:
+    if not _LABEL_NAME.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*)")
+    return text
+
+
+def cluster_arg(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("a cluster name cannot be empty")
     return text
 
 

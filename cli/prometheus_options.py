@@ -111,6 +111,14 @@ _PROMETHEUS = (
         "N",
     ),
     _Option(
+        "--cluster-label",
+        "cluster_label",
+        "the label telling clusters apart where one query view (Thanos, Mimir, VictoriaMetrics) holds "
+        "several; each is analysed apart (default cluster)",
+        conventions.label_name_arg,
+        "LABEL",
+    ),
+    _Option(
         "--util-scale",
         "util_scale",
         "unit of DCGM_FI_DEV_GPU_UTIL: auto (detected per scrape job, the default), percent or ratio",
@@ -123,6 +131,7 @@ _DEFAULTS: dict[str, Any] = {
     "prometheus_retries": 3,
     "prometheus_concurrency": 4,
     "util_scale": "auto",
+    "cluster_label": "cluster",
     "prometheus_insecure_skip_verify": False,
 }
 
