@@ -36,6 +36,7 @@ from analyzer.sources.aggregates import (
     quantile_levels,
     span_numbers_from_samples,
     util_stats,
+    with_sharers,
 )
 from analyzer.sources.dcgm import Capabilities
 from analyzer.sources.errors import NoDataError
@@ -196,6 +197,7 @@ class InMemorySource:
                 )
         if not devices:
             raise NoDataError(f"{self.description}: no GPU utilization samples in the window")
+        devices = with_sharers(devices, dcgm.POD_SM_UTIL)
         if caps.histogram:
             devices = self._with_histograms(devices, window, caps)
         pods = self._pods(window, caps) if caps.kube_state_metrics else {}
@@ -407,10 +409,11 @@ class InMemorySource:
     def memory_used(self, snapshot: FleetSnapshot, keys: Sequence[DeviceKey]) -> dict[DeviceKey, float]:
         wanted = set(keys)
         parts: dict[DeviceKey, list[np.ndarray]] = defaultdict(list)
-        for s, _, v in self._in_window(dcgm.DEV_FB_USED, snapshot.window):
-            key = self._key(s, snapshot.capabilities)
-            if key in wanted:
-                parts[key].append(v)
+        for metric, per_mib in ((dcgm.DEV_FB_USED, 1.0), (dcgm.POD_MEMORY_USED, 1024.0 * 1024.0)):
+            for s, _, v in self._in_window(metric, snapshot.window):
+                key = self._key(s, snapshot.capabilities)
+                if key in wanted:
+                    parts[key].append(v / per_mib)
         return {k: float(np.concatenate(v).mean()) for k, v in parts.items()}
 
     def instant_value(self, promql: str, at: datetime) -> float | None:

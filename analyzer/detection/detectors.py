@@ -361,6 +361,12 @@ def idle_endpoint(w: WorkloadView, t: Thresholds, now: datetime) -> Finding | No
     )
 
 
+def time_sliced(w: WorkloadView) -> bool:
+    """Whether the workload held a share of a time-sliced GPU (judged from our exporter's per-pod
+    series): idle is measurable there, low use of a share is not."""
+    return any(d.info.sharers for d in w.devices)
+
+
 def stayed_idle(peak: float, t: Thresholds) -> bool:
     """The idle endpoint rule's test of a peak: no sample above ``idle_percent``."""
     return not peak > t.idle_percent + _EPSILON
@@ -442,6 +448,8 @@ def dataloader_starvation(w: WorkloadView, t: Thresholds, now: datetime) -> Find
     the utilization numbers.
     """
     del now
+    if time_sliced(w):
+        return None  # a pod's SM share on a time-sliced GPU also waits on its neighbours' kernels
     judged_numbers = _judged_numbers(w, t)
     if judged_numbers is None:
         return None
@@ -540,6 +548,10 @@ def low_utilization(w: WorkloadView, t: Thresholds, now: datetime) -> Finding | 
     if judged_numbers is None:
         return None
     judged, n = judged_numbers
+    if time_sliced(w) and not stayed_idle(n.max, t):
+        # Time-slicing guarantees no share: a pod's percent of the GPU says how much it used, not
+        # how much of what it holds. Only one that never used it is wasting it.
+        return None
     line = t.low_utilization_percent
     near_miss = line <= n.mean < line * (1.0 + NEAR_MISS_MARGIN)
     if n.mean >= line and not near_miss:

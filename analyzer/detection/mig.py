@@ -28,7 +28,12 @@ def slices_of(model: str | None, memory_gb: int, slices: int) -> int:
 
 
 def gpu_share(info: DeviceInfo) -> float:
-    """The share of a GPU one holder of this device holds: 1.0 for a whole GPU."""
+    """The share of a GPU one holder of this device holds: 1.0 for a whole GPU.
+
+    A time-sliced GPU counts as one GPU over the pods that shared it in the window: pods that came
+    and went count apart, so the share, and the waste a finding claims, errs small."""
+    if info.sharers:
+        return 1.0 / info.sharers
     if not info.mig_profile:
         return 1.0
     match = _COMPUTE_SLICES.match(info.mig_profile.strip())

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal, NamedTuple
 
 import numpy as np
@@ -55,6 +55,9 @@ class DeviceInfo:
     index: str | None = None
     model: str | None = None
     mig_profile: str | None = None
+    # Pods that held a share of this time-sliced GPU in the window (our exporter's per-pod series);
+    # None for a GPU, or MIG instance, held whole.
+    sharers: int | None = None
 
 
 @dataclass(frozen=True)
@@ -448,3 +451,20 @@ def pooled_shares(shares: list[Shares]) -> Shares | None:
         weight=weight,
         source=source,
     )
+
+
+def with_sharers(
+    devices: Mapping[DeviceKey, DeviceAggregate], shared_metric: str
+) -> dict[DeviceKey, DeviceAggregate]:
+    """Devices whose numbers come from ``shared_metric`` (a pod's share of a time-sliced GPU) with
+    the number of pods that shared their GPU in the window; the others unchanged."""
+    pods: dict[str, set[PodId]] = defaultdict(set)
+    for key, dev in devices.items():
+        if dev.info.metric == shared_metric:
+            pods[key.uuid].add(key.pod_id)
+    return {
+        key: replace(dev, info=replace(dev.info, sharers=len(pods[key.uuid])))
+        if dev.info.metric == shared_metric
+        else dev
+        for key, dev in devices.items()
+    }

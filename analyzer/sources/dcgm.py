@@ -28,7 +28,11 @@ DEV_GPU_UTIL = metric_names.GPU_UTIL
 DEV_FB_USED = metric_names.FB_USED
 # Preference order: the profiling ratio measures engine activity over the whole sample period;
 # the device gauge only says whether any kernel ran in NVML's last period.
-UTIL_METRICS = (PROF_GR_ENGINE_ACTIVE, DEV_GPU_UTIL)
+# Our exporter's per-pod share of a time-sliced (shared) GPU's SM time, in percent of the whole
+# GPU: the one utilization series a pod sharing a GPU has (the GPU's DCGM series carry no pod).
+POD_SM_UTIL = metric_names.POD_SM_UTILIZATION
+POD_MEMORY_USED = metric_names.POD_MEMORY_USED  # bytes held by a pod's processes on a shared GPU
+UTIL_METRICS = (PROF_GR_ENGINE_ACTIVE, DEV_GPU_UTIL, POD_SM_UTIL)
 SAMPLE_HISTOGRAM_BUCKET = metric_names.UTILIZATION_SAMPLES_BUCKET
 
 KUBE_POD_OWNER = "kube_pod_owner"
@@ -50,6 +54,7 @@ CPU_THROTTLED = "container_cpu_cfs_throttled_periods_total"
 KNOWN_METRICS = (
     *UTIL_METRICS,
     DEV_FB_USED,
+    POD_MEMORY_USED,
     SAMPLE_HISTOGRAM_BUCKET,
     KUBE_POD_OWNER,
     KUBE_REPLICASET_OWNER,
@@ -105,6 +110,7 @@ class Capabilities:
     mig: bool = False
     histogram_le: tuple[str, ...] = ()  # the bucket bounds' label values, as exported
     memory: bool = False
+    pod_memory: bool = False  # our exporter's per-pod memory on shared GPUs
     kube_state_metrics: bool = False
     replicaset_owner: bool = False
     ksm_pod: PodLabels = PodLabels()
@@ -161,7 +167,8 @@ class Capabilities:
             gpu_pod=choose_pod_labels(gpu_labels),
             mig=MIG_INSTANCE in gpu_labels,
             histogram_le=histogram_le,
-            memory=DEV_FB_USED in present,
+            memory=DEV_FB_USED in present or POD_MEMORY_USED in present,
+            pod_memory=POD_MEMORY_USED in present,
             kube_state_metrics=ksm,
             replicaset_owner=KUBE_REPLICASET_OWNER in present,
             ksm_pod=choose_pod_labels(ksm_labels) if ksm and ksm_labels else PodLabels(),
@@ -200,6 +207,8 @@ class Capabilities:
     def scale(self, metric: str, job: str) -> float:
         if metric == PROF_GR_ENGINE_ACTIVE:
             return RATIO  # DCGM profiling fields are ratios by definition
+        if metric == POD_SM_UTIL:
+            return PERCENT  # our exporter's own series, percent by definition
         return self.dev_scale.get(job, PERCENT)
 
     def describe(self) -> str:

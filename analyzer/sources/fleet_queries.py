@@ -44,6 +44,7 @@ _REAL_CONTAINERS = (ne("container", ""), ne("container", "POD"))
 # scrape keeps them) and CPU; everything else (instance, job, a replica label) is how it arrived.
 _CADVISOR_IDENTITY = (*CANONICAL.names, "container", "id", "name", "cpu")
 _UNION_TOTALS = ("count_over_time", "sum_over_time")
+_MIB = 1024 * 1024
 # The rollups of ``device_sum_and_series``: the samples' sum, and 1 per series (summed: series per
 # holder).
 SUM, SERIES = "sum_over_time", "present_over_time"
@@ -213,11 +214,13 @@ class FleetQueries:
         return promql.ranged(self._sel(metric, matchers), window)
 
     def memory(self, uuids: Sequence[str]) -> str:
-        return promql.aggregate(
-            "max",
-            self.caps.device_labels(),
-            self._over("avg_over_time", dcgm.DEV_FB_USED, [one_of(dcgm.UUID, uuids)]),
-        )
+        """Mean framebuffer held per holder (MiB): the GPU's own, and on shared GPUs each pod's
+        (our exporter's per-pod series, in bytes)."""
+        held = [self._over("avg_over_time", dcgm.DEV_FB_USED, [one_of(dcgm.UUID, uuids)])]
+        if self.caps.pod_memory:
+            pods = self._over("avg_over_time", dcgm.POD_MEMORY_USED, [one_of(dcgm.UUID, uuids)])
+            held.append(f"{pods} / {promql.number(_MIB)}")
+        return promql.aggregate("max", self.caps.device_labels(), " or ".join(held))
 
     # --- pods -----------------------------------------------------------------------------------
     # Every pod the window saw, not only those alive at its end: a pod replaced two hours before the

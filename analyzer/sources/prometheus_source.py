@@ -46,6 +46,7 @@ from analyzer.sources.aggregates import (
     phases_from_counts,
     pod_records,
     quantile_levels,
+    with_sharers,
 )
 from analyzer.sources.dcgm import Capabilities
 from analyzer.sources.errors import NoDataError
@@ -496,6 +497,7 @@ class PrometheusSource:
                 span_s=span_s,
                 interval_s=intervals.get(job, 0.0),
             )
+        devices = with_sharers(devices, dcgm.POD_SM_UTIL)
         if caps.histogram:
             devices = self._with_histograms(devices, q, caps, at)
         return FleetSnapshot(
