@@ -148,7 +148,7 @@ def _by_cluster(
     side, each through a source restricted to its cluster: a cluster's workloads, pods and nodes are
     never mixed with another's of the same name. ``keep``: each cluster's whole analysis is kept
     (for plots); otherwise only its findings, so memory is bounded by the clusters in flight."""
-    chosen = choose_clusters(source.clusters(window), wanted, _cluster_label(source))
+    chosen = choose_clusters(source.clusters(window, thresholds), wanted, _cluster_label(source))
     if not chosen:
         return _analysis(source, window, thresholds, now, progress, namespaces)
 

@@ -64,7 +64,8 @@ class InMemorySource:
     def description(self) -> str:
         return self._description
 
-    def clusters(self, window: TimeWindow) -> list[str]:
+    def clusters(self, window: TimeWindow, thresholds: Thresholds) -> list[str]:
+        del thresholds
         found = {
             value
             for metric in dcgm.UTIL_METRICS

@@ -23,7 +23,7 @@ class MetricsSource(Protocol):
         """Where the data came from, for the report (a URL or a scenario name)."""
         ...
 
-    def clusters(self, window: TimeWindow) -> list[str]:
+    def clusters(self, window: TimeWindow, thresholds: Thresholds) -> list[str]:
         """The clusters the source holds GPU series of in ``window``, by the values of its cluster
         label; empty where no series carries one (one cluster)."""
         ...

@@ -137,6 +137,10 @@ class PrometheusSource:
         # Device keys of the snapshot's label sets, by the set's items: each made once (a device's
         # labels recur in every per-device aggregate); cleared with the fetched answers.
         self._keys: _KeyMemo | None = None
+        # What ``clusters`` discovered, for the snapshot of the same window to reuse.
+        self._discovered: tuple[TimeWindow, Thresholds, Capabilities] | None = None
+        # What ``clusters`` found, asked again by the pipeline after a caller (the reaper) asked.
+        self._clusters: tuple[tuple[TimeWindow, Thresholds], tuple[str, ...]] | None = None
 
     def _vector(self, promql: str, at: datetime) -> list[VectorSample]:
         fetched = self._fetched.pop((promql, at), None)
@@ -208,13 +212,24 @@ class PrometheusSource:
 
     # --- clusters -------------------------------------------------------------------------------
 
-    def clusters(self, window: TimeWindow) -> list[str]:
+    def clusters(self, window: TimeWindow, thresholds: Thresholds) -> list[str]:
         """The cluster label's values on the GPU utilization series in the window (none: one cluster,
-        or series that do not say)."""
-        found = self.client.label_values(
-            self.cluster_label, FleetQueries.util_match(), window.start, window.end
-        )
-        return sorted(v for v in found if v)
+        or series that do not say).
+
+        Asked through discovery, whose label names say whether the GPU series carry the label at
+        all: a fleet without it costs no request more, and its snapshot reuses this discovery."""
+        if self._clusters is not None and self._clusters[0] == (window, thresholds):
+            return list(self._clusters[1])
+        caps, labels = self._discover(window, thresholds)
+        self._discovered = (window, thresholds, caps)
+        found: list[str] = []
+        if not self.scope and self.cluster_label in labels:
+            values = self.client.label_values(
+                self.cluster_label, FleetQueries.util_match(), window.start, window.end
+            )
+            found = sorted(v for v in values if v)
+        self._clusters = ((window, thresholds), tuple(found))
+        return found
 
     def for_cluster(self, cluster: str) -> PrometheusSource:
         """This source restricted to one cluster's series (same client: one bound on requests)."""
@@ -232,6 +247,10 @@ class PrometheusSource:
 
     def discover(self, window: TimeWindow, t: Thresholds) -> Capabilities:
         """What the source holds over the window, decided once per run."""
+        return self._discover(window, t)[0]
+
+    def _discover(self, window: TimeWindow, t: Thresholds) -> tuple[Capabilities, set[str]]:
+        """``discover``, and the label names of the GPU utilization series."""
         start, end = window.start, window.end
         scope = self.scope
         # Four label calls side by side, with the engine's build info and the MetricsQL probe: the
@@ -275,7 +294,7 @@ class PrometheusSource:
                 histogram_le = dcgm.pick_buckets(bounds, t.starvation_idle_percent, t.starvation_busy_percent)
             except ValueError as e:
                 log.warning("ignoring %s: %s", dcgm.SAMPLE_HISTOGRAM_BUCKET, e)
-        return Capabilities.discovered(
+        caps = Capabilities.discovered(
             present,
             util,
             gpu_labels,
@@ -287,6 +306,7 @@ class PrometheusSource:
             fleet_series=int(metricsql[1]) if len(metricsql) > 1 else None,
             scope=scope,
         )
+        return caps, gpu_labels
 
     def _engine(self) -> list[str]:
         """``["prometheus"]`` when the server runs Prometheus' own engine (see Capabilities)."""
@@ -375,7 +395,12 @@ class PrometheusSource:
             self._keys = None
 
     def _snapshot(self, window: TimeWindow, thresholds: Thresholds) -> FleetSnapshot:
-        caps = self.discover(window, thresholds)
+        earlier, self._discovered = self._discovered, None
+        caps = (
+            earlier[2]
+            if earlier is not None and earlier[:2] == (window, thresholds)
+            else self.discover(window, thresholds)
+        )
         covers = self._rollup_covers(caps, window) if self.recording_rules else {}
         caps = replace(caps, rollups=tuple(covers))
         parts = fleet_parts(caps.fleet_series)
