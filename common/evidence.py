@@ -160,7 +160,8 @@ class UnknownEvidence(Evidence):
     judged_from: AwareDatetime | None = None
     judged_hours: float | None = None
     unallocated: bool | None = None
-    reason: str | None = None  # too_young or low_coverage
+    reason: str | None = None  # too_young, low_coverage or ambiguous
+    ambiguity: str | None = None  # ambiguous: what in the series' labels cannot be one workload
     request_rate: float | None = None
     request_rate_query: str | None = None
 

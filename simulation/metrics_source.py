@@ -255,7 +255,8 @@ class InMemorySource:
             rows(dcgm.KUBE_POD_START_TIME),
             gpu_requests,
             last_seen=_latest(
-                self._last_running(window, caps) if caps.pod_phase else rows(dcgm.KUBE_POD_OWNER, "seen")
+                self._last_running(window, caps) if caps.pod_phase else rows(dcgm.KUBE_POD_OWNER, "seen"),
+                by_uid=True,
             ),
             scheduled=scheduled,
             pending=pending,
@@ -431,12 +432,14 @@ class SimulatedSource(InMemorySource):
         self.fleet = fleet
 
 
-def _latest(rows: list[KsmRow]) -> list[KsmRow]:
-    """One row per pod: the latest value (a pod has one owner series per owner reference)."""
-    best: dict[PodId, KsmRow] = {}
+def _latest(rows: list[KsmRow], by_uid: bool = False) -> list[KsmRow]:
+    """One row per pod (per incarnation, ``by_uid``): the latest value (a pod has one owner series
+    per owner reference)."""
+    best: dict[tuple[PodId, str], KsmRow] = {}
     for row in rows:
-        if row[0] not in best or row[2] > best[row[0]][2]:
-            best[row[0]] = row
+        key = (row[0], row[1].get("uid", "") if by_uid else "")
+        if key not in best or row[2] > best[key][2]:
+            best[key] = row
     return list(best.values())
 
 

@@ -228,6 +228,9 @@ def unknown(w: WorkloadView, t: Thresholds, now: datetime) -> Finding | None:
     * ``too_young`` — less than half the window was judged: the union of its pods' spans past
       each pod's own warm-up grace (see ``judged_enough``). A workload that held GPUs in the window
       is never silently left out of the report.
+    * ``ambiguous`` — its series cannot be one workload's: a pod name with two incarnations alive
+      at once (two clusters' pods of one name, written without a label telling the clusters apart).
+      Said with the pods and nodes in ``ambiguity``; never merged into one verdict.
     * ``low_coverage`` — some GPU it holds delivered fewer than ``min_coverage`` of the samples
       expected over its pod's judged span — an exporter gap, a GPU that fell off the bus, or GPUs
       its scheduled pods requested that never reported at all.
@@ -236,6 +239,21 @@ def unknown(w: WorkloadView, t: Thresholds, now: datetime) -> Finding | None:
     ``judged_from``, ``judged_hours``, ``reason``.
     """
     del now  # the views already stop at `now`
+    clashes = sorted({p.ambiguity for p in w.pods if p.ambiguity})
+    if clashes:
+        return _workload_finding(
+            FindingKind.UNKNOWN,
+            w,
+            {"reason": "ambiguous", "ambiguity": "; ".join(clashes), "judged_hours": _r(w.judged_hours)},
+            confidence=0.0,
+            wasted=0.0,
+            t=t,
+            recommendation=(
+                f"Its series cannot be one workload's: {clashes[0]}. Two clusters written into one TSDB "
+                "without a label telling them apart? Label each cluster's series (an external "
+                "`cluster` label, or --cluster-label); take no action on this workload until then."
+            ),
+        )
     judged = _judged(w)
     if judged is None:
         evidence: dict[str, Any] = {"judged_hours": _r(w.judged_hours), "reason": "too_young"}

@@ -29,6 +29,7 @@ class PodView:
     name: str
     start: datetime | None  # None when kube-state-metrics does not say
     cpu: CpuUsage = field(default_factory=CpuUsage)
+    ambiguity: str | None = None  # why its series are not one pod's (see PodRecord)
 
 
 @dataclass(frozen=True)

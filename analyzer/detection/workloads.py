@@ -354,6 +354,7 @@ def finalize(
                 name=p.name,
                 start=None if p.start is None else _utc(p.start),
                 cpu=snap.cpu.get((p.namespace, p.name), CpuUsage()),
+                ambiguity=p.ambiguity,
             )
             for p in draft.pods
         )

@@ -11,12 +11,15 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from itertools import pairwise
 from typing import Literal, NamedTuple
 
 import numpy as np
 
 from analyzer.sources.dcgm import Capabilities
 from common.model import TimeWindow
+from common.timeutil import format_duration
 
 PodId = tuple[str, str]  # (namespace, pod)
 
@@ -132,6 +135,8 @@ class PodRecord:
     pending: bool = False  # phase Pending at its last report
     finished: bool = False  # reported, but never Running in the window: ended before it (a done Job's pod)
     group: str | None = None  # its app.kubernetes.io/name label, where kube-state-metrics exports it
+    # Why its series cannot be one pod's (two incarnations of the name alive at once); None: they can.
+    ambiguity: str | None = None
 
     @property
     def never_scheduled(self) -> bool:
@@ -181,18 +186,28 @@ def pod_records(
         rows[pid][labels.get("uid", "")][labels.get("node", "")] += value
     requested: dict[PodId, float] = {}
     node_of: dict[PodId, str] = {}
+    node_of_uid: dict[PodId, dict[str, str]] = defaultdict(dict)
     for pid, incarnations in rows.items():
         per_uid = []
-        for nodes in incarnations.values():
+        for uid, nodes in incarnations.items():
             placed = {n: v for n, v in nodes.items() if n}
             if placed:
                 node = max(placed)  # one node per incarnation; max() only makes the pick deterministic
                 node_of[pid] = node
+                node_of_uid[pid][uid] = node
                 per_uid.append(placed[node])
             else:
                 per_uid.append(nodes[""])
         requested[pid] = max(per_uid)
-    seen_at = {pid: value for pid, _, value in last_seen}
+    seen_at: dict[PodId, float] = {}
+    seen_of: dict[PodId, dict[str, float]] = defaultdict(dict)
+    for pid, labels, value in last_seen:
+        seen_at[pid] = max(value, seen_at.get(pid, value))
+        uid = labels.get("uid", "")
+        seen_of[pid][uid] = max(value, seen_of[pid].get(uid, value))
+    started: dict[PodId, dict[str, float]] = defaultdict(dict)
+    for pid, labels, value in starts:
+        started[pid][labels.get("uid", "")] = value
     group_of = {
         pid: name for pid, labels, _ in groups if (name := labels.get("label_app_kubernetes_io_name"))
     }
@@ -213,9 +228,36 @@ def pod_records(
             pending=pid in pending_of,
             finished=phases_known and pid not in seen_at and pid not in pending_of,
             group=group_of.get(pid),
+            ambiguity=overlapping_lives(
+                pid, started.get(pid, {}), seen_of.get(pid, {}), node_of_uid.get(pid, {})
+            ),
         )
         for pid, (kind, name) in owner_of.items()
     }
+
+
+# How long one incarnation of a pod may still be reported running after the next one of its name
+# started: a name is reused only once the old pod is gone, so a longer overlap is two pods.
+OVERLAP_SLACK_S = 300.0
+
+
+def overlapping_lives(
+    pid: PodId, started: Mapping[str, float], seen: Mapping[str, float], nodes: Mapping[str, str]
+) -> str | None:
+    """Why a pod name's series are two pods', or None. Incarnations (uids) of one name follow each
+    other; two alive at once are two pods, e.g. two clusters written into one TSDB without a label
+    telling them apart, whose verdicts must not be merged."""
+    lives = sorted((start, seen[uid], uid) for uid, start in started.items() if uid and uid in seen)
+    for (_, first_seen, first), (second_start, _, second) in pairwise(lives):
+        if first_seen > second_start + OVERLAP_SLACK_S:
+            where = [
+                f"uid {uid}" + (f" on {nodes[uid]}" if nodes.get(uid) else "") for uid in (first, second)
+            ]
+            return (
+                f"pod {pid[0]}/{pid[1]} ran as two pods at once ({' and '.join(where)}, for "
+                f"{format_duration(timedelta(seconds=round(first_seen - second_start)))})"
+            )
+    return None
 
 
 @dataclass(frozen=True)

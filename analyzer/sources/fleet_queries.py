@@ -283,7 +283,7 @@ class FleetQueries:
         return self._ksm("max", (*CANONICAL.names, "uid"), self._last(dcgm.KUBE_POD_START_TIME))
 
     def pod_last_seen(self) -> str:
-        """When each pod was last reported running in the window (unix seconds).
+        """When each pod incarnation (``uid``) was last reported running in the window (unix seconds).
 
         A subquery at a one-minute step (MetricsQL: the raw samples' own times, see below): a pod
         gone or finished before the window's end is judged over its own life, and its GPUs'
@@ -291,8 +291,9 @@ class FleetQueries:
         the API (phase ``Succeeded``) until it is deleted, so the last ``Running`` report counts,
         not the last report; without phase series, the last report.
         """
+        by = (*CANONICAL.names, "uid")  # two incarnations of one name alive at once are not one pod
         if self.caps.metricsql:
-            return self._ksm("max", CANONICAL.names, self._last_seen_metricsql())
+            return self._ksm("max", by, self._last_seen_metricsql())
         if self.caps.pod_phase:
             running = self._sel(dcgm.KUBE_POD_STATUS_PHASE, [eq("phase", "Running")])
             # timestamp() of the plain selector is the sample's own time (a filtered expression's is
@@ -301,7 +302,7 @@ class FleetQueries:
         else:
             stamp = f"timestamp({self._sel(dcgm.KUBE_POD_OWNER)})"
         seen = f"max_over_time({stamp}[{promql.duration(self.window)}:1m])"
-        return self._ksm("max", CANONICAL.names, seen)
+        return self._ksm("max", by, seen)
 
     def _last_seen_metricsql(self) -> str:
         """The same moment from the raw samples, without a subquery: ``tmax_over_time`` is the time

@@ -179,3 +179,49 @@ def test_a_delivery_shape_changes_only_how_series_arrive() -> None:
         assert len(b) == 2 * len(a)
         assert sum(s.values.size for s in b) == 2 * sum(s.values.size for s in a)
         assert np.isclose(sum(s.values.sum() for s in b), 2 * sum(s.values.sum() for s in a))
+
+
+def _another_cluster(fleet: Fleet) -> Iterator[Series]:
+    """The fleet as a second cluster of the same GitOps repository would report it, written into the
+    same TSDB without a label telling the two apart: the same names, other GPUs, other pod uids,
+    other scrape targets."""
+    for s in _recent(fleet):
+        labels = dict(s.labels)
+        for name in ("UUID", "uid", "instance"):
+            if name in labels:
+                labels[name] = f"{labels[name]}-second-cluster"
+        yield Series(s.name, tuple(sorted(labels.items())), s.timestamps, s.values)
+
+
+def _check_ambiguous(analysis: Analysis) -> None:
+    by_name = {f.workload.name: f for f in analysis.report.findings}
+    ranker = by_name["legacy-ranker"]
+    assert ranker.kind is FindingKind.UNKNOWN
+    evidence = ranker.evidence.to_json()
+    assert evidence["reason"] == "ambiguous"
+    assert "ran as two pods at once" in str(evidence["ambiguity"])
+    assert "second-cluster" in str(evidence["ambiguity"])
+    assert ranker.wasted_gpu_hours == 0.0
+    # No workload of two clusters is merged into one verdict that could be acted on.
+    merged = [
+        f.workload.name for f in analysis.report.findings if f.kind.actionable and f.workload.kind != "Node"
+    ]
+    assert merged == []
+
+
+@pytest.mark.victoriametrics
+def test_victoriametrics_two_unlabelled_clusters_of_one_name_are_unknown_never_merged(
+    fleets: dict[str, Fleet], tmp_path: Path
+) -> None:
+    with VictoriaMetricsServer(tmp_path) as server:
+        server.import_series([*_recent(fleets[ONCE]), *_another_cluster(fleets[ONCE])])
+        _check_ambiguous(_analysis(server.url, fleets[ONCE]))
+
+
+@pytest.mark.prometheus
+def test_prometheus_two_unlabelled_clusters_of_one_name_are_unknown_never_merged(
+    fleets: dict[str, Fleet], tmp_path: Path
+) -> None:
+    blocks = backfill_blocks([*_recent(fleets[ONCE]), *_another_cluster(fleets[ONCE])], tmp_path / "backfill")
+    with PrometheusServer(tmp_path / "prometheus", blocks=blocks) as server:
+        _check_ambiguous(_analysis(server.url, fleets[ONCE]))
