@@ -158,7 +158,7 @@ def _by_cluster(
                 progress(f"[{cluster}] {message}")
 
         scoped = source.for_cluster(cluster)
-        found = _analysis(scoped, window, thresholds, now, step if progress else None, namespaces)
+        found = _analysis(scoped, window, thresholds, now, step if progress else None, namespaces, cluster)
         stamped = tuple(f.model_copy(update={"cluster": cluster}) for f in found.report.findings)
         report = found.report.model_copy(update={"findings": stamped})
         if keep:
@@ -192,6 +192,7 @@ def _analysis(
     now: datetime | None,
     progress: Callable[[str], None] | None,
     namespaces: Collection[str],
+    cluster: str | None = None,
 ) -> Analysis:
     now = datetime.now(UTC) if now is None else now
     if now.tzinfo is None:
@@ -242,7 +243,7 @@ def _analysis(
             step(f"measuring stalled and busy shares of {len(more)} young starvation candidate GPU(s)")
             numbers = workloads.with_shares(numbers, source.span_numbers(snapshot, more, thresholds))
         views, nodes = workloads.finalize(planned, numbers, thresholds)
-        views = _with_idle_extras(source, snapshot, views, thresholds, now, suspects, early, step)
+        views = _with_idle_extras(source, snapshot, views, thresholds, now, suspects, early, step, cluster)
     finally:
         side.shutdown(wait=True)
 
@@ -261,6 +262,7 @@ def _with_idle_extras(
     suspects: list[DeviceKey],
     early: Future[dict[DeviceKey, float]] | None,
     step: Callable[[str], None],
+    cluster: str | None = None,
 ) -> list[WorkloadView]:
     """Views with the idle endpoint candidates' memory and request rate.
 
@@ -286,7 +288,9 @@ def _with_idle_extras(
         memory |= source.memory_used(snapshot, unread)
     by_ref = {v.ref: v for v in idle}
     return [
-        workloads.with_extras(v, memory, _request_rate(source, v, thresholds)) if v.ref in by_ref else v
+        workloads.with_extras(v, memory, _request_rate(source, v, thresholds, cluster))
+        if v.ref in by_ref
+        else v
         for v in views
     ]
 
@@ -386,7 +390,9 @@ def _offender_series(
     return out
 
 
-def _request_rate(source: MetricsSource, view: WorkloadView, t: Thresholds) -> RequestRate | None:
+def _request_rate(
+    source: MetricsSource, view: WorkloadView, t: Thresholds, cluster: str | None = None
+) -> RequestRate | None:
     if t.request_rate_query is None:
         return None
     query = render_template(
@@ -396,6 +402,7 @@ def _request_rate(source: MetricsSource, view: WorkloadView, t: Thresholds) -> R
             "kind": view.ref.kind,
             "workload": view.ref.name,
             "window": duration(view.window.duration),
+            "cluster": cluster or "",
         },
         {"pods": [p.name for p in view.pods]},
     )

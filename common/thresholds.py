@@ -28,7 +28,7 @@ from common.errors import PolicyError
 from common.policy_file import PolicyDocument, load_policy_document
 
 # Placeholders a request-rate query template may use (see docs/detectors.md).
-REQUEST_RATE_PLACEHOLDERS = frozenset({"namespace", "kind", "workload", "pods", "window"})
+REQUEST_RATE_PLACEHOLDERS = frozenset({"namespace", "kind", "workload", "pods", "window", "cluster"})
 
 
 Percent = Annotated[float, Field(ge=0.0, le=100.0)]

@@ -225,3 +225,19 @@ def test_prometheus_two_unlabelled_clusters_of_one_name_are_unknown_never_merged
     blocks = backfill_blocks([*_recent(fleets[ONCE]), *_another_cluster(fleets[ONCE])], tmp_path / "backfill")
     with PrometheusServer(tmp_path / "prometheus", blocks=blocks) as server:
         _check_ambiguous(_analysis(server.url, fleets[ONCE]))
+
+
+@pytest.mark.victoriametrics
+def test_the_request_rate_template_names_the_workloads_cluster(
+    victoria_delivered: str, fleets: dict[str, Fleet]
+) -> None:
+    """`$cluster` lets a policy's request-rate query read the workload's own cluster: this one has
+    data (0) only when the cluster is filled in; no data would never make an idle endpoint."""
+    window = window_of(fleets[ONCE])
+    template = 'sum(kube_pod_owner{cluster="$cluster", namespace="$namespace", pod=~"$pods"}) * 0'
+    thresholds = Thresholds(request_rate_query=template)
+    source = PrometheusSource(PrometheusConfig(victoria_delivered))
+    report = analyze(source, window, thresholds, now=window.end, clusters=(SWAPPED,))
+    chat = next(f for f in report.findings if f.workload.name == "chat-api")
+    assert chat.kind is FindingKind.IDLE_ENDPOINT
+    assert f'cluster="{SWAPPED}"' in str(chat.evidence.to_json()["request_rate_query"])
