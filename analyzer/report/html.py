@@ -13,12 +13,14 @@ from markupsafe import Markup
 
 from analyzer.pipeline import OffenderSeries
 from analyzer.report import plots, units
-from analyzer.report.summaries import detail, mean_util
+from analyzer.report.summaries import by_cluster, cluster_prefix, detail, mean_util, spans_clusters
 from common.model import Finding, FindingKind, FindingsReport, UtilQuantile
 from common.thresholds import Thresholds
 from common.timeutil import format_duration, to_the_second
 
 TEMPLATE = "report.html.j2"
+# The banner over each cluster's findings, where a report spans clusters: no plot draws this colour.
+CLUSTER_COLOUR = "#5b4a8b"
 
 
 def _load(name: str) -> str:
@@ -59,6 +61,11 @@ _LABELS = {
 }
 
 
+def _title(f: Finding, grouped: bool) -> str:
+    """``Deployment serving/x``, after ``[prod-eu] `` where the report spans clusters."""
+    return f"{cluster_prefix(f, grouped)}{f.workload.kind} {_workload_name(f)}"
+
+
 def _label(key: str) -> str:
     """``memory_used_mib`` → ``memory used``: the value carries its unit."""
     if key in _LABELS:
@@ -92,6 +99,25 @@ def _caption(o: OffenderSeries, t: Thresholds) -> str:
     return f"GPU utilization against {line}, one panel per GPU."
 
 
+def _row(f: Finding) -> dict[str, object]:
+    return {
+        "kind": f.kind.value,
+        "kind_label": f.kind.value.replace("_", " "),
+        "workload_kind": f.workload.kind,
+        "name": _workload_name(f),
+        "namespace": f.workload.namespace or "–",
+        "gpus": f.gpu_count,
+        "nodes": ", ".join(f.nodes),
+        "mean": mean_util(f),
+        "wasted": f.wasted_gpu_hours,
+        "cost": f.estimated_cost,
+        "confidence": f.confidence,
+        "recommendation": f.recommendation,
+        "evidence": _evidence_rows(f),
+        "pods": ", ".join(f.pods),
+    }
+
+
 def render_html(
     report: FindingsReport,
     thresholds: Thresholds,
@@ -107,9 +133,11 @@ def render_html(
     wasted = sum(f.wasted_gpu_hours for f in report.findings)
     costs = [f.estimated_cost for f in report.findings if f.estimated_cost is not None]
     waste_png = plots.waste_by_namespace(report.findings)
+    # Over several clusters every finding shows under its cluster, offenders name theirs.
+    grouped = spans_clusters(report.findings)
     offender_plots = [
         _Plot(
-            title=f"{o.finding.workload.kind} {_workload_name(o.finding)}",
+            title=_title(o.finding, grouped),
             subtitle=(
                 f"{o.finding.kind.value.replace('_', ' ')} · {o.finding.gpu_count} GPU(s) · "
                 f"{o.finding.wasted_gpu_hours:,.1f} GPU-h wasted · {detail(o.finding)}"
@@ -120,24 +148,17 @@ def render_html(
         )
         for o in offenders
     ]
-    rows = [
+    rows = [_row(f) for f in report.findings]
+    clusters = [
         {
-            "kind": f.kind.value,
-            "kind_label": f.kind.value.replace("_", " "),
-            "workload_kind": f.workload.kind,
-            "name": _workload_name(f),
-            "namespace": f.workload.namespace or "–",
-            "gpus": f.gpu_count,
-            "nodes": ", ".join(f.nodes),
-            "mean": mean_util(f),
-            "wasted": f.wasted_gpu_hours,
-            "cost": f.estimated_cost,
-            "confidence": f.confidence,
-            "recommendation": f.recommendation,
-            "evidence": _evidence_rows(f),
-            "pods": ", ".join(f.pods),
+            "name": group.name,
+            "labelled": group.cluster is not None,
+            "count": len(group.findings),
+            "wasted": group.wasted,
+            "cost": group.cost,
+            "rows": [_row(f) for f in group.findings],
         }
-        for f in report.findings
+        for group in (by_cluster(report.findings) if grouped else ())
     ]
     cards = [
         {"kind": kind.value, "label": kind.value.replace("_", " "), "count": counts.get(kind, 0)}
@@ -161,5 +182,7 @@ def render_html(
         waste_plot=_data_uri(waste_png) if waste_png else None,
         offender_plots=offender_plots,
         rows=rows,
+        clusters=clusters,
+        cluster_colour=CLUSTER_COLOUR,
         colours={kind.value: colour for kind, colour in plots.KIND_COLOURS.items()},
     )

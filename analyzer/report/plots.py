@@ -18,6 +18,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from analyzer.pipeline import OffenderSeries
+from analyzer.report.summaries import cluster_name, spans_clusters
 from common.model import DataloaderStarvationEvidence, Finding, FindingKind
 from common.thresholds import Thresholds
 
@@ -38,22 +39,46 @@ def _png(fig: Figure) -> bytes:
     return buf.getvalue()
 
 
-def waste_by_namespace(findings: Sequence[Finding]) -> bytes | None:
-    """Horizontal bars of wasted GPU-hours per namespace, split by finding kind."""
+def _plain(label: str) -> str:
+    """A label drawn as written: a ``$`` would otherwise start matplotlib's mathtext."""
+    return label.replace("$", r"\$")
+
+
+def _namespace_label(f: Finding, grouped: bool) -> str:
+    namespace = f.workload.namespace or "(whole nodes)"
+    return f"{cluster_name(f.cluster)}/{namespace}" if grouped else namespace
+
+
+def namespace_waste(findings: Sequence[Finding]) -> dict[str, dict[FindingKind, float]]:
+    """Wasted GPU-hours per bar label and finding kind, the largest total last.
+
+    Where the findings span clusters, each bar is one cluster's namespace (``cluster/namespace``):
+    two clusters' namespaces of one name are two bars, never added together.
+    """
+    grouped = spans_clusters(findings)
     waste: dict[str, dict[FindingKind, float]] = defaultdict(lambda: defaultdict(float))
     for f in findings:
         if f.wasted_gpu_hours > 0:
-            waste[f.workload.namespace or "(whole nodes)"][f.kind] += f.wasted_gpu_hours
+            waste[_namespace_label(f, grouped)][f.kind] += f.wasted_gpu_hours
+    return {
+        label: dict(waste[label]) for label in sorted(waste, key=lambda label: sum(waste[label].values()))
+    }
+
+
+def waste_by_namespace(findings: Sequence[Finding]) -> bytes | None:
+    """Horizontal bars of wasted GPU-hours per namespace (per cluster's namespace), split by finding kind."""
+    waste = namespace_waste(findings)
     if not waste:
         return None
-    order = sorted(waste, key=lambda ns: sum(waste[ns].values()))
+    order = list(waste)
+    labels = [_plain(label) for label in order]  # cluster names are label values: any text at all
     fig = Figure(figsize=(8.0, 0.55 * len(order) + 1.4))
     ax = fig.subplots()
     left = [0.0] * len(order)
     for kind in (FindingKind.IDLE_ENDPOINT, FindingKind.DATALOADER_STARVATION, FindingKind.LOW_UTILIZATION):
         widths = [waste[ns].get(kind, 0.0) for ns in order]
         if any(widths):
-            ax.barh(order, widths, left=left, color=KIND_COLOURS[kind], label=kind.value.replace("_", " "))
+            ax.barh(labels, widths, left=left, color=KIND_COLOURS[kind], label=kind.value.replace("_", " "))
             left = [a + b for a, b in zip(left, widths, strict=True)]
     for y, total in enumerate(left):
         ax.text(total, y, f" {total:,.1f}", va="center", fontsize=9, color="#333333")

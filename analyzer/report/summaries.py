@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from analyzer.report.units import hours, mebibytes, percent, share
 from common.model import (
@@ -54,12 +56,77 @@ def detail(f: Finding) -> str:
     return text
 
 
-def summary_line(report: FindingsReport, currency: str = "USD") -> str:
-    counts = Counter(f.kind for f in report.findings)
-    wasted = sum(f.wasted_gpu_hours for f in report.findings)
-    costs = [f.estimated_cost for f in report.findings if f.estimated_cost is not None]
+def findings_line(findings: Sequence[Finding], currency: str = "USD") -> str:
+    """Counts per kind, wasted GPU-hours and (where priced) their cost, in one line."""
+    counts = Counter(f.kind for f in findings)
+    wasted = sum(f.wasted_gpu_hours for f in findings)
+    costs = [f.estimated_cost for f in findings if f.estimated_cost is not None]
     parts = [f"{counts.get(kind, 0)} {kind.value}" for kind in FindingKind]
-    text = f"{len(report.findings)} findings ({', '.join(parts)}); {wasted:,.1f} GPU-hours wasted"
+    text = f"{len(findings)} findings ({', '.join(parts)}); {wasted:,.1f} GPU-hours wasted"
     if costs:
         text += f", {sum(costs):,.2f} {currency} at the configured price"
     return text
+
+
+def summary_line(report: FindingsReport, currency: str = "USD") -> str:
+    return findings_line(report.findings, currency)
+
+
+# --- many clusters in one report ---------------------------------------------------------------------
+#
+# One query view may hold many clusters, and the same GitOps repository gives the same namespaces and
+# workload names in each: a report over several clusters shows every finding under its cluster and
+# never adds two clusters' numbers together. With one cluster (or none named) it reads as it always did.
+
+NO_CLUSTER = "(no cluster label)"
+
+
+def clusters_of(findings: Sequence[Finding]) -> list[str]:
+    """The distinct cluster names the findings carry, sorted."""
+    return sorted({f.cluster for f in findings if f.cluster is not None})
+
+
+def spans_clusters(findings: Sequence[Finding]) -> bool:
+    """Whether the findings come from more than one named cluster, so the reports group them."""
+    return len(clusters_of(findings)) > 1
+
+
+def cluster_name(cluster: str | None) -> str:
+    return NO_CLUSTER if cluster is None else cluster
+
+
+@dataclass(frozen=True)
+class ClusterGroup:
+    """One cluster's findings (``cluster`` None: those whose series carried no cluster label)."""
+
+    cluster: str | None
+    findings: tuple[Finding, ...]
+
+    @property
+    def name(self) -> str:
+        return cluster_name(self.cluster)
+
+    @property
+    def wasted(self) -> float:
+        return sum(f.wasted_gpu_hours for f in self.findings)
+
+    @property
+    def cost(self) -> float | None:
+        costs = [f.estimated_cost for f in self.findings if f.estimated_cost is not None]
+        return sum(costs) if costs else None
+
+
+def by_cluster(findings: Sequence[Finding]) -> list[ClusterGroup]:
+    """The findings per cluster, clusters sorted by name, unlabelled ones last; each keeps its order."""
+    groups = [
+        ClusterGroup(name, tuple(f for f in findings if f.cluster == name)) for name in clusters_of(findings)
+    ]
+    unlabelled = tuple(f for f in findings if f.cluster is None)
+    if unlabelled:
+        groups.append(ClusterGroup(None, unlabelled))
+    return groups
+
+
+def cluster_prefix(f: Finding, grouped: bool) -> str:
+    """``[prod-eu] `` before a workload's name where the report spans clusters, else nothing."""
+    return f"[{cluster_name(f.cluster)}] " if grouped else ""
