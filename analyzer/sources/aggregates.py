@@ -293,6 +293,9 @@ class FleetSnapshot:
     replicasets: Mapping[PodId, tuple[str, str]] = field(default_factory=dict)  # (ns, rs) → (kind, name)
     jobs: Mapping[PodId, tuple[str, str]] = field(default_factory=dict)  # (ns, job) → its owner (kind, name)
     cpu: Mapping[PodId, CpuUsage] = field(default_factory=dict)
+    # Holders reported by more than one series (a moved exporter, two scrape jobs, an HA pair
+    # written twice): their samples are counted from the series merged (see FleetQueries).
+    merged: frozenset[DeviceKey] = frozenset()
 
 
 @dataclass(frozen=True)

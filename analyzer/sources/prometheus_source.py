@@ -475,7 +475,7 @@ class PrometheusSource:
             else self._vector(q.device_series_count(metric), at)
             for metric, rolled in both.items()
         }
-        self._union_numbers(q, caps, counts, series, numbers, intervals, (q_low, q_high), at)
+        merged = self._union_numbers(q, caps, counts, series, numbers, intervals, (q_low, q_high), at)
 
         # The DEV gauge's unit per scrape job follows from the per-device maxima and sums just read.
         dev_max: dict[str, list[float]] = defaultdict(list)
@@ -533,6 +533,7 @@ class PrometheusSource:
             replicasets=self._replicasets(q, at) if caps.replicaset_owner else {},
             jobs=self._jobs(q, at) if caps.job_owner else {},
             cpu=self._cpu(q, caps, at),
+            merged=merged,
         )
 
     def _independent(
@@ -597,12 +598,13 @@ class PrometheusSource:
         intervals: Mapping[str, float],
         levels: tuple[float, float],
         at: datetime,
-    ) -> None:
+    ) -> frozenset[DeviceKey]:
         """Replace per-series counts, sums and quantiles by the union's for devices whose samples
         span several series (``series``: series per holder, by metric, maybe in several rows per
         holder): one after the other (a moved exporter) or side by side (two scrape jobs, an HA
         pair written twice), see ``FleetQueries.device_union_total``. The maximum needs nothing:
         the union's is the largest of its series'."""
+        merged: set[DeviceKey] = set()
         for metric in caps.util_metrics:
             # A row counts the series of one label set; rows of one holder are added up only
             # where each has several, as PromQL's filtered count (`> 1`) leaves them.
@@ -647,6 +649,8 @@ class PrometheusSource:
                         counts[key] = (metric, VectorSample(counts[key][1].labels, s.value))
                     else:
                         numbers[name][key] = s.value
+            merged |= split
+        return frozenset(merged)
 
     def _keys_of(self, answer: Sequence[VectorSample], caps: Capabilities) -> list[DeviceKey | None]:
         """``_key`` of each sample; within the snapshot, looked up in C (a Python call per sample
@@ -938,6 +942,15 @@ class PrometheusSource:
             # A term asks for an aggregate only if one of its holders' spans needs it.
             return lambda term: build(term) if term.span in spans[kind] else None
 
+        def merged(func: str) -> Callable[[SpanTerm], str | None]:
+            # Only terms holding a holder of several series: the others' counts and sums are exact.
+            def build(term: SpanTerm) -> str | None:
+                if term.span not in spans["stats"] or not any(term.selects(k) for k in snapshot.merged):
+                    return None
+                return term.merged_total(func)
+
+            return build
+
         idle, busy = t.starvation_idle_percent, t.starvation_busy_percent
         levels = _levels(q_low, q_high, with_max=True)
         by_name: dict[str, Callable[[SpanTerm], str | None]]
@@ -958,6 +971,8 @@ class PrometheusSource:
                 "q_high": when("stats", lambda term: term.stats("q", q_high)),
                 "median": when("stats", lambda term: term.stats("q", 0.5)),
             }
+        if snapshot.merged:
+            by_name |= {"merged_count": merged("count_over_time"), "merged_sum": merged("sum_over_time")}
         answers = self._ask_terms(
             snapshot,
             batches,
@@ -983,8 +998,12 @@ class PrometheusSource:
             with_stats, with_histogram, with_shares = need[w]
             stats = None
             count = one("count")
+            sum_name = "sum"
+            if w[0] in snapshot.merged and one("merged_count") is not None:
+                # Series side by side would count each sample once per series.
+                count, sum_name = one("merged_count"), "merged_sum"
             if with_stats and count:
-                values = [one(n) for n in ("sum", "max", "q_low", "q_high", "median")]
+                values = [one(n) for n in (sum_name, "max", "q_low", "q_high", "median")]
                 if all(v is not None for v in values[:4]):
                     total, top, low, high, median = values
                     stats = UtilStats(

@@ -197,6 +197,15 @@ class SpanTerm:
         inner = f"quantile_over_time({promql.number(q)}, {self._range(self.selector)})"
         return promql.aggregate("max", labels, inner)
 
+    def merged_total(self, func: str) -> str:
+        """``count_over_time`` or ``sum_over_time`` of the span's samples with each holder's series
+        merged: every step of a subquery at the scrape interval takes the series that delivered most
+        in it, so series side by side (two scrape jobs, an HA pair) count once, as in
+        ``FleetQueries.device_union_total``. Asked only of terms holding such holders."""
+        reach = promql.duration(timedelta(seconds=self.step_s) - timedelta(milliseconds=1))
+        per_step = promql.aggregate("max", self.caps.device_labels(), f"{func}({self.selector}[{reach}])")
+        return self._over_pieces("sum", lambda piece: f"sum_over_time({self._sub(per_step, piece)})")
+
     def additive(self) -> str:
         """MetricsQL: the span's sample count and sum from one pass over its samples, each row
         named by its ``rollup`` label."""
