@@ -57,12 +57,15 @@ def selector(metric: str, kind: str, scope: Sequence[Matcher] = ()) -> str:
     return promql.selector(rule_name(metric), [*scope, promql.eq(ROLLUP_LABEL, kind)])
 
 
-ALL_NAMES = tuple(rule_name(metric) for metric in dcgm.UTIL_METRICS)
+# The metrics alerts/gpu-analyzer.recording.yaml rolls up: DCGM's. A shared GPU's per-pod series
+# are few and its holders young more often than not; they are read raw.
+ROLLED_UP = (dcgm.PROF_GR_ENGINE_ACTIVE, dcgm.DEV_GPU_UTIL)
+ALL_NAMES = tuple(rule_name(metric) for metric in ROLLED_UP)
 
 
 def recorded(present: Collection[str], util_metrics: Sequence[str]) -> tuple[str, ...]:
     """The utilization metrics whose rollups exist."""
-    return tuple(m for m in util_metrics if rule_name(m) in present)
+    return tuple(m for m in util_metrics if m in ROLLED_UP and rule_name(m) in present)
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,9 @@ they do not it reads raw samples, and either way it finds the same.
 
 The rules are backfilled by promtool over the standard fleet's history held in a real Prometheus
 (as a user adding them to an existing server would), and the rollup blocks loaded next to the raw.
+Over two clusters in one TSDB (same nodes, namespaces, pods and GPUs, told apart by `cluster`), the
+rules record exactly what each cluster's own evaluation records, and the analyzer, reading one
+cluster at a time, reads its cluster's rollups only.
 """
 
 from __future__ import annotations
@@ -10,6 +13,8 @@ from __future__ import annotations
 import logging
 import subprocess
 from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import parse_qs
@@ -28,7 +33,13 @@ from common.model import TimeWindow
 from common.thresholds import Thresholds
 from harness.binaries import require_binary
 from harness.rules import ALERTS_DIR
-from harness.servers import PrometheusServer, VictoriaMetricsServer, backfill_rules, merged_blocks
+from harness.servers import (
+    PrometheusServer,
+    VictoriaMetricsServer,
+    backfill_blocks,
+    backfill_rules,
+    merged_blocks,
+)
 from simulation.fleet import Fleet, Series
 from simulation.fleet.truth import window_of
 
@@ -176,7 +187,7 @@ def test_rollups_give_the_raw_numbers(
     window = TimeWindow.ending(standard_fleet.scenario.end - back, length)
     with caplog.at_level(logging.INFO, logger="analyzer.sources.prometheus_source"):
         rolled, raw = _snapshots(rules_server.url, window)
-    assert set(rolled.capabilities.rollups) == set(dcgm.UTIL_METRICS)
+    assert set(rolled.capabilities.rollups) == set(rollups.ROLLED_UP)
     assert raw.capabilities.rollups == ()
     assert "recording-rule rollups" in caplog.text
     _assert_same_numbers(rolled, raw)
@@ -375,5 +386,198 @@ def test_victoriametrics_reads_the_same_rollups_to_the_same_numbers(
             TimeWindow.ending(end - timedelta(minutes=2, seconds=30, milliseconds=7), timedelta(hours=5)),
         ):
             rolled, raw = _snapshots(server.url, window)
-            assert set(rolled.capabilities.rollups) == set(dcgm.UTIL_METRICS)
+            assert set(rolled.capabilities.rollups) == set(rollups.ROLLED_UP)
             _assert_same_numbers(rolled, raw)
+
+
+# --- many clusters in one TSDB ---------------------------------------------------------------------
+
+CLUSTERS = ("east", "west")
+# The series the rules file records, and the utilization metrics they roll up.
+RECORDS = tuple(
+    rule["record"]
+    for group in yaml.safe_load(RULES_FILE.read_text(encoding="utf-8"))["groups"]
+    for rule in group["rules"]
+)
+ROLLED_UP = {metric for metric in dcgm.UTIL_METRICS if rollups.rule_name(metric) in RECORDS}
+CLUSTERS_SPAN = timedelta(hours=4)  # the raw history each cluster holds
+CLUSTERS_RULES_SPAN = timedelta(hours=3)  # the rules' history over it
+LATE_RULES_SPAN = timedelta(hours=1)  # west's rules in the late case
+
+
+def _cluster_series(fleet: Fleet, cluster: str) -> list[Series]:
+    """The standard fleet's last hours as cluster ``cluster`` holds them: the same nodes,
+    namespaces, pods and GPUs in each. West's utilization is halved and a third of its utilization
+    series miss every fourth scrape, so that each number of its rollups differs from east's."""
+    since = fleet.scenario.end.timestamp() - CLUSTERS_SPAN.total_seconds()
+    out = []
+    for i, s in enumerate(fleet.series):
+        keep = s.timestamps > since
+        values = s.values
+        if cluster == "west" and s.name in dcgm.UTIL_METRICS:
+            values = values / 2
+            if i % 3 == 0:
+                keep &= np.arange(keep.size) % 4 != 0
+        if keep.any():
+            labels = tuple(sorted((*s.labels, (dcgm.CLUSTER_LABEL, cluster))))
+            out.append(Series(s.name, labels, s.timestamps[keep], values[keep]))
+    return out
+
+
+@dataclass(frozen=True)
+class ClusterServers:
+    together: PrometheusServer  # both clusters' raw series, the rules evaluated over both at once
+    apart: PrometheusServer  # the rules' output only, evaluated over each cluster alone
+    late: PrometheusServer  # both clusters' raw series and each one's own rules; west's started late
+
+
+@pytest.fixture(scope="module")
+def cluster_servers(
+    standard_fleet: Fleet, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ClusterServers]:
+    workdir = tmp_path_factory.mktemp("recording-rules-clusters")
+    end = standard_fleet.scenario.end
+    series = {cluster: _cluster_series(standard_fleet, cluster) for cluster in CLUSTERS}
+    raw = {
+        "both": backfill_blocks([*series["east"], *series["west"]], workdir / "both"),
+        **{cluster: backfill_blocks(series[cluster], workdir / cluster) for cluster in CLUSTERS},
+    }
+
+    def rules_over(blocks: str, name: str, span: timedelta) -> Path:
+        out = workdir / f"rules-{name}"
+        out.mkdir()
+        with PrometheusServer(out / "server", raw[blocks]) as server:
+            return backfill_rules(server.url, RULES_FILE, end - span, end, out)
+
+    rules = {
+        "both": rules_over("both", "both", CLUSTERS_RULES_SPAN),
+        "east": rules_over("east", "east", CLUSTERS_RULES_SPAN),
+        "west": rules_over("west", "west", CLUSTERS_RULES_SPAN),
+        "west-late": rules_over("west", "west-late", LATE_RULES_SPAN),
+    }
+
+    def merged(name: str, *blocks: Path) -> Path:
+        return merged_blocks(workdir / f"merged-{name}", *blocks)
+
+    with ExitStack() as stack:
+        yield ClusterServers(
+            together=stack.enter_context(
+                PrometheusServer(workdir / "together", merged("together", raw["both"], rules["both"]))
+            ),
+            apart=stack.enter_context(
+                PrometheusServer(workdir / "apart", merged("apart", rules["east"], rules["west"]))
+            ),
+            late=stack.enter_context(
+                PrometheusServer(
+                    workdir / "late", merged("late", raw["both"], rules["east"], rules["west-late"])
+                )
+            ),
+        )
+
+
+Recorded = dict[tuple[tuple[str, str], ...], list[list[object]]]
+
+
+def _recorded(url: str, end: datetime) -> Recorded:
+    """Every rollup series the server holds over the rules' span, by its labels: [stamp, value] pairs."""
+    span = int((CLUSTERS_RULES_SPAN + timedelta(minutes=10)).total_seconds())
+    out: Recorded = {}
+    for name in RECORDS:
+        answer = requests.post(
+            url + "/api/v1/query", data={"query": f"{name}[{span}s]", "time": end.timestamp()}, timeout=60
+        )
+        answer.raise_for_status()
+        for item in answer.json()["data"]["result"]:
+            out[tuple(sorted(item["metric"].items()))] = item["values"]
+    return out
+
+
+@pytest.mark.prometheus
+def test_rules_over_two_clusters_record_what_each_cluster_records_alone(
+    cluster_servers: ClusterServers, standard_fleet: Fleet
+) -> None:
+    end = standard_fleet.scenario.end
+    together = _recorded(cluster_servers.together.url, end)
+    apart = _recorded(cluster_servers.apart.url, end)
+    # The same series, stamps and values, to the last digit: nothing of one cluster reaches another's.
+    assert together.keys() == apart.keys()
+    for key, values in together.items():
+        assert values == apart[key], key
+
+    def cluster_of(key: tuple[tuple[str, str], ...]) -> str | None:
+        return dict(key).get(dcgm.CLUSTER_LABEL)
+
+    assert {cluster_of(key) for key in together} == set(CLUSTERS)
+    # One fleet count per cluster and metric, where one series was recorded for both before.
+    fleet = sorted(key for key in together if dict(key)[rollups.ROLLUP_LABEL] == rollups.FLEET)
+    assert fleet == sorted(
+        (("__name__", name), (dcgm.CLUSTER_LABEL, cluster), (rollups.ROLLUP_LABEL, rollups.FLEET))
+        for name in RECORDS
+        for cluster in CLUSTERS
+    )
+    # One series per cluster for each raw series: the same holders in both, with numbers of their own.
+    per_cluster = {
+        cluster: {
+            tuple(kv for kv in key if kv[0] != dcgm.CLUSTER_LABEL): values
+            for key, values in together.items()
+            if cluster_of(key) == cluster
+        }
+        for cluster in CLUSTERS
+    }
+    east, west = per_cluster["east"], per_cluster["west"]
+    assert east.keys() == west.keys()
+    kinds = {dict(key)[rollups.ROLLUP_LABEL] for key in east}
+    assert kinds == {*rollups.KINDS, rollups.FLEET}
+    for kind in kinds:
+        assert any(east[key] != west[key] for key in east if dict(key)[rollups.ROLLUP_LABEL] == kind), (
+            f"the clusters' {kind} rollups do not differ: the test would not see them added together"
+        )
+
+
+@pytest.mark.prometheus
+@pytest.mark.parametrize(
+    "back",
+    [
+        pytest.param(timedelta(0), id="at-end"),
+        pytest.param(timedelta(minutes=2, seconds=30, milliseconds=7), id="ragged"),
+    ],
+)
+def test_each_cluster_reads_its_own_rollups_to_the_raw_numbers(
+    cluster_servers: ClusterServers, standard_fleet: Fleet, back: timedelta
+) -> None:
+    url = cluster_servers.together.url
+    window = TimeWindow.ending(standard_fleet.scenario.end - back, timedelta(hours=2))
+    for cluster in CLUSTERS:
+        rolled = PrometheusSource(PrometheusConfig(url)).for_cluster(cluster).snapshot(window, Thresholds())
+        raw = (
+            PrometheusSource(PrometheusConfig(url), recording_rules=False)
+            .for_cluster(cluster)
+            .snapshot(window, Thresholds())
+        )
+        assert set(rolled.capabilities.rollups) == ROLLED_UP, cluster
+        _assert_same_numbers(rolled, raw)
+
+
+@pytest.mark.prometheus
+def test_a_cluster_whose_rules_started_late_reads_raw_samples_alone(
+    cluster_servers: ClusterServers, standard_fleet: Fleet, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each cluster's own ruler: east's rules cover the window, west's started within it. East reads
+    its rollups, west its raw samples, and both find the raw numbers."""
+    url = cluster_servers.late.url
+    window = TimeWindow.ending(standard_fleet.scenario.end, LATE_RULES_SPAN + timedelta(hours=1))
+    for cluster, used in (("east", ROLLED_UP), ("west", set())):
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="analyzer.sources.prometheus_source"):
+            rolled = (
+                PrometheusSource(PrometheusConfig(url)).for_cluster(cluster).snapshot(window, Thresholds())
+            )
+        raw = (
+            PrometheusSource(PrometheusConfig(url), recording_rules=False)
+            .for_cluster(cluster)
+            .snapshot(window, Thresholds())
+        )
+        assert set(rolled.capabilities.rollups) == used, cluster
+        if not used:
+            assert "evaluations in the window recorded); reading raw samples" in caplog.text
+        _assert_same_numbers(rolled, raw)
