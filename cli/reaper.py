@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("cli.reaper")
 
 NAMESPACE_ENV = "POD_NAMESPACE"  # set from the downward API in the CronJob
+CLUSTER_ENV = "GPU_CLUSTER"
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
@@ -92,6 +93,14 @@ def _build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--dry-run", action="store_true", help="never make changes, whatever the policy says")
     conventions.add_end_option(p_run, "analyse and plan as of this time")
     conventions.add_namespace_option(p_run, "act only on workloads in this namespace (nodes are left alone)")
+    p_run.add_argument(
+        "--cluster",
+        type=conventions.cluster_arg,
+        metavar="NAME",
+        help="the cluster this reaper acts on, as the findings' cluster label (--cluster-label) names it, "
+        "where one query view holds several clusters: other clusters' findings are set aside; findings "
+        f"that name clusters are refused without it [${CLUSTER_ENV}; default: the policy's cluster]",
+    )
     p_run.add_argument(
         "--window", type=conventions.duration_arg, help="analysis window (default: the policy's window)"
     )
@@ -201,6 +210,29 @@ def _reaper_namespace(args: argparse.Namespace, policy: Policy | None) -> str:
         return policy.reaper_namespace if policy else names.DEFAULT_REAPER_NAMESPACE
 
 
+def _cluster(args: argparse.Namespace, policy: Policy) -> str | None:
+    """The cluster the run acts on: ``--cluster``, else ``$GPU_CLUSTER``, else the policy's; logged
+    with where it came from."""
+    cluster, origin = args.cluster, "--cluster"
+    if cluster is None and os.environ.get(CLUSTER_ENV):
+        try:
+            cluster, origin = conventions.cluster_arg(os.environ[CLUSTER_ENV]), f"${CLUSTER_ENV}"
+        except argparse.ArgumentTypeError as e:
+            raise BadInputError(f"${CLUSTER_ENV}: {e}") from e
+    if cluster is None:
+        cluster, origin = policy.cluster, "the policy's cluster:"
+    if cluster is None:
+        log.debug("no cluster configured: findings must name none (see --cluster)")
+        return None
+    if policy.cluster is not None and policy.cluster != cluster:
+        log.warning(
+            "acting on cluster %s (from %s), not on the policy's cluster: %s", cluster, origin, policy.cluster
+        )
+    else:
+        log.info("acting on cluster %s (from %s)", cluster, origin)
+    return str(cluster)
+
+
 @dataclass(frozen=True)
 class _RunInputs:
     settings: RunSettings
@@ -225,6 +257,7 @@ def _run_inputs(args: argparse.Namespace) -> _RunInputs:
         lease_wait=args.lease_wait,
         # A findings file holds one window: there is no history to replay.
         run_interval=None if args.findings is not None else args.run_interval,
+        cluster=_cluster(args, policy),
     )
     kube = KubeSettings(kubeconfig=args.kubeconfig, context=args.context, timeout_seconds=args.api_timeout)
     return _RunInputs(settings, kube, args.pushgateway_url)
@@ -243,8 +276,16 @@ def _cmd_run(args: argparse.Namespace, out: TextIO) -> int:
         source = analysis.file_source(args.findings, namespaces)
     else:
         config = prometheus_options.prometheus_config(args)
-        source = analysis.prometheus_source(config, util_scale=args.util_scale, namespaces=namespaces)
-        metrics = analysis.prometheus_metrics(config, util_scale=args.util_scale)
+        source = analysis.prometheus_source(
+            config,
+            util_scale=args.util_scale,
+            namespaces=namespaces,
+            cluster=settings.cluster,
+            cluster_label=args.cluster_label,
+        )
+        metrics = analysis.prometheus_metrics(
+            config, util_scale=args.util_scale, cluster_label=args.cluster_label
+        )
     credentials = load_credentials()
     notifier = SlackNotifier(credentials, api_url=settings.policy.slack.api_url) if credentials else None
     # The kubeconfig is read now, before an analysis that can take minutes: a typo fails at once.
@@ -278,7 +319,13 @@ def _write_report(
     try:
         try:
             analysis.write_html_report(
-                path, report.found, thresholds, source=metrics, sections=sections, currency=currency
+                path,
+                report.found,
+                thresholds,
+                source=metrics,
+                sections=sections,
+                currency=currency,
+                cluster=settings.cluster,
             )
         except DataUnavailableError as e:
             # The plots need Prometheus again; the plan must not be lost because they cannot be drawn.
@@ -303,7 +350,9 @@ def _finish(report: RunReport, pushgateway_url: str | None, out: TextIO) -> int:
         "run finished",
         extra={
             "mode": report.mode,
+            "cluster": report.cluster,
             "findings": report.findings,
+            "other_clusters": report.other_clusters,
             "planned": report.planned,
             "applied": report.count(Outcome.APPLIED),
             "skipped": report.skipped,

@@ -16,6 +16,7 @@ from markupsafe import Markup
 
 from analyzer.pipeline import analyze
 from analyzer.scope import scope_report
+from analyzer.sources.dcgm import CLUSTER_LABEL
 from analyzer.sources.metrics_source import MetricsSource
 from analyzer.sources.prometheus_config import PrometheusConfig
 from common.errors import BadInputError
@@ -34,25 +35,49 @@ __all__ = [
 
 
 def prometheus_source(
-    config: PrometheusConfig, util_scale: str = "auto", namespaces: Collection[str] = ()
+    config: PrometheusConfig,
+    util_scale: str = "auto",
+    namespaces: Collection[str] = (),
+    cluster: str | None = None,
+    cluster_label: str = CLUSTER_LABEL,
 ) -> FindingsSource:
-    """The analyzer over Prometheus; ``config`` comes from the same options ``gpu-analyzer`` takes."""
+    """The analyzer over Prometheus; ``config`` comes from the same options ``gpu-analyzer`` takes.
+
+    With a ``cluster``, only that cluster's series (by ``cluster_label``) are analysed: every query
+    carries the label's value. A source whose series name no cluster (the cluster's own Prometheus)
+    is analysed whole; one that holds others but not this one is refused by the analyzer (bad input,
+    naming the clusters it holds)."""
     from analyzer.sources.prometheus_source import PrometheusSource
 
     def run(window: TimeWindow, thresholds: Thresholds) -> FindingsReport:
-        source = PrometheusSource(config, util_scale=util_scale)
-        return analyze(source, window, thresholds, now=window.end, namespaces=namespaces)
+        source = PrometheusSource(config, util_scale=util_scale, cluster_label=cluster_label)
+        clusters = _only(cluster, source, window, thresholds)
+        return analyze(source, window, thresholds, now=window.end, namespaces=namespaces, clusters=clusters)
 
     return run
 
 
-def metrics_source(source: MetricsSource, namespaces: Collection[str] = ()) -> FindingsSource:
+def metrics_source(
+    source: MetricsSource, namespaces: Collection[str] = (), cluster: str | None = None
+) -> FindingsSource:
     """The analyzer over any metrics source: the demo hands its simulated fleet in here."""
 
     def run(window: TimeWindow, thresholds: Thresholds) -> FindingsReport:
-        return analyze(source, window, thresholds, now=window.end, namespaces=namespaces)
+        clusters = _only(cluster, source, window, thresholds)
+        return analyze(source, window, thresholds, now=window.end, namespaces=namespaces, clusters=clusters)
 
     return run
+
+
+def _only(
+    cluster: str | None, source: MetricsSource, window: TimeWindow, thresholds: Thresholds
+) -> tuple[str, ...]:
+    """The analysis restricted to the reaper's cluster, when one is configured (reaper.clusters)
+    and the source's series name clusters at all; their findings then carry no cluster, and are
+    the reaper's. Asking costs nothing more: the analysis reuses what the source found."""
+    if cluster is None or not source.clusters(window, thresholds):
+        return ()
+    return (cluster,)
 
 
 def file_source(path: Path, namespaces: Collection[str] = ()) -> FindingsSource:
@@ -79,11 +104,13 @@ def file_source(path: Path, namespaces: Collection[str] = ()) -> FindingsSource:
     return run
 
 
-def prometheus_metrics(config: PrometheusConfig, util_scale: str = "auto") -> MetricsSource:
+def prometheus_metrics(
+    config: PrometheusConfig, util_scale: str = "auto", cluster_label: str = CLUSTER_LABEL
+) -> MetricsSource:
     """Prometheus as a metrics source, for the report's plots of a ``gpu-reaper run``."""
     from analyzer.sources.prometheus_source import PrometheusSource
 
-    return PrometheusSource(config, util_scale=util_scale)
+    return PrometheusSource(config, util_scale=util_scale, cluster_label=cluster_label)
 
 
 def write_html_report(
@@ -94,17 +121,20 @@ def write_html_report(
     source: MetricsSource | None = None,
     sections: Sequence[Markup] = (),
     currency: str = "USD",
+    cluster: str | None = None,
 ) -> None:
     """The analyzer's HTML report of ``found`` with the reaper's ``sections`` (its plan) in it.
 
     With the metrics ``source`` the run analysed, the report has the analyzer's plots (the analysis
-    runs again, in detail); without one (a findings file) it has the findings alone.
+    runs again, in detail, of the run's ``cluster`` alone); without one (a findings file) it has the
+    findings alone.
     """
     from analyzer.pipeline import analyze_in_detail, offender_series
     from analyzer.report.html import render_html
 
     if source is not None:
-        result = analyze_in_detail(source, found.window, thresholds, now=found.window.end)
+        clusters = _only(cluster, source, found.window, thresholds)
+        result = analyze_in_detail(source, found.window, thresholds, now=found.window.end, clusters=clusters)
         offenders = offender_series(source, result, top=6, thresholds=thresholds)
         html = render_html(
             result.report,

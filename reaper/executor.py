@@ -106,6 +106,7 @@ class Executor:
         lease_duration: timedelta = timedelta(minutes=10),
         conflict_attempts: int = 4,
         max_consecutive_failures: int = 3,
+        cluster: str | None = None,
     ) -> None:
         self.kube = kube
         self.mode = mode
@@ -118,6 +119,9 @@ class Executor:
         self.lease_duration = lease_duration
         self.conflict_attempts = conflict_attempts
         self.max_consecutive_failures = max_consecutive_failures
+        # Named in every Event: where many clusters share names, an Event read away from its
+        # cluster (an event exporter, a central log) still says which one it is about.
+        self.cluster = cluster
         self._discovery = ScaleDiscovery(kube)
 
     # --- the single write point ------------------------------------------------------------------
@@ -334,6 +338,8 @@ class Executor:
         namespace = _meta(obj, "namespace") or "default"  # cluster-scoped objects' events live in default
         now = rfc3339(self.wall_clock())
         api_version = KINDS[kind].api_version if kind in KINDS else "v1"
+        if self.cluster is not None:
+            message = f"[{self.cluster}] {message}"
         body = {
             "apiVersion": "v1",
             "kind": "Event",

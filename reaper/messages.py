@@ -1,7 +1,9 @@
 """Slack messages (Block Kit) for a run: one per owner channel. Pure formatting; reaper/slack.py sends them.
 
 A message says what was found, what was done (or would be done in dry-run), the GPU-hours and
-money reclaimed, and how to opt out and how to restore.
+money reclaimed, and how to opt out and how to restore. Where the run acts on a named cluster, the
+headline starts with it (``[prod-eu-1] GPU reaper: …``) and the opt-out and restore commands say
+which cluster's context they need: clusters built from one GitOps repository share their names.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from common.model import WorkloadRef
+from common.model import Finding, WorkloadRef
 from common.timeutil import rfc3339
 from reaper import names
 from reaper.actuators import ACTUATORS
@@ -129,21 +131,33 @@ def _opt_out_command(ref: WorkloadRef) -> str:
     return f"`kubectl annotate namespace {ref.namespace} {names.EXCLUDE}=true` (for {ref.kind} {ref.name})"
 
 
-def _how_to(refs: Iterable[WorkloadRef], restorable: Iterable[WorkloadRef]) -> str:
+def _how_to(
+    refs: Iterable[WorkloadRef], restorable: Iterable[WorkloadRef], cluster: str | None = None
+) -> str:
     """One opt-out line per workload in the message, and (after apply) one restore line per stop."""
     seen: dict[str, WorkloadRef] = {}
     for ref in refs:
         seen.setdefault(ref.key(), ref)
+    # The commands act on whichever cluster the kube context reaches: say which one they are for.
+    where = f" in cluster `{escape(cluster)}`" if cluster is not None else ""
     lines = [
-        f"Opt out (`{names.EXCLUDE_UNTIL}=<RFC 3339 time>` for a while; on the namespace for all its "
-        "workloads):"
+        f"Opt out{where} (`{names.EXCLUDE_UNTIL}=<RFC 3339 time>` for a while; on the namespace for all "
+        "its workloads):"
     ]
     lines += [f"• {escape(_opt_out_command(ref))}" for ref in seen.values()]
     stopped = {r.key(): r for r in restorable if r.kind != "Node"}
-    lines += [f"Restore: `gpu-reaper restore {r.namespace}/{r.name}`" for r in stopped.values()]
+    lines += [f"Restore{where}: `gpu-reaper restore {r.namespace}/{r.name}`" for r in stopped.values()]
     if any(r.kind == "Node" for r in restorable):
-        lines.append("Restore: `gpu-reaper restore --all` uncordons the nodes it cordoned")
+        lines.append(f"Restore{where}: `gpu-reaper restore --all` uncordons the nodes it cordoned")
     return "\n".join(lines)
+
+
+def message_cluster(cluster: str | None, findings: Iterable[Finding]) -> str | None:
+    """The cluster a run's messages name: the configured one, else the one cluster its findings name."""
+    if cluster is not None:
+        return cluster
+    named = {f.cluster for f in findings if f.cluster is not None}
+    return named.pop() if len(named) == 1 else None
 
 
 @dataclass(frozen=True)
@@ -189,8 +203,13 @@ def build_messages(
     *,
     mode: RunMode,
     single: bool = False,
+    cluster: str | None = None,
 ) -> list[Message]:
-    """One message per channel (``single``: one message with everything, for an incoming webhook)."""
+    """One message per channel (``single``: one message with everything, for an incoming webhook).
+
+    ``cluster``: the cluster the run acts on, named in every message (default: the one cluster the
+    plan's findings name, if they name one)."""
+    cluster = message_cluster(cluster, plan.findings)
     owner_skips = [s for s in plan.skips if s.reason.tells_owner]
     by_channel: dict[str | None, tuple[list[ActionResult], list[Skip]]] = {}
     for r in results:
@@ -205,7 +224,7 @@ def build_messages(
         by_channel[None if single else policy.slack.channel] = ([], [])
     fleet = _Totals.of(results) if len(by_channel) > 1 else None
     return [
-        _message(channel, items, skips, plan, policy, mode, fleet)
+        _message(channel, items, skips, plan, policy, mode, fleet, cluster)
         for channel, (items, skips) in sorted(by_channel.items(), key=lambda kv: kv[0] or "")
     ]
 
@@ -218,6 +237,7 @@ def _message(
     policy: Policy,
     mode: RunMode,
     fleet: _Totals | None = None,
+    cluster: str | None = None,
 ) -> Message:
     limit = policy.slack.max_items_per_message
     currency = policy.currency
@@ -233,6 +253,8 @@ def _message(
     else:
         what = f"reclaimed {totals.targets} of {len(changed)} targets" if changed else "nothing reclaimed"
         title = f"GPU reaper: {what}"
+    if cluster is not None:
+        title = f"[{cluster}] {title}"
     reclaimed = totals.describe(dry_run, currency)
     summary = (
         f"*Window* {rfc3339(plan.window.start)} → {rfc3339(plan.window.end)}"
@@ -273,9 +295,10 @@ def _message(
         if r.outcome is Outcome.APPLIED and r.action.action.destructive
     ]
     if refs:
-        for chunk in _sections(_how_to(refs, restorable).splitlines()):
+        for chunk in _sections(_how_to(refs, restorable, cluster).splitlines()):
             blocks.append({"type": "context", "elements": [chunk["text"]]})
-    return Message(channel=channel, text=f"{title}. {reclaimed}.", blocks=tuple(blocks[:50]))
+    # The header is plain text; the notification's fallback text is read as mrkdwn.
+    return Message(channel=channel, text=f"{escape(title)}. {reclaimed}.", blocks=tuple(blocks[:50]))
 
 
 def preview(messages: Sequence[Message]) -> str:

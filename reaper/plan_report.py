@@ -118,6 +118,8 @@ class PlanView:
     run_interval: timedelta | None = None
     stopped: str | None = None  # why the run planned nothing (metrics, cluster, lease, stale data)
     slack: str = "off"  # "bot" (one message per channel), "webhook" (one message), "off"
+    cluster: str | None = None  # the cluster the run acts on, when one is configured
+    other_clusters: int | None = None  # findings set aside as other clusters'
 
 
 def _name(ref: WorkloadRef) -> str:
@@ -163,6 +165,12 @@ def _skip_row(s: Skip, slack: str) -> dict[str, object]:
 
 def _context(view: PlanView) -> str:
     parts = []
+    if view.cluster is not None:
+        others = view.other_clusters or 0
+        aside = (
+            f" ({others} finding{'s' if others != 1 else ''} of other clusters set aside)" if others else ""
+        )
+        parts.append(f"cluster {view.cluster}{aside}")
     if view.plan is not None:
         parts.append(f"as of {rfc3339(view.plan.now)}")
         w = view.plan.window
@@ -249,5 +257,7 @@ def run_section(report: RunReport, settings: RunSettings, slack: str = "off") ->
             run_interval=settings.run_interval,
             stopped=stopped,
             slack=slack,
+            cluster=report.cluster,
+            other_clusters=report.other_clusters,
         )
     )

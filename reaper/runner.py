@@ -16,8 +16,10 @@ from typing import Protocol
 
 from common.errors import DataUnavailableError
 from common.model import FindingsReport, TimeWindow
+from common.thresholds import Thresholds
 from common.timeutil import format_duration
 from reaper.cluster import read_snapshot
+from reaper.clusters import split_by_cluster
 from reaper.errors import KubeError, LeaseHeldError, SlackError
 from reaper.executor import ActionResult, Executor, Outcome, utc_now
 from reaper.history import FindingsSource, Replay, replay
@@ -56,6 +58,9 @@ class RunSettings:
     # How often the CronJob runs. A dry-run replays the earlier runs at this interval to count its
     # confirmations (reaper.history); None where the source cannot analyse earlier windows (a file).
     run_interval: timedelta | None = None
+    # The cluster this reaper acts on, where findings of several clusters come through one query view:
+    # other clusters' findings are set aside (reaper.clusters). None: findings must name no cluster.
+    cluster: str | None = None
 
 
 @dataclass
@@ -75,6 +80,10 @@ class RunReport:
     failure: str | None = None
     lease_held: bool = False
     replay: Replay | None = None  # the earlier runs a dry-run replayed for its confirmations
+    cluster: str | None = None  # the cluster the run acts on, when one is configured
+    # Findings set aside as another cluster's (or of no cluster, next to findings naming one); None
+    # when no cluster is configured (then every finding is the run's, or the run is refused).
+    other_clusters: int | None = None
 
     @property
     def findings(self) -> int:
@@ -99,6 +108,8 @@ class RunReport:
             parts.append(f"error={self.failure}")
         if self.found is not None:
             parts.append(f"findings={self.findings}")
+            if self.other_clusters is not None:
+                parts.append(f"other_clusters={self.other_clusters}")
         if self.failure is None:  # a stopped run acted on nothing: no plan counts to show
             parts.append(
                 f"planned={self.planned} applied={self.count(Outcome.APPLIED)} skipped={self.skipped} "
@@ -139,8 +150,10 @@ def run(
     wall_clock: Callable[[], datetime] = utc_now,
     sleep: Callable[[float], None] = time.sleep,
 ) -> RunReport:
+    """One run. Raises ``BadInputError`` (before any call to the cluster) when the findings name
+    clusters and no cluster is configured (``reaper.clusters``); every other problem is in the report."""
     started = time.monotonic()
-    report = RunReport(mode=settings.mode)
+    report = RunReport(mode=settings.mode, cluster=settings.cluster)
     try:
         _run(report, settings, findings, cluster, notifier, clock, wall_clock, sleep)
     finally:
@@ -172,8 +185,27 @@ def _run(
         log.error("metrics unavailable, nothing will be done: %s", e)
         report.exit_code, report.error, report.failure = EXIT_DATA_UNAVAILABLE, str(e), "metrics_unavailable"
         return
-    report.found = findings_report
-    log.info("%d findings", len(findings_report.findings))
+    split = split_by_cluster(findings_report, settings.cluster)
+    split.check()  # findings of clusters and no cluster configured: refused before any API call
+    report.found = split.own
+    if settings.cluster is None:
+        log.info("%d findings", len(split.own.findings))
+    else:
+        report.other_clusters = split.others
+        log.info(
+            "%d findings of cluster %s; %d set aside%s",
+            len(split.own.findings),
+            settings.cluster,
+            split.others,
+            f" ({split.describe_others()})" if split.others else "",
+        )
+        if split.none_own:
+            log.warning(
+                "no finding is of cluster %s, all are of others (%s): is the cluster name right?",
+                settings.cluster,
+                split.describe_others(),
+            )
+    findings_report = split.own
 
     cluster = cluster_factory()
     executor = Executor(
@@ -184,6 +216,7 @@ def _run(
         wall_clock=wall_clock,
         sleep=sleep,
         identity=settings.identity,
+        cluster=settings.cluster,
     )
     try:
         with executor.lease(wait=settings.lease_wait.total_seconds()):
@@ -196,7 +229,8 @@ def _run(
                 return
             if not settings.mode.writes and settings.run_interval is not None:
                 # Dry-run writes no state: the streaks come from the runs apply would have made.
-                report.replay = replay(findings, snapshot, policy, now, settings.run_interval)
+                own = _own_findings(findings, settings.cluster)
+                report.replay = replay(own, snapshot, policy, now, settings.run_interval)
                 snapshot = replace(snapshot, state=report.replay.state)
                 log.info(
                     "confirmations from %d replayed runs every %s",
@@ -233,11 +267,22 @@ def _run(
         policy,
         mode=settings.mode,
         single=notifier is not None and notifier.webhook_mode,
+        cluster=settings.cluster,
     )
     if notifier is not None:
         _notify(report, notifier)
     if report.count(Outcome.FAILED):
         report.exit_code = EXIT_ACTION_FAILED
+
+
+def _own_findings(findings: FindingsSource, cluster: str | None) -> FindingsSource:
+    """``findings`` with only the reaper's cluster's findings left in (a replayed run refuses nothing:
+    findings it cannot place are set aside, so they confirm nothing and can only delay an action)."""
+
+    def own(window: TimeWindow, thresholds: Thresholds) -> FindingsReport:
+        return split_by_cluster(findings(window, thresholds), cluster).own
+
+    return own
 
 
 def _log_plan(p: Plan) -> None:

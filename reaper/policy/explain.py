@@ -16,6 +16,11 @@ def explain(policy: Policy) -> str:
         f"mode: {policy.mode.value}"
         + ("" if policy.mode.writes else " (nothing is changed unless run with --apply)"),
         f"analysis window: {format_setting(policy.window)}",
+        (
+            f"cluster: {policy.cluster} (acts only on its findings; --cluster overrides)"
+            if policy.cluster is not None
+            else "cluster: none configured (findings that name a cluster are refused; see --cluster)"
+        ),
         "rules (the first matching rule decides):",
     ]
     for i, rule in enumerate(policy.rules, start=1):

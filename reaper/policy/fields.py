@@ -109,6 +109,13 @@ def _check_channel(value: str) -> str:
     )
 
 
+def check_cluster_name(value: str) -> str:
+    """A cluster as the series' cluster label names it (any label value), as ``--cluster`` takes it."""
+    if not value.strip():
+        raise ValueError("a cluster name cannot be empty")
+    return value
+
+
 LabelKey = Annotated[str, AfterValidator(_check_label_key)]
 LabelValue = Annotated[str, AfterValidator(_check_label_value)]
 NamespaceName = Annotated[str, AfterValidator(_check_namespace_name)]
@@ -116,6 +123,20 @@ Channel = Annotated[
     str,
     AfterValidator(_check_channel),
     WithJsonSchema({"type": "string", "pattern": r"^(#[a-z0-9][a-z0-9._\-]{0,79}|[CGD][A-Z0-9]{6,})$"}),
+]
+
+
+ClusterName = Annotated[
+    str,
+    AfterValidator(check_cluster_name),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "minLength": 1,
+            "pattern": r"\S",
+            "description": "The cluster label's value (by convention `cluster`) on this cluster's series.",
+        }
+    ),
 ]
 
 

@@ -18,7 +18,7 @@ from common.durations import Duration, PositiveDuration
 from common.model import FindingKind
 from common.thresholds import Pricing, Thresholds
 from reaper import names
-from reaper.policy.fields import Channel, Glob, LabelKey, LabelValue, NamespaceName, WorkloadGlob
+from reaper.policy.fields import Channel, ClusterName, Glob, LabelKey, LabelValue, NamespaceName, WorkloadGlob
 
 
 class RunMode(StrEnum):
@@ -224,6 +224,9 @@ DEFAULT_GPU_NODE_SELECTOR = LabelSelector(match_labels={"nvidia.com/gpu.present"
 
 class Policy(_Model):
     mode: RunMode = RunMode.DRY_RUN
+    # The cluster this reaper acts on, as the findings' cluster label names it (reaper.clusters);
+    # `--cluster` / $GPU_CLUSTER win. None: findings that name a cluster are refused.
+    cluster: ClusterName | None = None
     # The nodes the reaper lists; when none carries it, every node with GPUs (status) instead.
     # null: always list every node and keep those with GPUs.
     gpu_node_selector: LabelSelector | None = DEFAULT_GPU_NODE_SELECTOR

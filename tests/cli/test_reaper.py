@@ -215,6 +215,7 @@ def test_broken_policy_exits_2_naming_the_field_with_zero_api_calls(
             id="end-in-the-future-from-prometheus",
         ),
         pytest.param(["run", "--findings", "f", "--policy", "p", "--namespace", "a/b"], id="bad-namespace"),
+        pytest.param(["run", "--findings", "f", "--policy", "p", "--cluster", " "], id="empty-cluster"),
         pytest.param(["restore", "just-a-name"], id="restore-target-without-namespace"),
         pytest.param(["restore", "serving/x", "--namespace", "serving"], id="restore-namespace-without-all"),
         pytest.param(["frobnicate"], id="unknown-command"),
@@ -491,3 +492,100 @@ def test_an_unwritable_report_is_refused_before_the_run(
     assert code == 2
     assert "--report" in capsys.readouterr().err
     assert seeded.mutations() == []
+
+
+# --- many clusters through one query view ------------------------------------------------------------
+
+
+@pytest.fixture
+def two_clusters(seeded: EmulatedCluster, tmp_path: Path) -> Path:
+    """Cluster b's serving/ranker is idle; this cluster (a) has a serving/ranker too, busy: only its
+    serving/api is idle. One findings document from the query view over both."""
+    seeded.seed([manifest("Deployment", "api", "serving", created=LONG_AGO, spec={"replicas": 1})])
+    found = report(
+        finding(FindingKind.IDLE_ENDPOINT, name="ranker").model_copy(update={"cluster": "b"}),
+        finding(FindingKind.IDLE_ENDPOINT, name="api").model_copy(update={"cluster": "a"}),
+    )
+    return write(tmp_path, "fleet.json", found.to_json())
+
+
+def untouched_ranker(cluster: EmulatedCluster) -> None:
+    ranker = cluster.obj("Deployment", "serving", "ranker")
+    assert ranker["spec"]["replicas"] == 2
+    assert not any(k.startswith("gpu-reaper/") for k in ranker["metadata"].get("annotations") or {})
+    # Not even read one by one, let alone written: only listed with every Deployment.
+    assert not [u for u in cluster.request_urls() if "ranker" in u[1]]
+    assert not [e for e in cluster.objects("Event") if e["involvedObject"]["name"] == "ranker"]
+
+
+def test_a_reaper_for_cluster_a_never_touches_what_cluster_b_found(
+    seeded: EmulatedCluster, two_clusters: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy = write(tmp_path, "p.yaml", GOOD_POLICY)
+    code, out = cli(*run_args(seeded.kubeconfig, policy, two_clusters, "--apply", "--cluster", "a"))
+    assert code == 0, out
+    assert out.strip().splitlines()[-1] == (
+        "gpu-reaper: mode=apply findings=1 other_clusters=1 planned=1 applied=1 skipped=0 failed=0"
+    )
+    untouched_ranker(seeded)
+    assert seeded.obj("Deployment", "serving", "api")["spec"]["replicas"] == 0
+    (event,) = seeded.objects("Event")
+    assert event["involvedObject"]["name"] == "api"
+    assert event["message"].startswith("[a] gpu-reaper: scale to zero")
+    assert "acting on cluster a (from --cluster)" in capsys.readouterr().err
+
+
+def test_the_cluster_comes_from_the_environment_or_the_policy_and_the_flag_wins(
+    seeded: EmulatedCluster,
+    two_clusters: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    policy_a = write(tmp_path, "a.yaml", GOOD_POLICY + "cluster: a\n")
+    code, out = cli(*run_args(seeded.kubeconfig, policy_a, two_clusters))
+    assert code == 0 and "findings=1 other_clusters=1 planned=1" in out
+    assert "acting on cluster a (from the policy's cluster:)" in capsys.readouterr().err
+
+    monkeypatch.setenv("GPU_CLUSTER", "a")
+    code, out = cli(*run_args(seeded.kubeconfig, write(tmp_path, "p.yaml", GOOD_POLICY), two_clusters))
+    assert code == 0 and "findings=1 other_clusters=1 planned=1" in out
+    assert "acting on cluster a (from $GPU_CLUSTER)" in capsys.readouterr().err
+
+    # The flag wins over the variable and the policy, and the log says so.
+    code, out = cli(*run_args(seeded.kubeconfig, policy_a, two_clusters, "--apply", "--cluster", "b"))
+    assert code == 0 and "findings=1 other_clusters=1 planned=1 applied=1" in out
+    assert "acting on cluster b (from --cluster), not on the policy's cluster: a" in capsys.readouterr().err
+    assert seeded.obj("Deployment", "serving", "ranker")["spec"]["replicas"] == 0
+    assert seeded.obj("Deployment", "serving", "api")["spec"]["replicas"] == 1
+
+
+@pytest.mark.parametrize("clusters", [("a", "b"), ("b",)], ids=["two-clusters", "one-named-cluster"])
+def test_findings_naming_clusters_without_a_cluster_exit_2_before_any_api_call(
+    seeded: EmulatedCluster, tmp_path: Path, clusters: tuple[str, ...], capsys: pytest.CaptureFixture[str]
+) -> None:
+    found = report(
+        *(
+            finding(FindingKind.IDLE_ENDPOINT, name=name).model_copy(update={"cluster": cluster})
+            for cluster, name in zip(clusters, ("ranker", "api"), strict=False)
+        )
+    )
+    findings = write(tmp_path, "fleet.json", found.to_json())
+    code, out = cli(*run_args(seeded.kubeconfig, write(tmp_path, "p.yaml", GOOD_POLICY), findings, "--apply"))
+    assert code == 2
+    assert out == ""
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("gpu-reaper: error:")]
+    named = "clusters a (1 finding), b (1 finding)" if len(clusters) == 2 else "cluster b (1 finding)"
+    assert line.startswith(f"gpu-reaper: error: the findings are of {named}, and no cluster is configured")
+    assert "pass --cluster NAME" in line and "cluster: in the policy" in line
+    assert seeded.requests() == []
+    assert seeded.obj("Deployment", "serving", "ranker")["spec"]["replicas"] == 2
+
+
+def test_a_blank_cluster_in_the_environment_is_bad_input(
+    seeded: EmulatedCluster, two_clusters: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPU_CLUSTER", "  ")
+    code, _ = cli(*run_args(seeded.kubeconfig, write(tmp_path, "p.yaml", GOOD_POLICY), two_clusters))
+    assert code == 2
+    assert seeded.requests() == []

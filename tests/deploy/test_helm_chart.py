@@ -186,6 +186,17 @@ def test_reaper_command_line_is_accepted_by_gpu_reaper(values: str) -> None:
     assert getattr(parsed, "_deprecated", []) == []  # no flag spelling the CLI warns about
 
 
+def test_cluster_name_becomes_the_reapers_cluster() -> None:
+    """Empty by default (a Prometheus holding this cluster alone); set, it is `--cluster`."""
+    assert "--cluster" not in _reaper(RENDERED["default-values"])["args"]
+    args = _reaper(render({"clusterName": "prod-eu-1"}))["args"]
+    assert args[args.index("--cluster") + 1] == "prod-eu-1"
+    parsed = reaper_parser().parse_args(args[1:])
+    assert parsed.command == "run" and parsed.cluster == "prod-eu-1"
+    all_enabled = _reaper(RENDERED["all-enabled"])["args"]
+    assert all_enabled[all_enabled.index("--cluster") + 1] == "prod-eu-1"
+
+
 @pytest.mark.parametrize("values", VALUE_SETS.keys())
 def test_policy_comes_from_a_configmap_mounted_where_the_args_point(values: str) -> None:
     manifests = RENDERED[values]

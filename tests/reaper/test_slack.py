@@ -256,6 +256,67 @@ def test_a_slack_outage_never_aborts_reaping(
     assert TOKEN not in caplog.text
 
 
+# --- many clusters --------------------------------------------------------------------------------------
+
+
+def test_messages_name_the_cluster_in_the_headline_and_where_the_commands_apply() -> None:
+    p = Policy.model_validate(POLICY)
+    the_plan = plan(FINDINGS, read_snapshot(cluster(), "gpu-reaper"), p, NOW)
+    results = [ActionResult(a, Outcome.APPLIED) for a in the_plan.actions]
+    (m,) = [
+        m
+        for m in build_messages(the_plan, results, p, mode=RunMode.APPLY, cluster="prod-eu-1")
+        if m.channel == "#gpu-waste"
+    ]
+    assert m.blocks[0]["text"]["text"] == "[prod-eu-1] GPU reaper: reclaimed 1 of 1 targets"
+    assert m.text.startswith("[prod-eu-1] GPU reaper: reclaimed 1 of 1 targets.")
+    text = text_of(m)
+    assert "Opt out in cluster `prod-eu-1` (" in text
+    assert "Restore in cluster `prod-eu-1`: `gpu-reaper restore serving/ranker`" in text
+    # Without a cluster, nothing changes.
+    (plain,) = [m for m in messages_for(apply=True) if m.channel == "#gpu-waste"]
+    assert plain.blocks[0]["text"]["text"] == "GPU reaper: reclaimed 1 of 1 targets"
+    assert "in cluster" not in text_of(plain)
+
+
+def test_the_one_cluster_the_findings_name_is_named_when_none_is_configured() -> None:
+    p = Policy.model_validate(POLICY)
+    found = report(
+        *(f.model_copy(update={"cluster": "prod-eu-1"}) for f in FINDINGS.findings), window=FINDINGS.window
+    )
+    the_plan = plan(found, read_snapshot(cluster(), "gpu-reaper"), p, NOW)
+    results = [ActionResult(a, Outcome.DRY_RUN) for a in the_plan.actions]
+    messages = build_messages(the_plan, results, p, mode=RunMode.DRY_RUN)
+    assert messages and all(
+        m.blocks[0]["text"]["text"].startswith("[prod-eu-1] GPU reaper (dry-run)") for m in messages
+    )
+
+
+def test_slack_hears_only_about_the_reapers_own_cluster(httpserver: HTTPServer) -> None:
+    """Cluster b's idle team-b/mig shares its name with a's busy one: a's reaper posts nothing about it."""
+    httpserver.expect_request("/api/chat.postMessage", method="POST").respond_with_handler(slack_ok)
+    notifier = SlackNotifier(SlackCredentials(token=TOKEN), api_url=httpserver.url_for("/api/"))
+    memory = cluster()
+    found = report(
+        finding(FindingKind.IDLE_ENDPOINT, name="ranker", gpus=2).model_copy(update={"cluster": "a"}),
+        finding(FindingKind.IDLE_ENDPOINT, name="mig", namespace="team-b").model_copy(
+            update={"cluster": "b"}
+        ),
+    )
+    settings = RunSettings(
+        policy=Policy.model_validate(POLICY), mode=RunMode.APPLY, namespace="gpu-reaper", end=NOW, cluster="a"
+    )
+    result = run(settings, lambda w, t: found, lambda: memory, notifier, sleep=lambda s: None)
+    assert result.exit_code == EXIT_OK and result.slack_sent == 1 and result.other_clusters == 1
+    (body,) = posted(httpserver)
+    assert body["channel"] == "#gpu-waste"
+    assert body["blocks"][0]["text"]["text"] == "[a] GPU reaper: reclaimed 1 of 1 targets"
+    assert body["text"].startswith("[a] GPU reaper: reclaimed 1 of 1 targets.")
+    assert "Restore in cluster `a`: `gpu-reaper restore serving/ranker`" in json.dumps(body["blocks"])
+    assert "mig" not in json.dumps(body)
+    assert memory.get("Deployment", "team-b", "mig")["spec"]["replicas"] == 2
+
+
 # --- credentials ----------------------------------------------------------------------------------------
 
 

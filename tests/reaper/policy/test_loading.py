@@ -118,6 +118,9 @@ BROKEN = [
     ),
     pytest.param(MINIMAL + "currency: dollars\n", "currency: String should match pattern", id="bad-currency"),
     pytest.param(
+        MINIMAL + 'cluster: " "\n', "line 5: cluster: a cluster name cannot be empty", id="blank-cluster"
+    ),
+    pytest.param(
         MINIMAL + "detection: {idlePercent: 200}\n",
         "detection.idlePercent: Input should be less than or equal to 100",
         id="bad-detection-threshold",
