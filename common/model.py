@@ -180,9 +180,11 @@ class Finding(_Frozen):
 
     def to_dict(self) -> dict[str, Any]:
         """The stable JSON shape (see docs/findings.md)."""
+        # ``cluster`` only where a query view named one: single-cluster documents keep their shape.
+        named = {"cluster": self.cluster} if self.cluster is not None else {}
         return {
             "kind": self.kind.value,
-            "cluster": self.cluster,
+            **named,
             "namespace": self.workload.namespace,
             "workload": {"kind": self.workload.kind, "name": self.workload.name},
             "pods": list(self.pods),

@@ -629,21 +629,24 @@ class PrometheusSource:
                 metric,
                 step.total_seconds(),
             )
-            named: list[tuple[str, str]] = []
-            for chunk in _chunks(uuids, UUIDS_PER_UNION_QUERY):
-                named += [
-                    (name, q.device_quantile_union(metric, level, chunk, step))
-                    for name, level in (("q_low", levels[0]), ("q_high", levels[1]), ("median", 0.5))
-                ]
-                named += [
-                    ("count", q.device_union_total("count_over_time", metric, chunk, step)),
-                    ("sum", q.device_union_total("sum_over_time", metric, chunk, step)),
-                ]
-            self._fetch([query for _, query in named], at)
-            for name, query in named:
-                for s in self._vector(query, at):
-                    key = self._key(s.labels, caps)
-                    if key not in split:
+            # The five numbers of a chunk in one query, each tagged with its name.
+            texts = [
+                joined(
+                    [
+                        *(
+                            tagged(name, q.device_quantile_union(metric, level, chunk, step))
+                            for name, level in (("q_low", levels[0]), ("q_high", levels[1]), ("median", 0.5))
+                        ),
+                        tagged("count", q.device_union_total("count_over_time", metric, chunk, step)),
+                        tagged("sum", q.device_union_total("sum_over_time", metric, chunk, step)),
+                    ]
+                )
+                for chunk in _chunks(uuids, UUIDS_PER_UNION_QUERY)
+            ]
+            self._fetch([(text, AGGREGATE) for text in texts], at)
+            for name, rows in self._tagged_rows(texts, at).items():
+                for key, s in zip(self._keys_of(rows, caps), rows, strict=True):
+                    if key is None or key not in split:
                         continue
                     if name == "count":
                         counts[key] = (metric, VectorSample(counts[key][1].labels, s.value))
