@@ -63,7 +63,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import IO, Any, NamedTuple, TypeVar
+from typing import IO, TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import msgspec
 import requests
@@ -76,6 +76,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
 from bench_fleet import (  # noqa: E402
     END,
     SLICE_SAMPLES,
+    ClusterSplit,
     ImportStats,
     SliceStats,
     import_json_lines,
@@ -84,7 +85,7 @@ from bench_fleet import (  # noqa: E402
     wait_for_merges,
 )
 
-from analyzer.pipeline import analyze  # noqa: E402
+from analyzer.pipeline import analyze, analyze_in_detail  # noqa: E402
 from analyzer.sources import pacing, prometheus_api  # noqa: E402
 from analyzer.sources.pacing import AdaptiveLimit  # noqa: E402
 from analyzer.sources.prometheus_api import PrometheusClient, PrometheusConfig, PrometheusSession  # noqa: E402
@@ -94,6 +95,9 @@ from common.model import FindingKind, FindingsReport, TimeWindow, WorkloadRef  #
 from common.thresholds import Thresholds  # noqa: E402
 from common.timeutil import parse_duration  # noqa: E402
 from simulation.fleet import Expected, score, write_openmetrics  # noqa: E402
+
+if TYPE_CHECKING:
+    from harness.servers import PrometheusServer, VictoriaMetricsServer
 
 DEFAULT_STEP = timedelta(seconds=15)
 
@@ -189,17 +193,28 @@ class NotingSession(PrometheusSession):
                 self.log.write(json.dumps(call) + "\n")
 
 
-def run_ours(url: str, window: TimeWindow, step: timedelta) -> dict[str, Any]:
+def run_ours(
+    url: str, window: TimeWindow, step: timedelta, whole: bool = False, in_detail: bool = False
+) -> dict[str, Any]:
+    """``whole``: the findings whole (every field, for comparing two runs') and no replays.
+    ``in_detail``: ``analyze_in_detail``, which ``gpu-analyzer analyze`` runs (it keeps every
+    cluster's whole analysis for the plots), rather than ``analyze``."""
     del step  # ours finds the scrape interval itself
     with tempfile.TemporaryFile("w+") as log, noting_asks():
         session = NotingSession(log)
         config = PrometheusConfig(url, timeout_s=600)
         client = NotingClient(config, session=session)
         start = time.perf_counter()
-        report = analyze(PrometheusSource(client), window, Thresholds(), now=window.end)
+        source = PrometheusSource(client)
+        if in_detail:
+            report = analyze_in_detail(source, window, Thresholds(), now=window.end).report
+        else:
+            report = analyze(source, window, Thresholds(), now=window.end)
         wall = time.perf_counter() - start
         stats = client.stats
-        result = _result(report, wall, stats.requests, stats.wire_bytes, stats.body_bytes)
+        result = _result(report, wall, stats.requests, stats.wire_bytes, stats.body_bytes, whole)
+        if whole:
+            return result
         log.seek(0)
         calls = [Call(*json.loads(line)) for line in log]
         if len(calls) != stats.requests:
@@ -453,7 +468,17 @@ def run_strong(url: str, window: TimeWindow, step: timedelta) -> dict[str, Any]:
     }
 
 
-def _result(report: FindingsReport, wall: float, queries: int, wire: int, body: int) -> dict[str, Any]:
+def _result(
+    report: FindingsReport, wall: float, queries: int, wire: int, body: int, whole: bool = False
+) -> dict[str, Any]:
+    """A run's figures and findings: in short, or ``whole`` (each finding's JSON less its window)."""
+    if whole:
+        findings: list[Any] = [f.model_dump(mode="json", exclude={"window"}) for f in report.findings]
+    else:
+        findings = sorted(
+            [f.kind.value, f.workload.namespace, f.workload.kind, f.workload.name, list(f.pods), list(f.gpus)]
+            for f in report.findings
+        )
     return {
         "wall_s": wall,
         "requests": queries,
@@ -461,10 +486,7 @@ def _result(report: FindingsReport, wall: float, queries: int, wire: int, body: 
         "wire_bytes": wire,
         "peak_rss_mb": peak_rss_mb(),
         "verdicts": sorted([f.kind.value, f.workload.key()] for f in report.findings),
-        "findings": sorted(
-            [f.kind.value, f.workload.namespace, f.workload.kind, f.workload.name, list(f.pods), list(f.gpus)]
-            for f in report.findings
-        ),
+        "findings": findings,
     }
 
 
@@ -491,12 +513,13 @@ def run_prepare(
     age: timedelta,
     step: timedelta,
     slice_samples: int,
+    split: ClusterSplit | None = None,
 ) -> dict[str, Any]:
     """Simulate the fleet a slice at a time into ``target``: a VictoriaMetrics URL, or a directory
     that receives Prometheus blocks. Returns the cost and the ground truth of each window."""
     stats, imported = SliceStats(), ImportStats()
     start = time.perf_counter()
-    series = sliced_fleet(gpus, windows, age, step, stats, slice_samples)
+    series = sliced_fleet(gpus, windows, age, step, stats, slice_samples, split)
     tool_rss = 0.0
     if tsdb == "victoriametrics":
         import_json_lines(target, json_line_chunks(series), imported)
@@ -601,6 +624,8 @@ def summarize(runs: list[dict[str, Any]], warmup: dict[str, Any]) -> dict[str, A
         return out
     walls = [r["wall_s"] for r in ok]
     out |= {"wall_p50_s": nearest_rank(walls, 50), "wall_p99_s": nearest_rank(walls, 99), "wall_s": walls}
+    rss = [r["peak_rss_mb"] for r in ok]
+    out |= {"peak_rss_p50_mb": nearest_rank(rss, 50), "peak_rss_p99_mb": nearest_rank(rss, 99)}
     for replayed in ("tsdb", "read", "floor"):
         if f"{replayed}_s" in ok[0]:
             times = [r[f"{replayed}_s"] for r in ok]
@@ -637,27 +662,8 @@ def bench(
     from harness.servers import PrometheusServer, VictoriaMetricsServer
 
     label = f"{gpus}-{int(age.total_seconds())}-{int(step.total_seconds())}"
-    fleet: dict[str, Any] = {
-        "gpus": gpus,
-        "age_s": age.total_seconds(),
-        "step_s": step.total_seconds(),
-        "windows_s": [w.total_seconds() for w in windows],
-        "tsdb": options.tsdb,
-        "vm_flags": options.vm_flag,
-    }
-    prepare_args = [
-        "--tsdb",
-        options.tsdb,
-        "--shape",
-        str(gpus),
-        "0",
-        str(int(age.total_seconds())),
-        str(int(step.total_seconds())),
-        "--windows-s",
-        ",".join(str(int(w.total_seconds())) for w in windows),
-        "--slice-samples",
-        str(options.slice_samples),
-    ]
+    fleet = fleet_figures(gpus, age, step, windows, options)
+    prepare_args = prepare_arguments(gpus, age, step, windows, options)
     server: PrometheusServer | VictoriaMetricsServer
     if options.tsdb == "prometheus":
         blocks = workdir / f"backfill-{label}" / "blocks"
@@ -670,26 +676,78 @@ def bench(
     results = []
     with server:
         if isinstance(server, VictoriaMetricsServer):
-            prep = child("prepare", [*prepare_args, "--target", server.url])
+            prep = import_into(server, prepare_args)
             if "error" in prep:
                 return fleet | {"prepare": prep}, []
-            prep["merge_wait_s"] = wait_for_merges(server.url)
-        prep["tsdb_peak_rss_mb"] = peak_rss_mb(server.pid) if server.pid else None
-        prep["tsdb_data_mb"] = dir_mb(server.workdir)
+        prep |= tsdb_footprint(server)
         truths = prep.pop("truth")
         fleet["prepare"] = prep
         print(f"prepared {label}: {json.dumps(prep)}", file=sys.stderr, flush=True)
         if not options.prepare_only:
             for window in windows:
-                truth = {
-                    _ref(key): Expected(_ref(key), FindingKind(kind) if kind else None, why)
-                    for kind, key, why in truths[str(int(window.total_seconds()))]
-                }
+                truth = window_truth(truths, window)
                 results.append(analyze_window(server.url, gpus, window, age, step, truth, options.runs))
                 results[-1] |= {"tsdb": options.tsdb, "vm_flags": options.vm_flag}
         fleet["tsdb_peak_rss_mb"] = peak_rss_mb(server.pid) if server.pid else None
     shutil.rmtree(workdir, ignore_errors=True)
     return fleet, results
+
+
+def fleet_figures(
+    gpus: int, age: timedelta, step: timedelta, windows: list[timedelta], options: argparse.Namespace
+) -> dict[str, Any]:
+    """What a fleet's row says before it is prepared."""
+    return {
+        "gpus": gpus,
+        "age_s": age.total_seconds(),
+        "step_s": step.total_seconds(),
+        "windows_s": [w.total_seconds() for w in windows],
+        "tsdb": options.tsdb,
+        "vm_flags": options.vm_flag,
+    }
+
+
+def prepare_arguments(
+    gpus: int, age: timedelta, step: timedelta, windows: list[timedelta], options: argparse.Namespace
+) -> list[str]:
+    """The preparing child's arguments, but for its target."""
+    return [
+        "--tsdb",
+        options.tsdb,
+        "--shape",
+        str(gpus),
+        "0",
+        str(int(age.total_seconds())),
+        str(int(step.total_seconds())),
+        "--windows-s",
+        ",".join(str(int(w.total_seconds())) for w in windows),
+        "--slice-samples",
+        str(options.slice_samples),
+    ]
+
+
+def import_into(server: VictoriaMetricsServer, prepare_args: list[str]) -> dict[str, Any]:
+    """Prepare a fleet into a running VictoriaMetrics and wait for its merges to end."""
+    prep = child("prepare", [*prepare_args, "--target", server.url])
+    if "error" not in prep:
+        prep["merge_wait_s"] = wait_for_merges(server.url)
+    return prep
+
+
+def tsdb_footprint(server: PrometheusServer | VictoriaMetricsServer) -> dict[str, Any]:
+    """The TSDB's peak RSS so far and its data on disk."""
+    return {
+        "tsdb_peak_rss_mb": peak_rss_mb(server.pid) if server.pid else None,
+        "tsdb_data_mb": dir_mb(server.workdir),
+    }
+
+
+def window_truth(truths: dict[str, Any], window: timedelta) -> dict[WorkloadRef, Expected]:
+    """A window's ground truth, as the preparing child wrote it."""
+    return {
+        _ref(key): Expected(_ref(key), FindingKind(kind) if kind else None, why)
+        for kind, key, why in truths[str(int(window.total_seconds()))]
+    }
 
 
 def analyze_window(
@@ -759,6 +817,15 @@ def _short(error: str, limit: int = 200) -> str:
     return text if len(text) <= limit else f"{text[:head]} … {text[-(limit - head) :]}"
 
 
+def wall_cells(x: dict[str, Any], cells: int) -> str:
+    """A side's wall p50 (and how many runs failed) and p99 cells; or, where every run failed, why,
+    and as many empty cells as a row has ``cells`` after its head."""
+    if "wall_p50_s" not in x:
+        return f"failed: {_short(x.get('error', ''))}" + " |" * (cells - 1)
+    note = f" ({x['failed_runs']} failed)" if x["failed_runs"] else ""
+    return f"{x['wall_p50_s']:.2f}{note} | {x['wall_p99_s']:.2f}"
+
+
 def _range(pair: list[int]) -> str:
     lo, hi = pair
     return f"{lo:,}" if lo == hi else f"{lo:,}–{hi:,}"
@@ -795,12 +862,12 @@ def table(fleets: list[dict[str, Any]], results: list[dict[str, Any]], runs: int
             for name in ("ours", "strong"):
                 x = r[name]
                 head = f"| {r['gpus']:,} | {_case(r)} | {name} |"
+                walls = wall_cells(x, 10)
                 if "wall_p50_s" not in x:
-                    lines.append(f"{head} failed: {_short(x.get('error', ''))} | | | | | | | | | |")
+                    lines.append(f"{head} {walls} |")
                     continue
-                note = f" ({x['failed_runs']} failed)" if x["failed_runs"] else ""
                 lines.append(
-                    f"{head} {x['wall_p50_s']:.2f}{note} | {x['wall_p99_s']:.2f} | {_s(x.get('tsdb_p50_s'))} "
+                    f"{head} {walls} | {_s(x.get('tsdb_p50_s'))} "
                     f"| {_s(x.get('tsdb_p99_s'))} | {_s(x.get('read_p50_s'))} | {_s(x.get('floor_p50_s'))} "
                     f"| {_range(x['requests'])} "
                     f"| {_range(x['wire_bytes'])} | {_range(x['body_bytes'])} | {x['peak_rss_mb']:.0f} |"
@@ -826,7 +893,12 @@ def table(fleets: list[dict[str, Any]], results: list[dict[str, Any]], runs: int
                 f"| {o['wire_bytes'][1] * 1000 / r['gpus']:,.0f} | {agrees} | {pr} |"
             )
         lines.append("")
-    lines += [
+    return "\n".join([*lines, prepare_table(fleets)])
+
+
+def prepare_table(fleets: list[dict[str, Any]]) -> str:
+    """What preparing each fleet cost (a fleet's ``variant``, when it has one, follows its age)."""
+    lines = [
         "| GPUs | pod age (windows) | samples | slices | prepare s (simulate / encode / TSDB-bound) "
         "| prepare peak RSS MiB | TSDB peak RSS MiB | TSDB data MiB |",
         "| ---: | --- | ---: | ---: | --- | ---: | ---: | ---: |",
@@ -836,6 +908,8 @@ def table(fleets: list[dict[str, Any]], results: list[dict[str, Any]], runs: int
         case = f"{_span(f['age_s'])} ({', '.join(_span(w) for w in f['windows_s'])})"
         if f["step_s"] != DEFAULT_STEP.total_seconds():
             case += f" @{f['step_s']:g} s"
+        if "variant" in f:
+            case += f", {f['variant']}"
         if "error" in p:
             lines.append(f"| {f['gpus']:,} | {case} | failed: {_short(p['error'])} | | | | | |")
             continue
@@ -885,61 +959,93 @@ def run_child(args: argparse.Namespace) -> dict[str, Any]:
         gpus, _, age_s, step_s = (int(v) for v in args.shape)
         windows = [timedelta(seconds=int(w)) for w in args.windows_s.split(",")]
         age, step = timedelta(seconds=age_s), timedelta(seconds=step_s)
-        return run_prepare(args.tsdb, args.target, gpus, windows, age, step, args.slice_samples)
+        split = ClusterSplit(args.clusters, not args.merged) if args.clusters else None
+        return run_prepare(args.tsdb, args.target, gpus, windows, age, step, args.slice_samples, split)
     _, span, _, _, step = _shape(args.shape)
     # Both sides run as gpu-analyzer does: glibc's arenas capped before any thread starts.
     limit_malloc_arenas()
-    run = run_ours if args.child == "ours" else run_strong
-    return run(args.url, span, step)
+    if args.child == "ours":
+        return run_ours(args.url, span, step, whole=args.whole, in_detail=args.in_detail)
+    return run_strong(args.url, span, step)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--sizes", default="100,1000", help="fleet sizes in GPUs, comma-separated")
-    parser.add_argument("--windows", default="6h,24h", help="WINDOW or WINDOW/AGE, comma-separated")
+def add_options(parser: argparse.ArgumentParser, sizes: str, windows: str) -> None:
+    """The options the analyzer's benchmarks share (``sizes`` and ``windows``: their defaults)."""
+    parser.add_argument("--sizes", default=sizes, help="fleet sizes in GPUs, comma-separated")
+    parser.add_argument("--windows", default=windows, help="WINDOW or WINDOW/AGE, comma-separated")
     parser.add_argument("--runs", type=int, default=5, help="measured runs after one warm-up (default 5)")
     parser.add_argument("--step", default="15s", help="GPU scrape step: 15s, or 15s,10000=60s per size")
-    parser.add_argument("--tsdb", choices=("victoriametrics", "prometheus"), default="victoriametrics")
     parser.add_argument(
         "--vm-flag", action="append", default=[], help="a VictoriaMetrics flag, written --vm-flag=-X=Y"
     )
     parser.add_argument(
         "--slice-samples", type=int, default=SLICE_SAMPLES, help="raw samples simulated at once"
     )
-    parser.add_argument("--prepare-only", action="store_true", help="build and import the fleets only")
     parser.add_argument("--json", type=Path, help="write every figure (each run's) to this file")
-    parser.add_argument("--child", choices=("ours", "strong", "prepare"), help=argparse.SUPPRESS)
-    parser.add_argument("--url", help=argparse.SUPPRESS)
-    parser.add_argument("--target", help=argparse.SUPPRESS)
-    parser.add_argument("--shape", nargs=4, help=argparse.SUPPRESS)
-    parser.add_argument("--windows-s", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.child:
-        print(json.dumps(run_child(args)))
-        return 0
-    if args.runs < 1:
-        parser.error("--runs must be at least 1")
+
+
+Rows = tuple[list[dict[str, Any]], list[dict[str, Any]]]  # fleets prepared, results
+
+
+def run_fleets(
+    args: argparse.Namespace,
+    prefix: str,
+    one: Callable[[int, timedelta, timedelta, list[timedelta], Path], Rows],
+    show: Callable[[list[dict[str, Any]], list[dict[str, Any]], int], str],
+) -> Rows:
+    """``one(gpus, age, step, windows, workdir)`` for each fleet size and pod age, in a temporary
+    directory named ``prefix…``: windows over pods of the same age share one fleet, prepared once.
+    Each fleet's rows (``show``) go to stderr as it ends, every figure so far to ``--json``."""
     default_step, steps = _steps(args.step)
-    # Windows over pods of the same age share one fleet: it is prepared once.
     by_age: dict[timedelta, list[timedelta]] = {}
     for text in args.windows.split(","):
         window, age = _window(text)
         by_age.setdefault(age, []).append(window)
     fleets: list[dict[str, Any]] = []
     results: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="analyzer-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         for gpus in (int(x) for x in args.sizes.split(",")):
             for age, windows in by_age.items():
                 step = steps.get(gpus, default_step)
                 workdir = Path(tmp) / f"{gpus}-{int(age.total_seconds())}"
-                fleet, done = bench(gpus, age, step, windows, args, workdir)
-                fleets.append(fleet)
+                prepared, done = one(gpus, age, step, windows, workdir)
+                fleets.extend(prepared)
                 results.extend(done)
-                print(table([fleet], done, args.runs).split("\n", 2)[2], file=sys.stderr, flush=True)
+                print(show(prepared, done, args.runs).split("\n", 2)[2], file=sys.stderr, flush=True)
                 if args.json:
                     args.json.write_text(json.dumps({"fleets": fleets, "results": results}, indent=2) + "\n")
+    return fleets, results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    add_options(parser, sizes="100,1000", windows="6h,24h")
+    parser.add_argument("--tsdb", choices=("victoriametrics", "prometheus"), default="victoriametrics")
+    parser.add_argument("--prepare-only", action="store_true", help="build and import the fleets only")
+    parser.add_argument("--child", choices=("ours", "strong", "prepare"), help=argparse.SUPPRESS)
+    parser.add_argument("--url", help=argparse.SUPPRESS)
+    parser.add_argument("--target", help=argparse.SUPPRESS)
+    parser.add_argument("--shape", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--windows-s", help=argparse.SUPPRESS)
+    # A fleet split into clusters (see clusters_bench.py): labelled, or merged into one cluster.
+    parser.add_argument("--clusters", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--merged", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--whole", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--in-detail", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(run_child(args)))
+        return 0
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
+
+    def one(gpus: int, age: timedelta, step: timedelta, windows: list[timedelta], workdir: Path) -> Rows:
+        fleet, done = bench(gpus, age, step, windows, args, workdir)
+        return [fleet], done
+
+    fleets, results = run_fleets(args, "analyzer-bench-", one, table)
     print(table(fleets, results, args.runs))
     return 0
 

@@ -12,6 +12,9 @@ same scenario, does not depend on them.
 Memory is bounded by the slice (about ``SLICE_SAMPLES`` raw samples); the JSON lines are encoded
 here while a few threads post the previous chunks, so the simulator, the encoder and the TSDB's
 ingestion overlap.
+
+A fleet can also be split into clusters (``ClusterSplit``): the same GPUs either as many clusters
+behind one query view, or as one cluster, with the same samples either way.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import json
 import queue
 import threading
 import time
+import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -33,6 +37,7 @@ from common.model import TimeWindow, WorkloadRef
 from simulation.fleet import Expected, Scenario, Series, byte_chunks, expected_findings, simulate
 
 END = datetime(2026, 1, 5, tzinfo=UTC)
+SEED = 11
 GPUS_PER_NODE = 8
 # Raw samples one slice may simulate at once (about 15 bytes each while the slice lives).
 SLICE_SAMPLES = 8_000_000
@@ -62,12 +67,18 @@ LAYOUTS: list[list[tuple[str, str, str, str, int, int]]] = [
 
 
 def bench_scenario(
-    gpus: int, window: timedelta, age: timedelta, step: timedelta, nodes: range | None = None
+    gpus: int,
+    window: timedelta,
+    age: timedelta,
+    step: timedelta,
+    nodes: range | None = None,
+    seed: int = SEED,
+    cluster: str | None = None,
 ) -> Scenario:
     """A fleet of ``gpus`` GPUs: every behaviour, a spare node in ten, an exporter outage in twenty.
 
     ``nodes`` picks a slice of the fleet's nodes (all by default); node ``n`` and its workloads are
-    the same whichever slice holds them.
+    the same whichever slice holds them. ``cluster``: every series carries ``cluster="<cluster>"``.
     """
     node_specs: list[dict[str, Any]] = []
     workloads: list[dict[str, Any]] = []
@@ -95,7 +106,7 @@ def bench_scenario(
     return Scenario.model_validate(
         {
             "name": f"bench-{gpus}",
-            "seed": 11,
+            "seed": seed,
             "end": END.isoformat(),
             "duration": f"{int(age.total_seconds())}s",
             "step": f"{int(step.total_seconds())}s",
@@ -103,6 +114,7 @@ def bench_scenario(
             "metrics": "minimal",
             "nodes": node_specs,
             "workloads": workloads,
+            "delivery": {} if cluster is None else {"cluster_label": CLUSTER_LABEL, "cluster": cluster},
         }
     )
 
@@ -132,6 +144,87 @@ def trimmed(series: Iterable[Series]) -> Iterator[Series]:
             yield s
 
 
+CLUSTER_LABEL = "cluster"
+# Labels whose value is a node's name (``instance``: ``NODE`` or ``NODE:PORT`` for the node's
+# exporters and kubelet; kube-state-metrics' own instance is not a node's).
+NODE_LABELS = ("Hostname", "node", "instance")
+# Where a cluster's GPU UUIDs and pod UIDs are drawn from (any fixed namespace UUID would do).
+_IDS = uuid.UUID("3b0e6f4a-8c1d-4f7e-9a52-6d2c1e0b7f93")
+
+
+@dataclass(frozen=True)
+class ClusterSplit:
+    """A fleet's nodes split evenly between ``count`` clusters built from one GitOps repository.
+
+    Every cluster is a fleet of its own (``bench_scenario`` over its nodes, numbered from 0), so
+    each cluster has the same node names (``gpu-0000``…), namespaces and workload names
+    (``serving/chat-0001``…) as the others; each has its own seed (its own samples), and its GPUs and
+    pods their own UUIDs, unique across the clusters, as real ones are.
+
+    ``labelled``: every series carries ``cluster="cK"`` — many clusters behind one query view, the
+    names colliding between clusters. Otherwise no series names a cluster and all of them are one
+    cluster's; there namespaces and node names must be unique, so each cluster's are prefixed with
+    ``cK-`` (``merged_ref``). The two are the same simulation labelled two ways: the same series
+    with the same samples, the same workloads, the same ground truth.
+    """
+
+    count: int
+    labelled: bool
+
+    @staticmethod
+    def name(k: int) -> str:
+        return f"c{k}"
+
+    def nodes(self, gpus: int) -> list[int]:
+        """Each cluster's node count: as even as whole nodes allow."""
+        total = gpus // GPUS_PER_NODE
+        if total < self.count:
+            raise ValueError(f"{gpus} GPUs are fewer nodes than {self.count} clusters")
+        return [(k + 1) * total // self.count - k * total // self.count for k in range(self.count)]
+
+
+def merged_name(cluster: str, name: str) -> str:
+    """A cluster's namespace or node name in the one-cluster fleet."""
+    return f"{cluster}-{name}"
+
+
+def merged_ref(cluster: str, ref: WorkloadRef) -> WorkloadRef:
+    """A cluster's workload (or unallocated node) as the one-cluster fleet names it."""
+    if ref.kind == "Node":
+        return ref.model_copy(update={"name": merged_name(cluster, ref.name)})
+    return ref.model_copy(update={"namespace": merged_name(cluster, ref.namespace)})
+
+
+def _cluster_series(
+    series: Iterable[Series], cluster: str, merged_nodes: set[str] | None
+) -> Iterator[Series]:
+    """A cluster's series with its own GPU UUIDs and pod UIDs (the simulator derives them from the
+    node and pod names, which every cluster shares); ``merged_nodes`` (the cluster's node names):
+    its namespaces and those nodes' names prefixed, for the one-cluster fleet."""
+    ids: dict[str, str] = {}
+
+    def own(value: str) -> str:
+        hit = ids.get(value)
+        if hit is None:
+            hit = ids[value] = ("GPU-" if value.startswith("GPU-") else "") + str(
+                uuid.uuid5(_IDS, f"{cluster}/{value}")
+            )
+        return hit
+
+    for s in series:
+        labels = dict(s.labels)
+        for key in ("UUID", "uid"):
+            if key in labels:
+                labels[key] = own(labels[key])
+        if merged_nodes is not None:
+            if "namespace" in labels:
+                labels["namespace"] = merged_name(cluster, labels["namespace"])
+            for key in NODE_LABELS:
+                if key in labels and labels[key].split(":")[0] in merged_nodes:
+                    labels[key] = merged_name(cluster, labels[key])
+        yield replace(s, labels=tuple(sorted(labels.items())))
+
+
 @dataclass
 class SliceStats:
     """What preparing a fleet cost: samples, series, and where the time went."""
@@ -153,24 +246,50 @@ def sliced_fleet(
     step: timedelta,
     stats: SliceStats,
     slice_samples: int = SLICE_SAMPLES,
+    split: ClusterSplit | None = None,
 ) -> Iterator[Series]:
-    """Every trimmed series of the fleet, a slice of nodes at a time.
+    """Every trimmed series of the fleet, a slice of nodes at a time (a cluster's nodes at a time
+    when ``split``).
 
-    Fills ``stats.truth`` for each of ``windows`` (ending at the fleet's end) as it goes.
+    Fills ``stats.truth`` for each of ``windows`` (ending at the fleet's end) as it goes; a split
+    fleet's workloads named as the one-cluster fleet names them (``merged_ref``) whether labelled or
+    not.
     """
     spans = {w.total_seconds(): TimeWindow.ending(END, w) for w in windows}
-    for nodes in node_slices(gpus, age, step, slice_samples):
+    for cluster, scenario in _slice_scenarios(gpus, age, step, slice_samples, split):
         t0 = time.perf_counter()
-        fleet = simulate(bench_scenario(gpus, age, age, step, nodes))
+        fleet = simulate(scenario)
         for seconds, span in spans.items():
-            stats.truth.setdefault(seconds, {}).update(expected_findings(fleet, span))
+            truth = expected_findings(fleet, span)
+            if cluster is not None:
+                truth = {(ref := merged_ref(cluster, r)): replace(e, workload=ref) for r, e in truth.items()}
+            stats.truth.setdefault(seconds, {}).update(truth)
         stats.slices += 1
         stats.simulate_s += time.perf_counter() - t0
-        for s in trimmed(fleet.series):
+        series = trimmed(fleet.series)
+        if split is not None and cluster is not None:
+            merged = None if split.labelled else {n.name for n in scenario.nodes}
+            series = _cluster_series(series, cluster, merged)
+        for s in series:
             stats.samples += s.values.size
             stats.series += 1
             yield s
         del fleet
+
+
+def _slice_scenarios(
+    gpus: int, age: timedelta, step: timedelta, slice_samples: int, split: ClusterSplit | None
+) -> Iterator[tuple[str | None, Scenario]]:
+    """Each slice's scenario, and the cluster it belongs to (None: the fleet is not split)."""
+    if split is None:
+        for nodes in node_slices(gpus, age, step, slice_samples):
+            yield None, bench_scenario(gpus, age, age, step, nodes)
+        return
+    for k, count in enumerate(split.nodes(gpus)):
+        cluster, size = split.name(k), count * GPUS_PER_NODE
+        for nodes in node_slices(size, age, step, slice_samples):
+            label = cluster if split.labelled else None
+            yield cluster, bench_scenario(size, age, age, step, nodes, seed=SEED + k, cluster=label)
 
 
 class _Stamps:

@@ -22,7 +22,7 @@ from analyzer.sources.metrics_source import MetricsSource
 from cli import conventions, prometheus_options
 from common.errors import BadInputError, DataUnavailableError, ExitCode
 from common.memory import limit_malloc_arenas
-from common.model import TimeWindow
+from common.model import FindingsReport, TimeWindow
 from common.thresholds import Pricing, Thresholds, load_pricing, load_thresholds
 
 PROG = "gpu-analyzer"
@@ -146,48 +146,62 @@ def _progress(console: Console) -> Iterator[Callable[[str], None]]:
 
 
 def _analyze(args: argparse.Namespace, err: Console) -> int:
-    from analyzer.pipeline import analyze_in_detail, offender_series
+    from analyzer.pipeline import analyze, analyze_in_detail, offender_series
 
     thresholds = load_thresholds(args.policy) if args.policy is not None else Thresholds()
     currency = load_pricing(args.policy).currency if args.policy is not None else Pricing().currency
     source, window, now = _source_and_window(args)
+    namespaces, clusters = args.namespaces or (), args.clusters or ()
+    if args.format != "html":
+        with _progress(err) as progress:
+            # Findings alone: of many clusters, each one's analysis is dropped once its findings are in.
+            report = analyze(
+                source,
+                window,
+                thresholds,
+                now=now,
+                progress=progress,
+                namespaces=namespaces,
+                clusters=clusters,
+            )
+        _write_findings(args, report, currency)
+        return _wrote(args, err)
     with _progress(err) as progress:
         analysis = analyze_in_detail(
-            source,
-            window,
-            thresholds,
-            now=now,
-            progress=progress,
-            namespaces=args.namespaces or (),
-            clusters=args.clusters or (),
+            source, window, thresholds, now=now, progress=progress, namespaces=namespaces, clusters=clusters
         )
         offenders = []
-        if args.format == "html" and args.top:
+        if args.top:
             progress("pulling utilization of the top offenders for the plots")
             offenders = offender_series(source, analysis, top=args.top, thresholds=thresholds)
-    report = analysis.report
+    from analyzer.report.html import render_html
+
+    html = render_html(
+        analysis.report,
+        thresholds,
+        offenders,
+        capabilities=analysis.capabilities,
+        gpu_count=analysis.gpu_count,
+        currency=currency,
+    )
+    _write(args.output, lambda out: out.write(html))
+    return _wrote(args, err)
+
+
+def _write_findings(args: argparse.Namespace, report: FindingsReport, currency: str) -> None:
     if args.format == "json":
         _write(args.output, lambda out: out.write(report.to_json() + "\n"))
-    elif args.format == "html":
-        from analyzer.report.html import render_html
+        return
+    from analyzer.report.table import render_table
 
-        html = render_html(
-            report,
-            thresholds,
-            offenders,
-            capabilities=analysis.capabilities,
-            gpu_count=analysis.gpu_count,
-            currency=currency,
-        )
-        _write(args.output, lambda out: out.write(html))
-    else:
-        from analyzer.report.table import render_table
+    def table(out: TextIO) -> None:
+        # Piped or written to a file, the table keeps a readable width rather than 80 columns.
+        render_table(report, Console(file=out, width=None if out.isatty() else 150), currency=currency)
 
-        def table(out: TextIO) -> None:
-            # Piped or written to a file, the table keeps a readable width rather than 80 columns.
-            render_table(report, Console(file=out, width=None if out.isatty() else 150), currency=currency)
+    _write(args.output, table)
 
-        _write(args.output, table)
+
+def _wrote(args: argparse.Namespace, err: Console) -> int:
     if args.output is not None:
         err.print(f"{PROG}: wrote {args.format} report to {escape(str(args.output))}", highlight=False)
     return ExitCode.OK
