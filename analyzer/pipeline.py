@@ -23,7 +23,6 @@ from analyzer.detection.views import DeviceView, NodeView, RequestRate, Workload
 from analyzer.report.share_series import ShareLine, bin_middles, from_histogram, from_samples
 from analyzer.scope import scope_snapshot
 from analyzer.sources.aggregates import CloserLook, DeviceKey, FleetSnapshot, SpanNumbers
-from analyzer.sources.dcgm import CLUSTER_LABEL
 from analyzer.sources.errors import NoDataError
 from analyzer.sources.metrics_source import MetricsSource
 from analyzer.sources.promql import duration, render_template
@@ -148,7 +147,7 @@ def _by_cluster(
     side, each through a source restricted to its cluster: a cluster's workloads, pods and nodes are
     never mixed with another's of the same name. ``keep``: each cluster's whole analysis is kept
     (for plots); otherwise only its findings, so memory is bounded by the clusters in flight."""
-    chosen = choose_clusters(source.clusters(window, thresholds), wanted, _cluster_label(source))
+    chosen = choose_clusters(source.clusters(window, thresholds), wanted, source.cluster_label)
     if not chosen:
         return _analysis(source, window, thresholds, now, progress, namespaces)
 
@@ -174,10 +173,6 @@ def _by_cluster(
         window=window, generated_at=first.report.generated_at, source=source.description, findings=findings
     )
     return Analysis(report, first.snapshot, first.workloads, first.nodes, parts)
-
-
-def _cluster_label(source: MetricsSource) -> str:
-    return getattr(source, "cluster_label", CLUSTER_LABEL)
 
 
 def _empty_snapshot(snapshot: FleetSnapshot) -> FleetSnapshot:

@@ -43,7 +43,6 @@ _REAL_CONTAINERS = (ne("container", ""), ne("container", "POD"))
 # What one cAdvisor counter series stands for: a container's cgroup (``id``, ``name`` where the
 # scrape keeps them) and CPU; everything else (instance, job, a replica label) is how it arrived.
 _CADVISOR_IDENTITY = (*CANONICAL.names, "container", "id", "name", "cpu")
-_UNION_TOTALS = ("count_over_time", "sum_over_time")
 _MIB = 1024 * 1024
 # The rollups of ``device_sum_and_series``: the samples' sum, and 1 per series (summed: series per
 # holder).
@@ -178,16 +177,11 @@ class FleetQueries:
 
         Series of one holder follow each other (its exporter moved: a new ``instance``) or run side
         by side (two scrape jobs, an HA pair's replicas, each with gaps of its own). Adding their
-        counts is right for the first and counts the second twice, hiding a gap both share; taking
-        each step of a subquery at the scrape interval from the series that delivered most in it is
-        right for both. The step's range stops 1 ms short, so a sample on a step's edge counts once.
+        counts is right for the first and counts the second twice, hiding a gap both share;
+        ``promql.merged_step`` is right for both.
         """
-        if func not in _UNION_TOTALS:
-            raise ValueError(f"not a union total: {func!r}")
         labels = self.caps.device_labels()
-        reach = promql.duration(step - timedelta(milliseconds=1))
-        selected = self._sel(metric, [one_of(dcgm.UUID, uuids)])
-        per_step = promql.aggregate("max", labels, f"{func}({selected}[{reach}])")
+        per_step = promql.merged_step(func, self._sel(metric, [one_of(dcgm.UUID, uuids)]), labels, step)
         sub = f"({per_step})[{promql.duration(self.window)}:{promql.duration(step)}]"
         return promql.aggregate("sum", labels, f"sum_over_time({sub})")
 

@@ -18,6 +18,9 @@ from common.thresholds import Thresholds
 
 
 class MetricsSource(Protocol):
+    # The label telling clusters apart where the source holds several (see ``clusters``).
+    cluster_label: str
+
     @property
     def description(self) -> str:
         """Where the data came from, for the report (a URL or a scenario name)."""

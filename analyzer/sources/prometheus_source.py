@@ -117,7 +117,6 @@ class PrometheusSource:
         # Where one query view holds many clusters, the label telling them apart; a source made for
         # one of them (``for_cluster``) carries its value in every selector.
         self.cluster_label = promql.check_label_name(cluster_label)
-        self.cluster = cluster
         self.scope: tuple[promql.Matcher, ...] = (
             (promql.eq(cluster_label, cluster),) if cluster is not None else ()
         )
@@ -137,10 +136,9 @@ class PrometheusSource:
         # Device keys of the snapshot's label sets, by the set's items: each made once (a device's
         # labels recur in every per-device aggregate); cleared with the fetched answers.
         self._keys: _KeyMemo | None = None
-        # What ``clusters`` discovered, for the snapshot of the same window to reuse.
-        self._discovered: tuple[TimeWindow, Thresholds, Capabilities] | None = None
-        # What ``clusters`` found, asked again by the pipeline after a caller (the reaper) asked.
-        self._clusters: tuple[tuple[TimeWindow, Thresholds], tuple[str, ...]] | None = None
+        # What ``clusters`` discovered and found for a window, for the snapshot of that window (and
+        # a second ``clusters`` call: the reaper asks before the pipeline does) to reuse.
+        self._found: tuple[tuple[TimeWindow, Thresholds], Capabilities, tuple[str, ...]] | None = None
 
     def _vector(self, promql: str, at: datetime) -> list[VectorSample]:
         fetched = self._fetched.pop((promql, at), None)
@@ -218,17 +216,16 @@ class PrometheusSource:
 
         Asked through discovery, whose label names say whether the GPU series carry the label at
         all: a fleet without it costs no request more, and its snapshot reuses this discovery."""
-        if self._clusters is not None and self._clusters[0] == (window, thresholds):
-            return list(self._clusters[1])
+        if self._found is not None and self._found[0] == (window, thresholds):
+            return list(self._found[2])
         caps, labels = self._discover(window, thresholds)
-        self._discovered = (window, thresholds, caps)
         found: list[str] = []
         if not self.scope and self.cluster_label in labels:
             values = self.client.label_values(
                 self.cluster_label, FleetQueries.util_match(), window.start, window.end
             )
             found = sorted(v for v in values if v)
-        self._clusters = ((window, thresholds), tuple(found))
+        self._found = ((window, thresholds), caps, tuple(found))
         return found
 
     def for_cluster(self, cluster: str) -> PrometheusSource:
@@ -395,10 +392,10 @@ class PrometheusSource:
             self._keys = None
 
     def _snapshot(self, window: TimeWindow, thresholds: Thresholds) -> FleetSnapshot:
-        earlier, self._discovered = self._discovered, None
+        found = self._found
         caps = (
-            earlier[2]
-            if earlier is not None and earlier[:2] == (window, thresholds)
+            found[1]
+            if found is not None and found[0] == (window, thresholds)
             else self.discover(window, thresholds)
         )
         covers = self._rollup_covers(caps, window) if self.recording_rules else {}

@@ -140,6 +140,17 @@ def over_time(func: str, range_selector: str, param: float | None = None) -> str
     return f"{func}({number(param)}, {range_selector})"
 
 
+def merged_step(func: str, selector_text: str, labels: Sequence[str], step: timedelta) -> str:
+    """``func`` (``count_over_time`` or ``sum_over_time``) of each step's samples, from the series of
+    one holder that delivered most in that step: summed over a subquery at ``step``, series one
+    after another add up and series side by side (two scrape jobs, an HA pair written twice) count
+    once. The range stops 1 ms short of the step, so a sample on a step's edge counts once."""
+    if func not in ("count_over_time", "sum_over_time"):
+        raise ValueError(f"not a mergeable rollup: {func!r}")
+    reach = duration(step - timedelta(milliseconds=1))
+    return aggregate("max", labels, f"{func}({selector_text}[{reach}])")
+
+
 # The label MetricsQL's `quantiles_over_time` names each level of its answer by.
 PHI = "gpu_analyzer_phi"
 

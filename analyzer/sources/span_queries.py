@@ -202,8 +202,8 @@ class SpanTerm:
         merged: every step of a subquery at the scrape interval takes the series that delivered most
         in it, so series side by side (two scrape jobs, an HA pair) count once, as in
         ``FleetQueries.device_union_total``. Asked only of terms holding such holders."""
-        reach = promql.duration(timedelta(seconds=self.step_s) - timedelta(milliseconds=1))
-        per_step = promql.aggregate("max", self.caps.device_labels(), f"{func}({self.selector}[{reach}])")
+        step = timedelta(seconds=self.step_s)
+        per_step = promql.merged_step(func, self.selector, self.caps.device_labels(), step)
         return self._over_pieces("sum", lambda piece: f"sum_over_time({self._sub(per_step, piece)})")
 
     def additive(self) -> str:

@@ -112,32 +112,38 @@ PLATO = Recording(
     pod=JobPod(namespace="research", job="plato-fedasync-yolop"),
     published=Published(chars=127_849, readings=1_923, span_s=(9_600, 9_700)),
 )
-RPF_E21CA9C = Recording(
-    name="rpf-e21ca9c",
-    path=RECORDINGS / "rpf" / "gpu_usage_e21ca9c.csv",
-    read=partial(
-        read_readings, time_column="timestamp", value_column="utilization.gpu", memory_column="memory.used"
-    ),
-    what_the_repository_says=(
-        "RCKola/Rectified-Point-Flow (Apache-2.0): nvidia-smi every 60 s while training Rectified Point "
-        "Flow, a point-cloud flow-matching model, on one 24 GB card: 2 h, mean 71 %, swinging between "
-        "20 and 100 % from minute to minute. A training run computing on its GPU: not waste."
-    ),
-    pod=JobPod(namespace="research", job="rpf-e21ca9c"),
-    published=Published(chars=3_485, readings=122, span_s=(7_200, 7_320)),
+
+
+def _rpf(commit: str, run: str, published: Published) -> Recording:
+    """One of RCKola/Rectified-Point-Flow's `gpu_usage.csv` logs (they differ by commit and run)."""
+    return Recording(
+        name=f"rpf-{commit}",
+        path=RECORDINGS / "rpf" / f"gpu_usage_{commit}.csv",
+        read=partial(
+            read_readings,
+            time_column="timestamp",
+            value_column="utilization.gpu",
+            memory_column="memory.used",
+        ),
+        what_the_repository_says=(
+            "RCKola/Rectified-Point-Flow (Apache-2.0): nvidia-smi every 60 s while training Rectified "
+            f"Point Flow, a point-cloud flow-matching model, on one 24 GB card: {run}. A training run "
+            "computing on its GPU: not waste."
+        ),
+        pod=JobPod(namespace="research", job=f"rpf-{commit}"),
+        published=published,
+    )
+
+
+RPF_E21CA9C = _rpf(
+    "e21ca9c",
+    "2 h, mean 71 %, swinging between 20 and 100 % from minute to minute",
+    Published(chars=3_485, readings=122, span_s=(7_200, 7_320)),
 )
-RPF_076D3D9 = Recording(
-    name="rpf-076d3d9",
-    path=RECORDINGS / "rpf" / "gpu_usage_076d3d9.csv",
-    read=partial(
-        read_readings, time_column="timestamp", value_column="utilization.gpu", memory_column="memory.used"
-    ),
-    what_the_repository_says=(
-        "RCKola/Rectified-Point-Flow (Apache-2.0): the same logging during another training run, "
-        "1.5 h, mean 58 %, swinging between 26 and 96 %. A training run computing on its GPU: not waste."
-    ),
-    pod=JobPod(namespace="research", job="rpf-076d3d9"),
-    published=Published(chars=2_561, readings=90, span_s=(5_280, 5_400)),
+RPF_076D3D9 = _rpf(
+    "076d3d9",
+    "another run, 1.5 h, mean 58 %, swinging between 26 and 96 %",
+    Published(chars=2_561, readings=90, span_s=(5_280, 5_400)),
 )
 CORPUS = [EMBER_ASYNC, PLATO, RPF_E21CA9C, RPF_076D3D9]
 

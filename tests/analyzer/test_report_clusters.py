@@ -105,16 +105,19 @@ def test_table_prints_cluster_names_as_text_never_markup() -> None:
     assert "cluster us [link=http://x]\n" in text
 
 
+def _one_cluster(labelled: str) -> tuple[FindingsReport, FindingsReport]:
+    """Two findings without a cluster, and the same with one cluster named on all or some of them."""
+    found = [finding(name="x", wasted=3.0), finding("low_utilization", name="y", namespace="ml")]
+    named = (
+        f.model_copy(update={"cluster": "prod" if labelled == "every finding" or i else None})
+        for i, f in enumerate(found)
+    )
+    return report(*found), report(*named)
+
+
 @pytest.mark.parametrize("labelled", ["every finding", "some findings"])
 def test_table_over_one_cluster_reads_as_before(labelled: str) -> None:
-    found = [finding(name="x", wasted=3.0), finding("low_utilization", name="y", namespace="ml")]
-    plain = report(*found)
-    clustered = report(
-        *(
-            f.model_copy(update={"cluster": "prod" if labelled == "every finding" or i else None})
-            for i, f in enumerate(found)
-        )
-    )
+    plain, clustered = _one_cluster(labelled)
     assert table_text(clustered) == table_text(plain)
     assert "cluster" not in table_text(plain)
 
@@ -232,14 +235,7 @@ def test_html_escapes_cluster_names() -> None:
 
 @pytest.mark.parametrize("labelled", ["every finding", "some findings"])
 def test_html_over_one_cluster_reads_as_before(labelled: str) -> None:
-    found = [finding(name="x", wasted=3.0), finding("low_utilization", name="y", namespace="ml")]
-    plain = report(*found)
-    clustered = report(
-        *(
-            f.model_copy(update={"cluster": "prod" if labelled == "every finding" or i else None})
-            for i, f in enumerate(found)
-        )
-    )
+    plain, clustered = _one_cluster(labelled)
     expected = render_html(plain, PRICE, offenders(plain), gpu_count=4)
     assert render_html(clustered, PRICE, offenders(clustered), gpu_count=4) == expected
     assert "cluster" not in text_of(expected).lower()
