@@ -63,6 +63,8 @@ LAST_COLLECT: Final = "gpu_exporter_last_collect_timestamp_seconds"
 NVML_ERRORS: Final = "gpu_exporter_nvml_errors_total"
 KUBELET_ERRORS: Final = "gpu_exporter_kubelet_errors_total"
 BUILD_INFO: Final = "gpu_exporter_build_info"
+#: Per GPU and capability (exporter/capabilities.py): 1 when NVML offers that family there, 0 when not.
+CAPABILITY: Final = "gpu_exporter_capability"
 
 #: Upper bounds of the utilization-sample histogram (percent); +Inf is implied.
 SAMPLE_BUCKETS: Final = (5.0, 10.0, 25.0, 50.0, 75.0, 90.0, 95.0)

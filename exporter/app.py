@@ -59,6 +59,7 @@ class Exporter:
             else PodViewRefresher(
                 PodResourcesClient(config.kubelet_socket),
                 pod_log_dir=config.pod_log_dir,
+                gpu_info_dir=config.proc_root / "driver/nvidia/gpus",
                 refresh_s=max(config.interval_s, 1.0),
             )
         )

@@ -2,14 +2,20 @@
 
 Device ids as device plugins report them to the kubelet:
 
-* ``GPU-<uuid>`` / ``MIG-<uuid>``: NVIDIA device plugin, ``deviceIDStrategy: uuid`` (the default);
-* ``<uuid>::<n>``: the n-th replica of a time-sliced or MPS-shared GPU (NVIDIA device plugin);
-* ``<index>`` / ``nvidia<index>``: index strategy, and GKE's plugin;
-* ``<index>:<slot>``: a MIG device under the index strategy — the parent GPU's index and the MIG
-  device's index on it (``nvmlDeviceGetMigDeviceHandleByIndex``);
+* ``GPU-<uuid>`` / ``MIG-<uuid>``: NVIDIA device plugin (whatever its ``deviceIDStrategy``: that
+  setting only changes the ids handed to the container);
+* ``<id>::<n>``: the n-th replica of a time-sliced or MPS-shared device, ``<id>`` in any form here
+  (NVIDIA device plugin, ``AnnotatedID``);
+* ``<index>`` / ``nvidia<index>``: plain indices, and GKE's plugin;
+* ``<index>:<slot>``: a MIG device named by the parent GPU's index and the MIG device's index on it
+  (``nvmlDeviceGetMigDeviceHandleByIndex``);
 * ``nvidia<index>/vgpu<n>``, ``nvidia<index>/gi<id>[/vgpu<n>]``: GKE's shared GPUs and MIG partitions.
 
 The replica number becomes the ``vgpu`` label, as in dcgm-exporter.
+
+Devices allocated through Dynamic Resource Allocation come as claims (:class:`ClaimDevices`); NVIDIA's
+driver (``gpu.nvidia.com``) names a whole GPU ``gpu-<minor>`` after its ``/dev/nvidia<minor>`` node,
+which the node's driver directory maps to a UUID (``exporter.pods.scan_gpu_minors``).
 """
 
 from __future__ import annotations
@@ -24,6 +30,16 @@ from exporter.readings import ProcessMemory, ProcessUtilization
 _GKE = re.compile(r"^(?:nvidia)?(\d+)(?:/gi(\d+))?(?:/vgpu(\d+))?$")
 _MIG_INDEX = re.compile(r"^(\d+):(\d+)$")
 
+#: NVIDIA's DRA driver (k8s-dra-driver-gpu): its name, the CDI kinds of the devices it hands out
+#: (``<vendor>/device=<name>``, and ``<vendor>/claim=<claim uid>-<name>`` where a claim carries its
+#: own container edits), and its name for a whole GPU. MIG devices (``gpu-<minor>-mig-<profile id>-
+#: <placement start>-<size>``) and VFIO passthrough (``gpu-vfio-<n>``) match nothing here.
+DRA_GPU_DRIVER = "gpu.nvidia.com"
+_CDI_DEVICE_KIND = "k8s.gpu.nvidia.com/device"
+_CDI_CLAIM_KIND = "k8s.gpu.nvidia.com/claim"
+_CLAIM_SCOPED = re.compile(r"^[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}-(.+)$")
+_DRA_GPU = re.compile(r"^gpu-(\d+)$")
+
 
 class ContainerDevices(NamedTuple):
     """Devices of one resource assigned to one container."""
@@ -33,6 +49,25 @@ class ContainerDevices(NamedTuple):
     container: str
     resource_name: str
     device_ids: tuple[str, ...]
+
+
+class ClaimDevices(NamedTuple):
+    """One resource of a DRA claim, as the kubelet reports it for one container that uses the claim.
+
+    ``driver`` and ``device`` (the device's name in the driver's ResourceSlice) come from Kubernetes
+    1.31 on; every version lists the CDI devices the driver prepared.
+    """
+
+    namespace: str
+    pod: str
+    container: str
+    claim: str  # <namespace>/<name>
+    driver: str
+    device: str
+    cdi_devices: tuple[str, ...]
+
+
+Assignment = ContainerDevices | ClaimDevices
 
 
 class Holder(NamedTuple):
@@ -82,8 +117,9 @@ def parse_device_id(device_id: str) -> tuple[str, str | None]:
     """``(key, replica)``: the key names a GPU or MIG device by UUID or index; replica is ``None``
     unless the device is one replica of a shared GPU."""
     if "::" in device_id:
-        key, _, replica = device_id.partition("::")
-        return key, replica
+        # The replica suffix goes on whatever id the plugin uses (``0::1``, ``0:2::0``, ``GPU-…::3``).
+        base, _, replica = device_id.partition("::")
+        return parse_device_id(base)[0], replica
     mig = _MIG_INDEX.match(device_id)
     if mig:
         return mig_index_key(int(mig.group(1)), int(mig.group(2))), None
@@ -94,16 +130,53 @@ def parse_device_id(device_id: str) -> tuple[str, str | None]:
     return device_id, None
 
 
-def allocations(containers: Iterable[ContainerDevices]) -> dict[str, tuple[Holder, ...]]:
-    """Device key → the containers holding it, for NVIDIA resources only."""
-    found: dict[str, list[Holder]] = {}
-    for assignment in containers:
+def dra_device_names(claim: ClaimDevices) -> tuple[str, ...]:
+    """The names NVIDIA's DRA driver gave the devices of this claim resource (``gpu-0``, …), from the
+    device name where the kubelet reports it, else from the CDI device names; none for other drivers
+    and for CDI names of another form (the driver's older ``claim=<uid>`` names carry no device)."""
+    names = []
+    if claim.driver == DRA_GPU_DRIVER and claim.device:
+        names.append(claim.device)
+    for cdi in claim.cdi_devices:
+        kind, _, name = cdi.partition("=")
+        if kind == _CDI_DEVICE_KIND and name:
+            names.append(name)
+        elif kind == _CDI_CLAIM_KIND and (scoped := _CLAIM_SCOPED.match(name)):
+            names.append(scoped.group(1))
+    return tuple(dict.fromkeys(names))
+
+
+def dra_gpu_minor(name: str) -> int | None:
+    """The ``/dev/nvidia<minor>`` number of a whole GPU NVIDIA's DRA driver calls ``gpu-<minor>``."""
+    match = _DRA_GPU.match(name)
+    return None if match is None else int(match.group(1))
+
+
+def allocations(
+    assignments: Iterable[Assignment], gpu_minors: Mapping[int, str] | None = None
+) -> dict[str, tuple[Holder, ...]]:
+    """Device key → the containers holding it, for NVIDIA devices only.
+
+    ``gpu_minors`` (device minor → GPU UUID) resolves GPUs allocated through DRA claims; without it,
+    or for a minor it lacks, such a GPU stays unattributed.
+    """
+    found: dict[str, set[Holder]] = {}
+    for assignment in assignments:
+        if isinstance(assignment, ClaimDevices):
+            holder = Holder(assignment.namespace, assignment.pod, assignment.container)
+            for name in dra_device_names(assignment):
+                minor = dra_gpu_minor(name)
+                uuid = None if minor is None or gpu_minors is None else gpu_minors.get(minor)
+                if uuid is not None:
+                    found.setdefault(uuid, set()).add(holder)
+            continue
         if not assignment.resource_name.startswith("nvidia.com/"):
             continue
         for device_id in assignment.device_ids:
             key, replica = parse_device_id(device_id)
             holder = Holder(assignment.namespace, assignment.pod, assignment.container, replica)
-            found.setdefault(key, []).append(holder)
+            found.setdefault(key, set()).add(holder)
+    # A set: the kubelet may list one claim's devices more than once (kubernetes/kubernetes#141335).
     return {key: tuple(sorted(holders)) for key, holders in found.items()}
 
 
@@ -122,8 +195,28 @@ def holders_of(
 
 
 def is_shared(holders: Sequence[Holder]) -> bool:
-    """Shared devices get per-pod series; an exclusively held one gets pod labels on every series."""
-    return len(holders) > 1 or any(h.vgpu is not None for h in holders)
+    """Whether the device is shared: held by several pods (replicas, or one DRA claim several pods
+    use), or handed out in replicas at all — one pod holding the only replica taken so far still
+    holds a time-sliced GPU. Each pod holding a shared device gets its own per-pod series."""
+    return len({(h.namespace, h.pod) for h in holders}) > 1 or any(h.vgpu is not None for h in holders)
+
+
+def _pod_holder(holders: Sequence[Holder]) -> Holder:
+    """One pod's holders as one: its first container by name, and every replica it holds."""
+    replicas = sorted({h.vgpu for h in holders if h.vgpu is not None})
+    first = min(holders, key=lambda h: h.container)
+    return Holder(first.namespace, first.pod, first.container, ",".join(replicas) or None)
+
+
+def sole_holder(holders: Sequence[Holder]) -> Holder | None:
+    """The pod to name on the device's own (DCGM) series: the one pod holding it, alone on a
+    time-sliced GPU too, as dcgm-exporter does; ``None`` when no pod or several pods hold it.
+
+    Its labels equal that pod's per-pod series' (:func:`pod_usage`), so ``A or B`` over the two
+    families keeps one series per pod and device.
+    """
+    pods = {(h.namespace, h.pod) for h in holders}
+    return _pod_holder(holders) if len(pods) == 1 else None
 
 
 def pod_usage(
@@ -172,9 +265,7 @@ def pod_usage(
 
     usage = []
     for pod in sorted(pods):
-        pod_holders = pods[pod]
-        replicas = sorted({h.vgpu for h in pod_holders if h.vgpu is not None})
-        holder = Holder(pod.namespace, pod.name, pod_holders[0].container, ",".join(replicas) or None)
+        holder = _pod_holder(pods[pod])
         if pod not in memory:
             memory_bytes: int | None = 0  # holds a replica, runs nothing here
         else:

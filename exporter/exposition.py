@@ -1,12 +1,15 @@
 """A snapshot encoded for ``/metrics``: once per snapshot and variant, then served as bytes.
 
-A snapshot never changes, so neither does its exposition. Each of the four variants — Prometheus text
-0.0.4 or OpenMetrics 1.0.0, plain or gzip — is built the first time a scrape asks for it and kept
-with the snapshot; every later scrape of the same snapshot only writes bytes.
+A snapshot never changes, so neither does its exposition. It is written in the Prometheus text format
+0.0.4 only, plain or gzip; each variant is built the first time a scrape asks for it and kept with the
+snapshot, so every later scrape of the same snapshot only writes bytes.
 
-Text 0.0.4 types DCGM's counters ``counter`` under their exact names, as dcgm-exporter does.
-OpenMetrics requires counter samples to end in ``_total``; DCGM's names do not, so there they are
-typed ``unknown`` and keep their names (what Prometheus stores is the same under both formats).
+Why text only: DCGM's counters are named without ``_total``. The text format types them ``counter``
+under those exact names, as dcgm-exporter serves them (it writes this format and nothing else).
+OpenMetrics requires a counter's samples to end in ``_total``, so there they could only be typed
+``unknown`` — and Prometheus, which asks for OpenMetrics first, would record them as such. Nothing
+OpenMetrics adds is served here (no exemplars, no ``_created`` series), so the ``Accept`` header
+changes nothing and every Prometheus, whatever protocols it prefers, reads the same bytes.
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ from exporter import fields as f
 from exporter.snapshot import HistogramSeries, Labels, Snapshot
 
 TEXT_CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
-OPENMETRICS_CONTENT_TYPE: Final = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 _LE_LABELS: Final = tuple(f'le="{le}"' for le in (*map(floatToGoString, f.SAMPLE_BUCKETS), "+Inf"))
 #: gzip level 1: the 130 KB exposition of an 8-GPU shared node shrinks to about 5 KB, at a fraction
 #: of level 6's CPU time.
@@ -40,29 +42,13 @@ def _quality(params: list[str]) -> float:
     return 1.0
 
 
-def _entries(header: str) -> list[tuple[str, dict[str, str], float]]:
-    """(media or coding, parameters, quality) of each comma-separated entry of a request header."""
-    out = []
-    for entry in header.split(","):
-        name, *params = (part.strip() for part in entry.split(";"))
-        options = {k.strip(): v.strip() for k, _, v in (p.partition("=") for p in params)}
-        out.append((name.lower(), options, _quality(params)))
-    return out
-
-
-def wants_openmetrics(accept: str) -> bool:
-    """True when the ``Accept`` header lists OpenMetrics 1.0.0 (or 0.0.1) with a non-zero quality, as
-    Prometheus sends it (``application/openmetrics-text;version=1.0.0,...;q=0.5,...``)."""
-    return any(
-        media == "application/openmetrics-text"
-        and options.get("version", "1.0.0") in ("1.0.0", "0.0.1")
-        and q > 0
-        for media, options, q in _entries(accept)
-    )
-
-
 def wants_gzip(accept_encoding: str) -> bool:
-    return any(coding == "gzip" and q > 0 for coding, _, q in _entries(accept_encoding))
+    """True when the ``Accept-Encoding`` header lists gzip with a non-zero quality."""
+    for entry in accept_encoding.split(","):
+        coding, *params = (part.strip() for part in entry.split(";"))
+        if coding.lower() == "gzip" and _quality(params) > 0:
+            return True
+    return False
 
 
 def _escape_label(value: str) -> str:
@@ -108,8 +94,9 @@ def _histogram_lines(name: str, histograms: Iterable[HistogramSeries], out: list
         out.append(f"{name}_sum{plain} {floatToGoString(histogram.total)}\n")
 
 
-def encode(snapshot: Snapshot, *, openmetrics: bool, served: Collection[str] | None = None) -> bytes:
-    """The exposition of ``snapshot``; families without samples, or not in ``served``, are left out."""
+def encode(snapshot: Snapshot, served: Collection[str] | None = None) -> bytes:
+    """The text exposition of ``snapshot``; families without samples, or not in ``served``, are left
+    out. Every family is typed as :data:`exporter.fields.SPECS` says, under its own name."""
     out: list[str] = []
     labels = _LabelCache()
     for name, spec in f.SPECS.items():
@@ -118,53 +105,41 @@ def encode(snapshot: Snapshot, *, openmetrics: bool, served: Collection[str] | N
         if spec.type == "histogram":
             if not snapshot.histograms:
                 continue
-            family, kind, sample_name = name, "histogram", name
-        else:
-            series = snapshot.series.get(name)
-            if not series:
-                continue
-            family, kind, sample_name = name, spec.type, name
-            if spec.type == "counter" and openmetrics:
-                if name.endswith("_total"):
-                    family = name.removesuffix("_total")
-                else:
-                    kind = "unknown"
-        out.append(f"# HELP {family} {_escape_help(spec.help)}\n")
-        out.append(f"# TYPE {family} {kind}\n")
+        elif not snapshot.series.get(name):
+            continue
+        out.append(f"# HELP {name} {_escape_help(spec.help)}\n")
+        out.append(f"# TYPE {name} {spec.type}\n")
         if spec.type == "histogram":
-            _histogram_lines(sample_name, snapshot.histograms, out)
+            _histogram_lines(name, snapshot.histograms, out)
         else:
             for s in snapshot.series[name]:
-                out.append(f"{sample_name}{labels(s.labels)} {floatToGoString(s.value)}\n")
-    if openmetrics:
-        out.append("# EOF\n")
+                out.append(f"{name}{labels(s.labels)} {floatToGoString(s.value)}\n")
     return "".join(out).encode()
 
 
 class EncodedSnapshot:
-    """The exposition variants of one snapshot, each built on first request and then reused."""
+    """The exposition of one snapshot, plain and gzip, each built on first request and then reused."""
 
     __slots__ = ("_lock", "_served", "_variants", "snapshot")
 
     def __init__(self, snapshot: Snapshot, served: Collection[str] | None = None) -> None:
         self.snapshot = snapshot
         self._served = served
-        self._variants: dict[tuple[bool, bool], bytes] = {}
-        self._lock = threading.RLock()  # a gzip variant builds its plain variant under the same lock
+        self._variants: dict[bool, bytes] = {}
+        self._lock = threading.RLock()  # the gzip variant builds the plain one under the same lock
 
-    def body(self, *, openmetrics: bool, compressed: bool) -> bytes:
-        key = (openmetrics, compressed)
-        body = self._variants.get(key)
+    def body(self, *, compressed: bool) -> bytes:
+        body = self._variants.get(compressed)
         if body is None:
             with self._lock:  # two scrapes racing for a new snapshot encode it once
-                body = self._variants.get(key)
+                body = self._variants.get(compressed)
                 if body is None:
                     if compressed:
-                        plain = self.body(openmetrics=openmetrics, compressed=False)
+                        plain = self.body(compressed=False)
                         body = gzip.compress(plain, compresslevel=_GZIP_LEVEL, mtime=0)
                     else:
-                        body = encode(self.snapshot, openmetrics=openmetrics, served=self._served)
-                    self._variants[key] = body
+                        body = encode(self.snapshot, self._served)
+                    self._variants[compressed] = body
         return body
 
 
@@ -176,7 +151,7 @@ class Exposition:
         self._latest = latest
         self._served = None if served is None else frozenset(served)
         self._current: EncodedSnapshot | None = None
-        self._asked: set[tuple[bool, bool]] = set()
+        self._asked: set[bool] = set()
 
     def current(self) -> EncodedSnapshot | None:
         snapshot = self._latest()
@@ -189,22 +164,21 @@ class Exposition:
         return current
 
     def render(self, accept: str = "", accept_encoding: str = "") -> tuple[bytes, str, str | None]:
-        """(body, content type, content encoding) for a request with these headers."""
-        openmetrics = wants_openmetrics(accept)
+        """(body, content type, content encoding) for a request with these headers. The text format
+        is served whatever ``accept`` prefers (see the module's docstring); only gzip is negotiated."""
         compressed = wants_gzip(accept_encoding)
-        content_type = OPENMETRICS_CONTENT_TYPE if openmetrics else TEXT_CONTENT_TYPE
-        current = self.current()
         encoding = "gzip" if compressed else None
+        current = self.current()
         if current is None:  # before the first collection: an empty exposition
-            body = b"# EOF\n" if openmetrics else b""
-            return (gzip.compress(body, _GZIP_LEVEL, mtime=0) if compressed else body), content_type, encoding
-        self._asked.add((openmetrics, compressed))
-        return current.body(openmetrics=openmetrics, compressed=compressed), content_type, encoding
+            body = gzip.compress(b"", _GZIP_LEVEL, mtime=0) if compressed else b""
+            return body, TEXT_CONTENT_TYPE, encoding
+        self._asked.add(compressed)
+        return current.body(compressed=compressed), TEXT_CONTENT_TYPE, encoding
 
     def prepare(self) -> None:
         """Encode the newest snapshot in the variants scrapes have asked for, so the next scrape only
         writes bytes. The collection loop calls this after each cycle, off the scrape path."""
         current = self.current()
         if current is not None:
-            for openmetrics, compressed in tuple(self._asked):
-                current.body(openmetrics=openmetrics, compressed=compressed)
+            for compressed in tuple(self._asked):
+                current.body(compressed=compressed)

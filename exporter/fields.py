@@ -1,11 +1,10 @@
 """The exported metrics: names (from the shared contract), help text and types.
 
 DCGM-compatible series keep dcgm-exporter's names, units, labels and types, so dashboards, alerts and
-the analyzer read either exporter. DCGM's counters are named without ``_total``: the Prometheus text
-format types them ``counter`` under those exact names, as dcgm-exporter does; OpenMetrics requires a
-``_total`` sample suffix on counters, so there they are typed ``unknown`` to keep the names
-(``rate()`` and ``increase()`` work the same). The exporter's own metrics follow Prometheus naming:
-one prefix, base units.
+the analyzer read either exporter. DCGM's counters are named without ``_total`` and typed ``counter``
+under those exact names, as dcgm-exporter types them, which is why the exposition is the Prometheus
+text format only (OpenMetrics would demand ``_total``). The exporter's own metrics follow Prometheus
+naming: one prefix, base units.
 """
 
 from __future__ import annotations
@@ -14,6 +13,7 @@ from typing import Final, NamedTuple
 
 from common.metric_names import (
     BUILD_INFO,
+    CAPABILITY,
     CLOCK_THROTTLE_REASONS,
     CLOCKS_EVENT_REASONS,
     COLLECT_DURATION,
@@ -63,6 +63,7 @@ from common.metric_names import (
 
 __all__ = [
     "BUILD_INFO",
+    "CAPABILITY",
     "CLOCKS_EVENT_REASONS",
     "CLOCK_THROTTLE_REASONS",
     "COLLECT_DURATION",
@@ -148,7 +149,12 @@ _SPECS: Final = (
     MetricSpec(UNCORRECTABLE_REMAPPED_ROWS, "Number of remapped rows for uncorrectable errors.", "counter"),
     MetricSpec(CORRECTABLE_REMAPPED_ROWS, "Number of remapped rows for correctable errors.", "counter"),
     MetricSpec(ROW_REMAP_FAILURE, "Whether remapping of rows has failed.", "gauge"),
-    MetricSpec(NVLINK_BANDWIDTH_TOTAL, "Total NVLink data traffic, all links, TX + RX (in KiB).", "counter"),
+    # DCGM's figure is a rate; dcgm-exporter's counters files type it counter nonetheless, and so do we.
+    MetricSpec(
+        NVLINK_BANDWIDTH_TOTAL,
+        "NVLink data traffic over all links, TX + RX, since the previous collection (in KiB/s / 1000).",
+        "counter",
+    ),
     MetricSpec(PROF_GR_ENGINE_ACTIVE, "Ratio of time the graphics engine is active.", "gauge"),
     MetricSpec(PROF_SM_ACTIVE, "The ratio of cycles an SM has at least 1 warp assigned.", "gauge"),
     MetricSpec(PROF_SM_OCCUPANCY, "The ratio of number of warps resident on an SM.", "gauge"),
@@ -174,6 +180,12 @@ _SPECS: Final = (
     MetricSpec(NVML_ERRORS, "NVML calls that failed, by function and NVML error code.", "counter"),
     MetricSpec(KUBELET_ERRORS, "Failed refreshes of the kubelet PodResources API.", "counter"),
     MetricSpec(BUILD_INFO, "Exporter build information; the value is always 1.", "gauge"),
+    MetricSpec(
+        CAPABILITY,
+        "1 when NVML offers the capability's metric family on this GPU, 0 when it does not"
+        " (gpm, mig, process_utilization, samples, nvlink, ecc).",
+        "gauge",
+    ),
 )
 
 SPECS: Final[dict[str, MetricSpec]] = {spec.name: spec for spec in _SPECS}

@@ -8,9 +8,13 @@ Every NVML call goes through :meth:`Nvml._call`, which decides what an error mea
   logged once, counted once, and the function is never called again in this process; a reading with
   an older equivalent (clock-event reasons, power) is read through that instead.
 * ``GPU_IS_LOST`` — :class:`GpuLost` is raised so the caller marks that GPU (only) down; the other
-  GPUs, their GPM state and the XID event set are untouched.
+  GPUs and their GPM state are untouched (the XID watcher rebuilds its event set without that GPU).
 * ``UNINITIALIZED``, ``DRIVER_NOT_LOADED`` — :class:`GpuLost` is raised too, and :attr:`Nvml.needs_init`
   asks for NVML to be re-initialised on the next cycle: no call can succeed before that.
+* ``NO_PERMISSION``, ``OPERATING_SYSTEM`` (blocked by the container's device rules),
+  ``ARGUMENT_VERSION_MISMATCH``, ``DEPRECATED`` — answers that cannot change while NVML stays
+  initialised: the (device, call) is not asked again until NVML is re-initialised, and is counted and
+  logged once, so a call the container lacks the privileges for does not count an error every cycle.
 * anything else — counted, logged once per (call, code), and the reading is left out.
 
 Readings come back as NamedTuples in NVML's own units; each docstring names the matching
@@ -32,6 +36,8 @@ from typing import Any, Final
 import pynvml
 
 from common.errors import ExitCode, GpuToolError
+from exporter import capabilities as cap
+from exporter.capabilities import Capabilities, Capability
 from exporter.readings import (
     Clocks,
     DeviceIdentity,
@@ -94,6 +100,25 @@ _SIZE_RETRIES: Final = 3
 #: Answers meaning "this version of the call is not in this driver": fall back to the older one.
 _NO_SUCH_VERSION: Final = frozenset(
     {pynvml.NVML_ERROR_FUNCTION_NOT_FOUND, pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH}
+)
+_NO_PERMISSION: Final = pynvml.NVML_ERROR_NO_PERMISSION
+#: Answers that hold until NVML is re-initialised (privileges, device cgroup rules, versions): the
+#: (device, call) is not asked again before then, and counts once — not once per cycle, which would
+#: keep the GpuExporterErrors alert firing for as long as the exporter runs.
+_STICKY_CODES: Final = frozenset(
+    {
+        _NO_PERMISSION,
+        pynvml.NVML_ERROR_OPERATING_SYSTEM,
+        pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH,
+        pynvml.NVML_ERROR_DEPRECATED,
+    }
+)
+#: Failures that settle whether a GPU offers a capability; any other is passing and changes nothing.
+_SETTLED: Final = frozenset(
+    _ERROR_NAMES[code] for code in (_NOT_SUPPORTED, _FUNCTION_NOT_FOUND, *_STICKY_CODES)
+)
+_PRIVILEGE_HINT: Final = (
+    ' — this container lacks the privilege for it (docs/install.md, "The exporter\'s privileges")'
 )
 
 _NVML_MISSING_HINT: Final = (
@@ -170,6 +195,9 @@ GPM_METRIC_IDS: Final[tuple[int, ...]] = (
 _GPM_RATIOS: Final = 5
 _MIB: Final = 1024 * 1024
 
+#: nvml.h's NVML_VALUE_TYPE_UNSIGNED_SHORT. The binding names it from nvidia-ml-py 12.560.30 and its
+#: value union has ``usVal`` from 12.570.86; with an older binding such a reading is left out.
+_VALUE_TYPE_UNSIGNED_SHORT: Final[int] = getattr(pynvml, "NVML_VALUE_TYPE_UNSIGNED_SHORT", 6)
 _VALUE_MEMBERS: Final[dict[int, str]] = {
     pynvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
     pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
@@ -177,7 +205,7 @@ _VALUE_MEMBERS: Final[dict[int, str]] = {
     pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
     pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal",
     pynvml.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: "usVal",
+    _VALUE_TYPE_UNSIGNED_SHORT: "usVal",
 }
 #: Reported by NVML for per-process memory it cannot attribute (e.g. no permission).
 _VALUE_NOT_AVAILABLE: Final = 2**64 - 1
@@ -238,6 +266,25 @@ def _handle_key(handle: Handle) -> Hashable:
     return fake
 
 
+def _device_key(args: tuple[Any, ...]) -> Hashable:
+    """The device (or GPU instance, or index) a call is about: its first argument where that compares by
+    value; ``None`` for calls on no device (an event set, a GPM request)."""
+    if not args:
+        return None
+    first = args[0]
+    if isinstance(first, ctypes._Pointer):
+        return _handle_key(first)
+    if type(first).__hash__ in (None, object.__hash__):  # unhashable, or equal only to itself
+        return None
+    key: Hashable = first
+    return key
+
+
+def _slot(field_id: int) -> str:
+    """How a field of the nvmlDeviceGetFieldValues batch is named in errors."""
+    return f"nvmlDeviceGetFieldValues[{field_id}]"
+
+
 def _text(value: Any) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
@@ -245,9 +292,10 @@ def _text(value: Any) -> str:
 def _union_value(value_type: int, union: Any) -> float | None:
     """The number in an NVML value union; ``None`` for an unknown type or a non-finite double."""
     member = _VALUE_MEMBERS.get(value_type)
-    if member is None:
+    raw = None if member is None else getattr(union, member, None)
+    if raw is None:
         return None
-    value = float(getattr(union, member))
+    value = float(raw)
     return value if math.isfinite(value) else None
 
 
@@ -266,8 +314,19 @@ class Nvml:
         # Per-initialisation caches; handles and GPM samples die with the NVML session.
         self._gpm_supported: dict[Hashable, bool] = {}
         self._gpm_previous: dict[Hashable, Any] = {}
+        # The other buffer of each key's pair: a sample is taken into it and the two swap, so a cycle
+        # makes two GPM calls per device (sample, metrics), not four (alloc and free as well).
+        self._gpm_spare: dict[Hashable, Any] = {}
         self._mig_profiles: dict[Hashable, dict[int, str]] = {}
         self._gpm_parent: dict[Hashable, Hashable] = {}
+        # (device, call) → NVML code name: answers that hold for the session (_STICKY_CODES), and the
+        # latest failure of each, which names why a capability is missing.
+        self._sticky: dict[tuple[Hashable, str], str] = {}
+        self._last_failure: dict[tuple[Hashable, str], str] = {}
+        self._capabilities: dict[Hashable, dict[str, Capability]] = {}
+        # Event sets of this session not yet freed, by id. nvml.h does not say nvmlShutdown frees them
+        # and nvmlEventSetFree answers UNINITIALIZED after it, so shutdown() frees them first.
+        self._event_sets: dict[int, Any] = {}
 
     # -- the chokepoint -------------------------------------------------------------------------------
 
@@ -288,6 +347,8 @@ class Nvml:
         label = label or name
         if label in self._missing_functions:
             return _MISSING
+        if self._sticky and (_device_key(args), label) in self._sticky:
+            return _MISSING
         function = getattr(self._lib, name, None)
         if function is None:  # a binding older than this code: as if the driver lacked the function
             return self._failed(label, _FUNCTION_NOT_FOUND)
@@ -296,18 +357,33 @@ class Nvml:
         except pynvml.NVMLError as exc:
             if exc.value in empty_on:
                 return _EMPTY
-            return self._failed(label, exc.value)
+            return self._failed(label, exc.value, _device_key(args))
 
-    def _failed(self, call: str, code: int) -> _Missing:
+    def _failed(self, call: str, code: int, device: Hashable = None) -> _Missing:
+        code_name = _ERROR_NAMES.get(code, str(code))
+        self._last_failure[(device, call)] = code_name
         if code == _NOT_SUPPORTED:
             return _MISSING
-        code_name = _ERROR_NAMES.get(code, str(code))
+        sticky = code in _STICKY_CODES
         with self._lock:
+            if sticky:
+                if (device, call) in self._sticky:
+                    return _MISSING  # a slot of a batch call, which is still made: counted already
+                self._sticky[(device, call)] = code_name
             self._errors[(call, code_name)] = self._errors.get((call, code_name), 0) + 1
             first = (call, code_name) not in self._warned
             self._warned.add((call, code_name))
             if code == _FUNCTION_NOT_FOUND:
                 self._missing_functions.add(call)
+        if sticky:
+            log.log(
+                logging.WARNING if first else logging.DEBUG,
+                "NVML %s failed with %s; not called again on that device until NVML is re-initialised%s",
+                call,
+                code_name,
+                _PRIVILEGE_HINT if code == _NO_PERMISSION else "",
+            )
+            return _MISSING
         if code == _FUNCTION_NOT_FOUND:
             log.warning("NVML function %s is not in this driver (or binding); it is not called again", call)
             return _MISSING
@@ -350,12 +426,20 @@ class Nvml:
 
     def shutdown(self) -> None:
         """Free per-session resources and shut NVML down; errors are irrelevant at this point."""
-        for sample in self._gpm_previous.values():
+        for sample in [*self._gpm_previous.values(), *self._gpm_spare.values()]:
             self._quiet("nvmlGpmSampleFree", sample)
         self._gpm_previous.clear()
+        self._gpm_spare.clear()
         self._gpm_parent.clear()
         self._gpm_supported.clear()
         self._mig_profiles.clear()
+        self._sticky.clear()
+        self._last_failure.clear()
+        self._capabilities.clear()
+        with self._lock:
+            event_sets, self._event_sets = list(self._event_sets.values()), {}
+        for handle in event_sets:
+            self._quiet("nvmlEventSetFree", handle)
         if self._initialised:
             self._quiet("nvmlShutdown")
         self._initialised = False
@@ -370,6 +454,29 @@ class Nvml:
         """Errors so far by (NVML function, NVML error code name), excluding NOT_SUPPORTED."""
         with self._lock:
             return dict(self._errors)
+
+    # -- capabilities ---------------------------------------------------------------------------------
+
+    def _note(self, handle: Handle, name: str, available: bool, failed_call: str | None) -> None:
+        """Record whether ``handle`` offers capability ``name``. ``failed_call`` names the call whose
+        failure said it does not; a passing failure (not one of _SETTLED) leaves what was known."""
+        device = _device_key((handle,))
+        code = ""
+        if not available and failed_call is not None:
+            missing = failed_call in self._missing_functions
+            code = "FUNCTION_NOT_FOUND" if missing else self._last_failure.get((device, failed_call), "")
+            if code not in _SETTLED:
+                return
+        self._capabilities.setdefault(device, {})[name] = Capability(available, code)
+
+    def capabilities(self, handle: Handle) -> Capabilities:
+        """The capabilities of physical GPU ``handle`` as this session's calls answered them (see
+        :mod:`exporter.capabilities`). Per-process utilization, read only for shared GPUs, is asked
+        once where nothing has read it yet."""
+        device = _device_key((handle,))
+        if cap.PROCESS_UTILIZATION not in self._capabilities.get(device, {}):
+            self.process_utilization(handle, 0)
+        return dict(self._capabilities.get(device, {}))
 
     # -- inventory ------------------------------------------------------------------------------------
 
@@ -485,13 +592,16 @@ class Nvml:
         found: dict[int, float] = {}
         values = self._call("nvmlDeviceGetFieldValues", handle, list(_FIELD_IDS))
         if values is not _MISSING:
+            device = _device_key((handle,))
             for value in values:
                 if value.nvmlReturn == _SUCCESS:
                     number = _union_value(int(value.valueType), value.value)
                     if number is not None:
                         found[int(value.fieldId)] = number
                 else:
-                    self._failed(f"nvmlDeviceGetFieldValues[{int(value.fieldId)}]", int(value.nvmlReturn))
+                    self._failed(_slot(int(value.fieldId)), int(value.nvmlReturn), device)
+            for name, field in ((cap.ECC, FIELD_ECC_SBE_VOL), (cap.NVLINK, FIELD_NVLINK_TX)):
+                self._note(handle, name, field in found, None if field in found else _slot(field))
         violations = {
             field: found[field] if field in found else self._violation_ns(handle, policy)
             for field, policy in _VIOLATION_POLICIES.items()
@@ -522,13 +632,14 @@ class Nvml:
         checks the utilization gauge)."""
         kind = pynvml.NVML_GPU_UTILIZATION_SAMPLES
         result = self._call("nvmlDeviceGetSamples", handle, kind, since_us, empty_on=_NOTHING_NEW)
+        self._note(handle, cap.SAMPLES, result is not _MISSING, "nvmlDeviceGetSamples")
         if result is _MISSING:
             return None
         if result is _EMPTY:
             return ()
         value_type, samples = result
         member = _VALUE_MEMBERS.get(int(value_type))
-        if member is None:
+        if member is None or not samples or not hasattr(samples[0].sampleValue, member):
             return ()
         out = []
         for sample in samples:  # up to a few hundred per GPU and cycle: the member is looked up once
@@ -543,6 +654,8 @@ class Nvml:
         between and the second call found the buffer too small, as DCGM retries it."""
         if name in self._missing_functions:
             return _MISSING
+        if self._sticky and (_device_key(args), name) in self._sticky:
+            return _MISSING
         function = getattr(self._lib, name, None)
         if function is None:
             return self._failed(name, _FUNCTION_NOT_FOUND)
@@ -556,7 +669,7 @@ class Nvml:
                 # size query succeeds with nothing to read: that is an empty answer, not a failure.
                 if exc.value in empty_on or exc.value == _SUCCESS:
                     return _EMPTY
-                return self._failed(name, exc.value)
+                return self._failed(name, exc.value, _device_key(args))
         return _MISSING  # not reached: the last attempt returns or fails above
 
     def processes(self, handle: Handle) -> tuple[ProcessMemory, ...] | None:
@@ -576,6 +689,9 @@ class Nvml:
     def process_utilization(self, handle: Handle, since_us: int) -> tuple[ProcessUtilization, ...] | None:
         """Per-process utilization samples newer than ``since_us``; ``()`` when there are none."""
         samples = self._sized("nvmlDeviceGetProcessUtilization", handle, since_us, empty_on=_NOTHING_NEW)
+        self._note(
+            handle, cap.PROCESS_UTILIZATION, samples is not _MISSING, "nvmlDeviceGetProcessUtilization"
+        )
         if samples is _MISSING:
             return None
         if samples is _EMPTY:
@@ -591,7 +707,9 @@ class Nvml:
     def mig_instances(self, parent: Handle) -> tuple[MigInstance, ...]:
         """MIG devices of ``parent``; empty when MIG is off or unsupported."""
         mode = self._call("nvmlDeviceGetMigMode", parent)
-        if mode is _MISSING or int(mode[0]) != pynvml.NVML_DEVICE_MIG_ENABLE:
+        enabled = mode is not _MISSING and int(mode[0]) == pynvml.NVML_DEVICE_MIG_ENABLE
+        self._note(parent, cap.MIG, enabled, "nvmlDeviceGetMigMode" if mode is _MISSING else None)
+        if not enabled:
             return ()
         slots = self._call("nvmlDeviceGetMaxMigDeviceCount", parent)
         if slots is _MISSING:
@@ -663,31 +781,36 @@ class Nvml:
             support = self._call("nvmlGpmQueryDeviceSupport", handle)
             supported = support is not _MISSING and bool(support.isSupportedDevice)
             self._gpm_supported[parent_key] = supported
+            self._note(
+                handle, cap.GPM, supported, "nvmlGpmQueryDeviceSupport" if support is _MISSING else None
+            )
         if not supported:
             return None
-        sample = self._call("nvmlGpmSampleAlloc")
-        if sample is _MISSING:
-            return None
+        sample = self._gpm_spare.pop(key, None)
+        if sample is None:
+            sample = self._call("nvmlGpmSampleAlloc")
+            if sample is _MISSING:
+                return None
+        self._gpm_parent[key] = parent_key
         try:
             if gpu_instance_id is None:
                 taken = self._call("nvmlGpmSampleGet", handle, sample)
             else:
                 taken = self._call("nvmlGpmMigSampleGet", handle, gpu_instance_id, sample)
         except GpuLost:
-            self._quiet("nvmlGpmSampleFree", sample)
+            self._gpm_spare[key] = sample  # freed with the others by forget_gpm()
             raise
         if taken is _MISSING:
-            self._quiet("nvmlGpmSampleFree", sample)
+            self._gpm_spare[key] = sample
             return None
         previous = self._gpm_previous.get(key)
         self._gpm_previous[key] = sample
-        self._gpm_parent[key] = parent_key
         if previous is None:
             return None
         try:
             return self._gpm_metrics(previous, sample)
         finally:
-            self._quiet("nvmlGpmSampleFree", previous)
+            self._gpm_spare[key] = previous
 
     def forget_gpm(self, handle: Handle) -> None:
         """Drop the GPM samples of a GPU that was marked down (and of its MIG instances): the next
@@ -695,9 +818,10 @@ class Nvml:
         parent_key = _handle_key(handle)
         for key in [k for k, parent in self._gpm_parent.items() if parent == parent_key]:
             del self._gpm_parent[key]
-            sample = self._gpm_previous.pop(key, None)
-            if sample is not None:
-                self._quiet("nvmlGpmSampleFree", sample)
+            for samples in (self._gpm_previous, self._gpm_spare):
+                sample = samples.pop(key, None)
+                if sample is not None:
+                    self._quiet("nvmlGpmSampleFree", sample)
 
     def _gpm_metrics(self, first: Any, second: Any) -> GpmReading | None:
         request = self._lib.c_nvmlGpmMetricsGet_t()
@@ -717,8 +841,8 @@ class Nvml:
                 values.append(None)
             elif slot < _GPM_RATIOS:  # percent → DCGM's 0-1 ratio
                 values.append(min(max(float(metric.value) / 100.0, 0.0), 1.0))
-            else:  # MiB/s → DCGM's bytes per second
-                values.append(max(float(metric.value), 0.0) * _MIB)
+            else:  # MiB/s → DCGM's bytes per second, whole bytes as DCGM stores them (an int64 field)
+                values.append(float(int(max(float(metric.value), 0.0) * _MIB)))
         return GpmReading(*values)
 
     # -- XID events -----------------------------------------------------------------------------------
@@ -728,6 +852,8 @@ class Nvml:
         event_set = self._call("nvmlEventSetCreate")
         if event_set is _MISSING:
             return None
+        with self._lock:
+            self._event_sets[id(event_set)] = event_set
         registered: dict[Hashable, str] = {}
         for handle, uuid in devices:
             try:
@@ -749,5 +875,8 @@ class Nvml:
         return XidEvent(event_set.devices.get(_handle_key(data.device)), int(data.eventData))
 
     def free_event_set(self, event_set: XidEventSet) -> None:
-        if event_set.generation == self._generation:
+        """Free a set once (a set of an earlier session was freed when that session was shut down)."""
+        with self._lock:
+            live = self._event_sets.pop(id(event_set.handle), None) is not None
+        if live:
             self._quiet("nvmlEventSetFree", event_set.handle)

@@ -1,4 +1,6 @@
-"""Client for the kubelet PodResources v1 API (``List``) over its unix socket."""
+"""Client for the kubelet PodResources v1 API (``List``) over its unix socket: device-plugin
+devices and, where the kubelet reports them (Kubernetes 1.27+, ``KubeletPodResourcesDynamicResources``;
+on by default from 1.34), devices of Dynamic Resource Allocation claims."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from common.errors import DataUnavailableError
 # Generated stubs: mypy skips them (pyproject), so their names are typed as Any.
 from exporter._proto import podresources_pb2 as _pb2
 from exporter._proto import podresources_pb2_grpc as _pb2_grpc
-from exporter.attribution import ContainerDevices
+from exporter.attribution import Assignment, ClaimDevices, ContainerDevices
 
 DEFAULT_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 #: gRPC's 4 MiB default is too small for nodes with many pods, CPUs and devices.
@@ -39,7 +41,7 @@ class PodResourcesClient:
         self._timeout_s = timeout_s
         self._options = [("grpc.max_receive_message_length", max_receive_bytes)]
 
-    def list_devices(self) -> list[ContainerDevices]:
+    def list_devices(self) -> list[Assignment]:
         """Every device assignment on the node. Raises :class:`KubeletError`."""
         if not self.socket_path.exists():
             raise KubeletError(f"{self.socket_path} does not exist")
@@ -53,7 +55,7 @@ class PodResourcesClient:
         return list(_flatten(response))
 
 
-def _flatten(response: Any) -> Iterator[ContainerDevices]:
+def _flatten(response: Any) -> Iterator[Assignment]:
     for pod in response.pod_resources:
         for container in pod.containers:
             for devices in container.devices:
@@ -64,3 +66,14 @@ def _flatten(response: Any) -> Iterator[ContainerDevices]:
                     resource_name=devices.resource_name,
                     device_ids=tuple(devices.device_ids),
                 )
+            for dynamic in container.dynamic_resources:
+                for resource in dynamic.claim_resources:
+                    yield ClaimDevices(
+                        namespace=pod.namespace,
+                        pod=pod.name,
+                        container=container.name,
+                        claim=f"{dynamic.claim_namespace}/{dynamic.claim_name}",
+                        driver=resource.driver_name,
+                        device=resource.device_name,
+                        cdi_devices=tuple(device.name for device in resource.cdi_devices),
+                    )

@@ -1,11 +1,14 @@
 """The node's pods as the exporter needs them, kept fresh by a background thread.
 
-Two node-local sources, neither on the scrape path:
+Node-local sources, none on the scrape path:
 
 * the kubelet PodResources API: which container holds which GPU (``exporter.podresources``);
 * the kubelet's pod log directory, ``/var/log/pods/<namespace>_<name>_<uid>/``: pod UID → name. The
   PodResources API carries no UIDs, and cgroups carry nothing but UIDs; this directory joins them
   without an API-server round trip or any RBAC. (Namespaces and pod names cannot contain ``_``.)
+* the NVIDIA driver's ``/proc/driver/nvidia/gpus/<pci bus id>/information``: device minor → GPU UUID,
+  read only while the kubelet lists DRA claims, as NVIDIA's DRA driver names GPUs by minor number
+  (which need not be NVML's index).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from exporter.attribution import EMPTY_VIEW, PodName, PodView, allocations
+from exporter.attribution import EMPTY_VIEW, ClaimDevices, PodName, PodView, allocations
 from exporter.podresources import KubeletError, PodResourcesClient
 from exporter.repeats import RepeatedWarnings
 from exporter.worker import BackgroundThread
@@ -25,6 +28,7 @@ from exporter.worker import BackgroundThread
 log = logging.getLogger(__name__)
 
 DEFAULT_POD_LOG_DIR = Path("/var/log/pods")
+DEFAULT_GPU_INFO_DIR = Path("/proc/driver/nvidia/gpus")
 
 
 def scan_pod_log_dir(path: Path) -> dict[str, PodName]:
@@ -36,6 +40,26 @@ def scan_pod_log_dir(path: Path) -> dict[str, PodName]:
             if len(parts) == 3 and all(parts):
                 names[parts[2]] = PodName(parts[0], parts[1])
     return names
+
+
+def scan_gpu_minors(path: Path) -> dict[int, str]:
+    """Device minor → GPU UUID from the driver's ``<pci bus id>/information`` files under ``path``
+    (lines ``GPU UUID: GPU-…`` and ``Device Minor: 0``). A GPU whose file lacks either is left out."""
+    minors: dict[int, str] = {}
+    with os.scandir(path) as entries:
+        for entry in entries:
+            try:
+                text = (Path(entry.path) / "information").read_text(errors="replace")
+            except OSError:
+                continue  # a GPU that went away between the listing and the read
+            fields = {}
+            for line in text.splitlines():
+                name, _, value = line.partition(":")
+                fields[name.strip()] = value.strip()
+            uuid, minor = fields.get("GPU UUID", ""), fields.get("Device Minor", "")
+            if uuid.startswith("GPU-") and minor.isdigit():
+                minors[int(minor)] = uuid
+    return minors
 
 
 class PodViewSource(Protocol):
@@ -59,6 +83,7 @@ class PodViewRefresher(BackgroundThread):
         client: PodResourcesClient,
         *,
         pod_log_dir: Path | None = DEFAULT_POD_LOG_DIR,
+        gpu_info_dir: Path = DEFAULT_GPU_INFO_DIR,
         refresh_s: float = 10.0,
         max_age_s: float = 60.0,
         monotonic: Callable[[], float] = time.monotonic,
@@ -66,6 +91,7 @@ class PodViewRefresher(BackgroundThread):
         super().__init__("kubelet-pod-resources")
         self._client = client
         self._pod_log_dir = pod_log_dir
+        self._gpu_info_dir = gpu_info_dir
         self._refresh_s = refresh_s
         self._max_age_s = max_age_s
         self._monotonic = monotonic
@@ -73,6 +99,7 @@ class PodViewRefresher(BackgroundThread):
         self._fetched_at: float | None = None
         self._errors = 0
         self._log_dir_warned = False
+        self._gpu_info_warned = False
         self._warnings = RepeatedWarnings(log, monotonic=monotonic)
 
     @property
@@ -96,7 +123,8 @@ class PodViewRefresher(BackgroundThread):
             )
             return False
         self._warnings.clear("kubelet", "kubelet pod resources available again")
-        self._view = PodView(allocations(devices), self._uid_names())
+        claimed = any(isinstance(d, ClaimDevices) for d in devices)
+        self._view = PodView(allocations(devices, self._gpu_minors() if claimed else None), self._uid_names())
         self._fetched_at = self._monotonic()
         return True
 
@@ -109,6 +137,17 @@ class PodViewRefresher(BackgroundThread):
             if not self._log_dir_warned:
                 log.warning("cannot list %s (%s): shared GPUs get no per-pod usage", self._pod_log_dir, exc)
                 self._log_dir_warned = True
+            return {}
+
+    def _gpu_minors(self) -> dict[int, str]:
+        try:
+            return scan_gpu_minors(self._gpu_info_dir)
+        except OSError as exc:
+            if not self._gpu_info_warned:
+                log.warning(
+                    "cannot list %s (%s): GPUs of DRA claims go unattributed", self._gpu_info_dir, exc
+                )
+                self._gpu_info_warned = True
             return {}
 
     def _run(self) -> None:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from exporter import fields as f
+from exporter.capabilities import CapabilityLog
 from exporter.nvml import GpuLost, Nvml, NvmlUnavailable
 from exporter.readings import (
     MIB,
@@ -63,9 +65,20 @@ class GpuReader:
         self._identities_generation = -1
         self._driver_version = ""
         self._sample_since: dict[str, int] = {}
+        # GPUs whose sample buffer the previous cycle read (samples, or NOT_FOUND): only for those is the
+        # time since their last sample known to be idle. A GPU that was lost, a failed collection or a
+        # failed read leaves a gap nobody saw, which must not be counted as idle.
+        self._sampled: set[str] = set()
+        self._sampled_now: set[str] = set()
         self._process_since: dict[str, int] = {}
+        # NVLink TX + RX counters, (wall time, KiB), of the GPUs read last cycle and this one: DCGM serves
+        # their rate between two readings, so a GPU not read last cycle starts again at 0.
+        self._nvlink_before: dict[str, tuple[float, float]] = {}
+        self._nvlink_now: dict[str, tuple[float, float]] = {}
         self.handles: tuple[tuple[Handle, str], ...] = ()
         self._last_handles: dict[int, Handle] = {}
+        self._count = -1
+        self._capability_log = CapabilityLog(log)
 
     def read(self, wants_processes: WantsProcesses | None = None) -> NodeReading:
         """Read every GPU. ``wants_processes(gpu, mig)`` selects the devices whose per-process usage is
@@ -78,18 +91,26 @@ class GpuReader:
             count = nvml.device_count()
         except (NvmlUnavailable, GpuLost) as exc:
             return self._failed(str(exc))
-        if self._identities_generation != nvml.generation:
+        self._sampled, self._sampled_now = self._sampled_now, set()
+        self._nvlink_before, self._nvlink_now = self._nvlink_now, {}
+        if self._identities_generation != nvml.generation or count != self._count:
+            # Handles die with the NVML session, and index → GPU holds only while the count does
+            # (nvml.h: removing a GPU renumbers the others and voids their handles).
             self._identities = {}
-            self._last_handles = {}  # handles die with the NVML session
+            self._last_handles = {}
             self._identities_generation = nvml.generation
+            self._count = count
 
         up: set[str] = set()
         devices: list[DeviceReading] = []
         handles: list[tuple[Handle, str]] = []
         for index in range(count):
-            handle = None
+            # A handle is looked up once per session, as DCGM does: a lost GPU then fails on its first
+            # reading instead, and one NVML call per GPU and cycle is saved.
+            handle = self._last_handles.get(index)
             try:
-                handle = nvml.handle(index)
+                if handle is None:
+                    handle = nvml.handle(index)
                 identity = None if handle is None else self._identity(index, handle)
                 if identity is None:
                     continue
@@ -105,11 +126,16 @@ class GpuReader:
             up.add(identity.uuid)
             handles.append((handle, identity.uuid))
         self.handles = tuple(handles)
+        self._capability_log.update(
+            (d.gpu.gpu_index, d.gpu.name, d.capabilities) for d in devices if d.capabilities is not None
+        )
         gpus = tuple((identity, uuid in up) for uuid, identity in self._known.items())
         return NodeReading(True, self._driver_version, gpus, tuple(devices))
 
     def _failed(self, error: str) -> NodeReading:
         self.handles = ()
+        self._sampled = self._sampled_now = set()
+        self._nvlink_before, self._nvlink_now = {}, {}
         gpus = tuple((identity, False) for identity in self._known.values())
         return NodeReading(False, self._driver_version, gpus, (), error)
 
@@ -128,7 +154,9 @@ class GpuReader:
         if rates is not None:
             values[f.GPU_UTIL] = rates.gpu
             values[f.MEM_COPY_UTIL] = rates.memory
-        self._put_memory(values, handle)
+        instances = nvml.mig_instances(handle)
+        if not instances:  # a MIG GPU's memory is its instances': served there, not twice
+            self._put_memory(values, handle)
         clocks = nvml.clocks(handle)
         batch = nvml.fields(handle)
         power_mw = nvml.power_mw(handle)
@@ -156,7 +184,7 @@ class GpuReader:
             f.CORRECTABLE_REMAPPED_ROWS: batch.remapped_correctable,
             f.UNCORRECTABLE_REMAPPED_ROWS: batch.remapped_uncorrectable,
             f.ROW_REMAP_FAILURE: batch.remap_failure,
-            f.NVLINK_BANDWIDTH_TOTAL: batch.nvlink_kib,
+            f.NVLINK_BANDWIDTH_TOTAL: self._nvlink_rate(gpu.uuid, batch.nvlink_kib),
         }
         values.update({k: v for k, v in optional.items() if v is not None})
         _put_gpm(values, nvml.gpm(handle, gpu.uuid))
@@ -164,7 +192,7 @@ class GpuReader:
         samples = self._samples(gpu.uuid, handle, values.get(f.GPU_UTIL))
         processes = self._processes(gpu.uuid, handle) if wants(gpu, None) else (None, None)
         readings = [DeviceReading(gpu, None, values, samples, *processes)]
-        for instance in nvml.mig_instances(handle):
+        for instance in instances:
             mig_values: dict[str, float] = {}
             self._put_memory(mig_values, instance.handle)
             _put_gpm(mig_values, nvml.gpm(handle, instance.uuid, instance.gpu_instance_id))
@@ -172,7 +200,22 @@ class GpuReader:
             wanted = wants(gpu, labels)
             mig_processes = self._processes(instance.uuid, instance.handle) if wanted else (None, None)
             readings.append(DeviceReading(gpu, labels, mig_values, None, *mig_processes))
+        # What this GPU offers, as the reads above answered: said by a gauge and the start-up log.
+        readings[0] = replace(readings[0], capabilities=nvml.capabilities(handle))
         return readings
+
+    def _nvlink_rate(self, uuid: str, kib: float | None) -> float | None:
+        """DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL as DCGM computes it from NVML's cumulative TX + RX data
+        counters (KiB): their increase since the previous reading, per second, divided by 1000, as an
+        integer. 0 on a first reading; 0, not a negative rate, after a counter reset."""
+        if kib is None:
+            return None
+        now = self._wall_clock()
+        self._nvlink_now[uuid] = (now, kib)
+        before = self._nvlink_before.get(uuid)
+        if before is None or now <= before[0] or kib < before[1]:
+            return 0.0
+        return float(int((kib - before[1]) / (now - before[0]) / 1000))
 
     def _put_memory(self, values: dict[str, float], handle: Handle) -> None:
         memory = self._nvml.memory(handle)
@@ -187,6 +230,7 @@ class GpuReader:
         samples = self._nvml.utilization_samples(handle, since)
         if samples is None:
             return None
+        self._sampled_now.add(uuid)
         if not samples:
             return self._idle_samples(uuid, since, gauge)
         # NVML's buffer is a ring: samples need not come out in time order. The sample period (for
@@ -202,10 +246,12 @@ class GpuReader:
         """No new sample: NVML answers so for a GPU that sat idle (the driver records no samples then).
         When the utilization gauge confirms it (0 %), the time since the last sample counts as idle
         samples at the device's sample period — otherwise the starvation signal would miss exactly the
-        stalls. With a busy or unknown gauge it stays "nothing new" (never invented activity)."""
+        stalls. With a busy or unknown gauge it stays "nothing new" (never invented activity). Only time
+        the previous cycle saw counts: after a first read, an outage or a failed read, counting restarts
+        from now."""
         now_us = round(self._wall_clock() * 1_000_000)
-        if since == 0:  # first read: start counting from now
-            self._sample_since[uuid] = now_us
+        if since == 0 or uuid not in self._sampled:
+            self._sample_since[uuid] = max(since, now_us)
             return ()
         if gauge != 0:
             return ()

@@ -8,6 +8,8 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from exporter.capabilities import Capabilities
+
 #: An opaque device handle: a ctypes pointer from the real library, any hashable object from a fake.
 Handle = Any
 
@@ -183,6 +185,7 @@ class DeviceReading:
     samples: tuple[int, ...] | None
     processes: tuple[ProcessMemory, ...] | None = None
     process_utilization: tuple[ProcessUtilization, ...] | None = None
+    capabilities: Capabilities | None = None  # physical GPUs only
 
     @property
     def uuid(self) -> str:

@@ -14,9 +14,11 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import NamedTuple
 
+from exporter import capabilities as cap
 from exporter import fields as f
-from exporter.attribution import Holder, PodName, PodView, holders_of, is_shared, pod_usage
+from exporter.attribution import Holder, PodName, PodView, holders_of, is_shared, pod_usage, sole_holder
 from exporter.readings import DeviceIdentity, DeviceReading, NodeReading
+from exporter.xid_catalogue import describe
 
 Labels = dict[str, str]
 _Add = Callable[[str, Labels, float], None]
@@ -99,6 +101,11 @@ def _with_holder(labels: Labels, holder: Holder) -> Labels:
     return out
 
 
+def _with_xid(labels: Labels, xid: int) -> Labels:
+    """dcgm-exporter's labels on DCGM_FI_DEV_XID_ERRORS: the XID as a decimal string and what it means."""
+    return {**labels, "err_code": str(xid), "err_msg": describe(xid)}
+
+
 def device_holders(view: PodView, device: DeviceReading) -> tuple[Holder, ...]:
     gpu_instance = None if device.mig is None else device.mig.gpu_instance_id
     return holders_of(
@@ -142,6 +149,7 @@ class SnapshotBuilder:
             add(f.GPU_UP, labels, 1.0 if up else 0.0)
 
         kept_histograms: dict[tuple[str, tuple[str, ...]], _Histogram] = {}
+        whole_gpu_labels: dict[str, Labels] = {}  # each GPU read this cycle, with the pod holding it
         for device in reading.devices:
             labels = base_labels.get(device.gpu.uuid) or gpu_labels(device.gpu, self._hostname, driver)
             if device.mig is not None:
@@ -149,12 +157,16 @@ class SnapshotBuilder:
                 labels = {**labels, "GPU_I_PROFILE": mig.profile, "GPU_I_ID": str(mig.gpu_instance_id)}
             holders = device_holders(view, device)
             shared = is_shared(holders)
-            device_labels = _with_holder(labels, holders[0]) if holders and not shared else labels
+            # One pod holding the device, alone on a time-sliced GPU too, is named on its series.
+            owner = sole_holder(holders)
+            device_labels = labels if owner is None else _with_holder(labels, owner)
 
             for name, value in device.values.items():
                 series[name].append(Series(device_labels, value))
+            if device.capabilities is not None:
+                self._add_capabilities(add, labels, device.capabilities)
             if device.mig is None:
-                add(f.XID_ERRORS, device_labels, float(counters.last_xid.get(device.uuid, 0)))
+                whole_gpu_labels[device.uuid] = device_labels
             if shared:
                 self._add_pod_usage(add, labels, holders, device, pid_uids, view.uid_names)
             if device.samples is not None:
@@ -167,12 +179,24 @@ class SnapshotBuilder:
                 kept_histograms[key] = histogram
                 histograms.append(HistogramSeries(device_labels, histogram.cumulative(), histogram.total))
 
-        # A GPU that is down keeps its histogram for when it returns; other stale keys (a pod that left) go.
-        down = {gpu.uuid for gpu, up in reading.gpus if not up}
+        # A GPU that is down, or whose sample buffer could not be read this cycle, keeps its histogram for
+        # when it is read again (a counter must not restart); other stale keys (a pod that left) go.
+        unread = {gpu.uuid for gpu, up in reading.gpus if not up}
+        unread.update(device.uuid for device in reading.devices if device.samples is None)
         for key, histogram in self._histograms.items():
-            if key[0] in down and key not in kept_histograms:
+            if key[0] in unread and key not in kept_histograms:
                 kept_histograms[key] = histogram
         self._histograms = kept_histograms
+
+        # The last XID of every GPU ever seen, down ones included: a GPU that fell off the bus reports
+        # XID 79 and then nothing else, and an alert on the gauge must still see it.
+        for gpu, _ in reading.gpus:
+            read = whole_gpu_labels.get(gpu.uuid)
+            if read is None:  # not read this cycle; who holds it is still known
+                owner = sole_holder(holders_of(view.allocated, gpu.uuid, gpu.gpu_index))
+                read = base_labels[gpu.uuid] if owner is None else _with_holder(base_labels[gpu.uuid], owner)
+            xid = counters.last_xid.get(gpu.uuid, 0)
+            add(f.XID_ERRORS, _with_xid(read, xid), float(xid))
 
         identities = {gpu.uuid: gpu for gpu, _ in reading.gpus}
         for (uuid, xid), count in sorted(counters.xids.items()):
@@ -213,6 +237,16 @@ class SnapshotBuilder:
                 add(f.POD_SM_UTILIZATION, pod_labels, usage.sm_percent)
             if usage.memory_bytes is not None:
                 add(f.POD_MEMORY_USED, pod_labels, float(usage.memory_bytes))
+
+    @staticmethod
+    def _add_capabilities(add: _Add, labels: Labels, capabilities: cap.Capabilities) -> None:
+        # Only identifying labels that are snake_case or DCGM's upper case: the exporter's own families
+        # stay lint-clean (modelName is on gpu_up, to join on).
+        gpu = {key: labels[key] for key in ("gpu", "UUID", "Hostname")}
+        for name in cap.NAMES:
+            known = capabilities.get(name)
+            if known is not None:
+                add(f.CAPABILITY, {**gpu, "capability": name}, float(known.available))
 
     def _add_self_metrics(self, add: _Add, counters: Counters, duration_s: float) -> None:
         add(f.COLLECT_DURATION, {}, duration_s)

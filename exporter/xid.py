@@ -8,7 +8,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from exporter.nvml import EventWaitFailed, GpuLost, Nvml, XidEventSet
+from exporter.nvml import EventWaitFailed, GpuLost, Nvml, XidEvent, XidEventSet
 from exporter.worker import BackgroundThread
 
 log = logging.getLogger(__name__)
@@ -39,15 +39,21 @@ class XidCounter:
 class XidWatcher(BackgroundThread):
     """Waits for XID events and counts them.
 
-    The collection loop says which devices to watch (:meth:`watch`) after each enumeration; the event set
-    is built and rebuilt here, on the watcher's own thread, whenever NVML was re-initialised or the set
-    of GPUs changed. NVML must not be shut down while a wait is in progress: :meth:`paused` holds the
-    watcher outside NVML for as long as the caller needs (at most one ``wait_ms`` to get there, nothing
-    when :meth:`request_pause` came a cycle earlier).
+    The collection loop says which devices to watch (:meth:`watch`) after each enumeration: the GPUs it
+    read, so a lost GPU is left out and a returning one is back. The event set is built here, on the
+    watcher's own thread, for exactly those GPUs, and built again when they change or NVML was
+    re-initialised: NVML has no call to take a GPU off a set, and a set holding a lost GPU answers every
+    wait with GPU_IS_LOST, so the other GPUs' XIDs would stop. Before a set of this session is dropped
+    its pending events are read out and it is freed, so one set is live at a time and none leaks; the
+    sets of an earlier session were freed by :meth:`Nvml.shutdown`. NVML must not be shut down while a
+    wait is in progress: :meth:`paused` holds the watcher outside NVML for as long as the caller needs
+    (at most one ``wait_ms`` to get there, nothing when :meth:`request_pause` came a cycle earlier).
     """
 
     #: Longest pause between two attempts while nvmlEventSetWait keeps failing at once.
     MAX_BACKOFF_S = 30.0
+    #: Most events read out of a set before it is dropped (a bound, should a driver never run dry).
+    MAX_DRAINED = 256
 
     def __init__(self, nvml: Nvml, counter: XidCounter, *, wait_ms: int = 250) -> None:
         super().__init__("nvml-xid-events")
@@ -92,16 +98,7 @@ class XidWatcher(BackgroundThread):
 
     def poll_once(self) -> bool:
         """Wait up to ``wait_ms`` for one event and count it; ``True`` when one arrived."""
-        generation, devices = self._wanted
-        uuids = frozenset(uuid for _, uuid in devices)
-        current = self._event_set
-        # A GPU that went missing stays registered (its events may still arrive, and it is back in
-        # the set when it returns); only a new NVML session or a GPU never watched rebuilds the set.
-        if current is None or current.generation != generation or not uuids <= self._watched:
-            if current is not None:
-                self._nvml.free_event_set(current)
-            self._event_set = current = self._nvml.xid_event_set(devices) if devices else None
-            self._watched = uuids
+        current = self._current_set()
         if current is None or not current.devices:
             self._stop.wait(self._wait_ms / 1000)
             return False
@@ -110,16 +107,61 @@ class XidWatcher(BackgroundThread):
         except EventWaitFailed:
             # The wait returned at once with an error: without a pause this loop would spin a core.
             self.failed_waits += 1
-            self._backoff_s = min(max(2 * self._backoff_s, self._wait_ms / 1000), self.MAX_BACKOFF_S)
-            self._stop.wait(self._backoff_s)
+            self._back_off()
             return False
         except GpuLost:
-            # The set died with NVML; rebuild it once the collection loop has re-initialised.
-            self._event_set = None
-            self._watched = frozenset()
-            self._stop.wait(self._wait_ms / 1000)
+            # A GPU on the set fell off the bus (or NVML went away): the set answers so at once, every
+            # time. It is freed; the next one is built without that GPU, whose registration now fails.
+            self._drop_set()
+            self._back_off()
             return False
         self._backoff_s = 0.0
+        return self._count(event)
+
+    def _current_set(self) -> XidEventSet | None:
+        """The event set for the GPUs asked for, built (again) when they or the NVML session changed."""
+        generation, devices = self._wanted
+        if generation != self._nvml.generation:
+            # Handles of another NVML session: wait for the collection loop to hand over this one's.
+            if self._event_set is not None and self._event_set.generation != self._nvml.generation:
+                self._drop_set()
+            return None
+        uuids = frozenset(uuid for _, uuid in devices)
+        current = self._event_set
+        if current is not None and current.generation == generation and uuids == self._watched:
+            return current
+        if current is not None:
+            self._drop_set()
+        self._watched = uuids
+        if devices:
+            try:
+                self._event_set = self._nvml.xid_event_set(devices)
+            except GpuLost:
+                self._event_set = None  # NVML itself went away; the collection loop re-initialises it
+        return self._event_set
+
+    def _drop_set(self) -> None:
+        """Read out what the current set still holds (events recorded before a GPU was lost, XID 79
+        among them), then free it."""
+        current, self._event_set = self._event_set, None
+        if current is None:
+            return
+        if current.generation == self._nvml.generation:
+            for _ in range(self.MAX_DRAINED):
+                try:
+                    event = self._nvml.wait_xid(current, 0)
+                except (EventWaitFailed, GpuLost):
+                    break
+                if event is None:
+                    break
+                self._count(event)
+        self._nvml.free_event_set(current)
+
+    def _back_off(self) -> None:
+        self._backoff_s = min(max(2 * self._backoff_s, self._wait_ms / 1000), self.MAX_BACKOFF_S)
+        self._stop.wait(self._backoff_s)
+
+    def _count(self, event: XidEvent | None) -> bool:
         if event is None:
             return False
         if event.uuid is None:

@@ -35,10 +35,29 @@ if $want_tests; then
   fi
 fi
 
+# pip quietly, without the mirror's "WARNING: Location" noise, stopping the setup when pip fails.
+pip_install() {
+  local out status=0
+  out=$(.venv/bin/python -m pip install -q "$@" 2>&1) || status=$?
+  grep -v '^WARNING: Location' <<<"$out" || true
+  if ((status)); then
+    echo "setup: 'pip install $*' failed (exit $status)" >&2
+    exit "$status"
+  fi
+}
+
 python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "setup: Python 3.11+ is required" >&2; exit 2; }
 [[ -x .venv/bin/python ]] || python3 -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v '^WARNING: Location' || true
+pip_install --upgrade pip
 extra=""
 $want_tests && extra="[dev]"
-.venv/bin/python -m pip install -q -e ".${extra}" 2>&1 | grep -v '^WARNING: Location' || true
+pip_install -e ".${extra}"
+if $want_tests; then
+  # Tests also import the exporter with the oldest NVML binding pyproject.toml allows, kept apart.
+  floor=$(sed -n 's/^ *"nvidia-ml-py>=\([0-9.]*\)",*$/\1/p' pyproject.toml)
+  if [[ ! -d .venv/oldest-pynvml/nvidia_ml_py-$floor.dist-info ]]; then
+    rm -rf .venv/oldest-pynvml
+    pip_install --no-deps --target .venv/oldest-pynvml "nvidia-ml-py==$floor"
+  fi
+fi
 .venv/bin/python -c 'import analyzer, exporter, reaper' && echo "setup: ok (.venv)"

@@ -18,7 +18,10 @@ Devices follow a utilization profile ``percent(t)`` (``t`` in seconds since the 
 NVML's sub-second sample buffer is synthesised on a fixed grid (6 samples per second), and the
 utilization gauge reports the newest sample, as the driver does. A device may be scripted to throttle
 (:class:`FakeThrottle`): clock-event reason bits, violation counters growing at a fixed share of wall
-time, and the heat and lower SM clock that go with it.
+time, and the heat and lower SM clock that go with it. A device may be scripted to fall off the bus
+(``lost_between``): its calls answer GPU_IS_LOST, it records no utilization samples meanwhile, and an
+event set holding it answers GPU_IS_LOST once its pending events are out. Event sets are counted from
+create to free (:attr:`FakeNvmlLibrary.live_event_sets`), so a leak shows.
 """
 
 from __future__ import annotations
@@ -168,14 +171,14 @@ class FakeGpmMetricsGet:
         self.metrics = [_GpmMetric() for _ in range(len(GPM_METRIC_IDS))]
 
 
-@dataclass
+@dataclass(eq=False)
 class _GpmSample:
     t: float = math.nan
     gpu: int = -1
     gpu_instance: int | None = None
 
 
-@dataclass
+@dataclass(eq=False)
 class _EventSet:
     handles: set[int] = field(default_factory=set)
 
@@ -204,6 +207,9 @@ class FakeNvmlLibrary:
         self._field_faults: dict[int, str] = {}
         self._removed: set[str] = set()
         self._delivered_xids: set[tuple[int, float]] = set()
+        self._nvlink: dict[int, tuple[float, float]] = {}  # GPU → (time, KiB sent each way) last read
+        self._event_sets: set[int] = set()  # ids of the sets created and not yet freed
+        self._gpm_samples: set[int] = set()  # likewise for GPM sample buffers
         self.calls = 0
         self._calls_by_name: dict[str, int] = {}
 
@@ -230,6 +236,21 @@ class FakeNvmlLibrary:
         """Seconds since the first nvmlInit (the scenario clock)."""
         return 0.0 if self._epoch is None else self._clock() - self._epoch
 
+    @property
+    def live_event_sets(self) -> int:
+        """Event sets created and not yet freed: what a leak would make grow."""
+        with self._lock:
+            return len(self._event_sets)
+
+    @property
+    def live_gpm_samples(self) -> int:
+        """GPM sample buffers allocated and not yet freed."""
+        with self._lock:
+            return len(self._gpm_samples)
+
+    def _lost(self, gpu: FakeGpu) -> bool:
+        return self._lost_at(gpu, self.elapsed())
+
     # -- plumbing -------------------------------------------------------------------------------------
 
     def _enter(
@@ -249,10 +270,8 @@ class FakeNvmlLibrary:
         if not 0 <= index < len(self.gpus):
             raise nvml_error("INVALID_ARGUMENT")
         gpu = self.gpus[index]
-        if gpu.lost_between is not None:
-            start, end = gpu.lost_between
-            if start <= self.elapsed() < end:
-                raise nvml_error("GPU_IS_LOST")
+        if self._lost(gpu):
+            raise nvml_error("GPU_IS_LOST")
         return gpu
 
     def _injected(self, call: str, gpu: int | None) -> None:
@@ -283,6 +302,10 @@ class FakeNvmlLibrary:
         if gpu.noise:
             value += jitter(gpu.index, k, gpu.noise)
         return max(0, min(100, round(value)))
+
+    @staticmethod
+    def _lost_at(gpu: FakeGpu, t: float) -> bool:
+        return gpu.lost_between is not None and gpu.lost_between[0] <= t < gpu.lost_between[1]
 
     def _mig(self, gpu: FakeGpu, handle: FakeHandle) -> FakeMig | None:
         return None if handle.mig is None else gpu.mig[handle.mig]
@@ -417,6 +440,16 @@ class FakeNvmlLibrary:
         mean = sum(self._watts(gpu, t - k / 10) for k in range(10)) / 10
         return round(mean * 1000)
 
+    def _nvlink_kib(self, gpu: FakeGpu, t: float) -> int:
+        """NVLink data sent (and as much received) since NVML started, KiB: a counter, as the driver's,
+        growing with utilization at up to ~1 GB/s each way."""
+        with self._lock:
+            since, kib = self._nvlink.get(gpu.index, (0.0, 0.0))
+            if t > since:
+                kib += (t - since) * 1_000_000 * gpu.utilization(t) / 100
+                self._nvlink[gpu.index] = (t, kib)
+        return round(kib)
+
     def nvmlDeviceGetFieldValues(
         self, handle: FakeHandle, field_ids: list[int | tuple[int, int]]
     ) -> list[SimpleNamespace]:
@@ -426,7 +459,7 @@ class FakeNvmlLibrary:
         # Energy grows with the mean of idle and the current power: monotonic, roughly plausible.
         energy_mj = 5.0e9 + t * 1000 * (gpu.idle_watts + self._watts(gpu, t)) / 2
         ull, ui = _VALUE_TYPE_UNSIGNED_LONG_LONG, _VALUE_TYPE_UNSIGNED_INT
-        nvlink_kib = round(t * 1_000_000 * gpu.utilization(t) / 100)  # up to ~1 GB/s of traffic
+        nvlink_kib = self._nvlink_kib(gpu, t)
         known: dict[int, tuple[int, SimpleNamespace]] = {
             pynvml.NVML_FI_DEV_POWER_INSTANT: (ui, SimpleNamespace(uiVal=round(self._watts(gpu, t) * 1000))),
             pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: (ull, SimpleNamespace(ullVal=round(energy_mj))),
@@ -476,6 +509,8 @@ class FakeNvmlLibrary:
         for k in range(first, k_now + 1):
             stamp = self._sample_us(k)
             percent = self._percent(gpu, k)
+            if self._lost_at(gpu, k * _SAMPLE_PERIOD_S):
+                continue  # nothing is recorded while the GPU is off the bus
             if stamp > since_us and (percent > 0 or gpu.samples_when_idle):
                 samples.append(SimpleNamespace(timeStamp=stamp, sampleValue=SimpleNamespace(uiVal=percent)))
         if not samples:
@@ -494,7 +529,7 @@ class FakeNvmlLibrary:
 
     def nvmlDeviceGetProcessUtilization(self, handle: FakeHandle, since_us: int) -> list[SimpleNamespace]:
         gpu = self._gpu("nvmlDeviceGetProcessUtilization", handle)
-        if handle.mig is not None:
+        if handle.mig is not None or gpu.mig:  # nvml.h: not supported on MIG-enabled GPUs
             raise nvml_error("NOT_SUPPORTED")
         k = self._k_now()
         stamp = self._sample_us(k)
@@ -571,10 +606,15 @@ class FakeNvmlLibrary:
 
     def nvmlGpmSampleAlloc(self) -> _GpmSample:
         self._enter("nvmlGpmSampleAlloc")
-        return _GpmSample()
+        sample = _GpmSample()
+        with self._lock:
+            self._gpm_samples.add(id(sample))
+        return sample
 
     def nvmlGpmSampleFree(self, sample: _GpmSample) -> None:
         self._enter("nvmlGpmSampleFree")
+        with self._lock:
+            self._gpm_samples.discard(id(sample))
 
     def nvmlGpmSampleGet(self, handle: FakeHandle, sample: _GpmSample) -> _GpmSample:
         gpu = self._gpu("nvmlGpmSampleGet", handle)
@@ -620,7 +660,10 @@ class FakeNvmlLibrary:
 
     def nvmlEventSetCreate(self) -> _EventSet:
         self._enter("nvmlEventSetCreate")
-        return _EventSet()
+        event_set = _EventSet()
+        with self._lock:
+            self._event_sets.add(id(event_set))
+        return event_set
 
     def nvmlDeviceRegisterEvents(self, handle: FakeHandle, event_types: int, event_set: _EventSet) -> None:
         self._gpu("nvmlDeviceRegisterEvents", handle)
@@ -628,9 +671,17 @@ class FakeNvmlLibrary:
             event_set.handles.add(handle.gpu)
 
     def nvmlEventSetFree(self, event_set: _EventSet) -> None:
+        """UNINITIALIZED once NVML is shut down, as nvml.h documents: sets are freed before nvmlShutdown."""
         self._enter("nvmlEventSetFree")
+        with self._lock:
+            if id(event_set) not in self._event_sets:
+                raise nvml_error("INVALID_ARGUMENT")  # freed twice, or never created here
+            self._event_sets.discard(id(event_set))
 
     def nvmlEventSetWait(self, event_set: _EventSet, timeout_ms: int) -> SimpleNamespace:
+        """Events already recorded come out first; with none pending, a set holding a GPU that fell off
+        the bus answers GPU_IS_LOST at once (nvml.h documents the code for the wait, without saying
+        which GPU), every time, until that GPU is off the set."""
         self._enter("nvmlEventSetWait")
         deadline = self._clock() + timeout_ms / 1000
         while True:
@@ -643,6 +694,8 @@ class FakeNvmlLibrary:
                             self._delivered_xids.add((index, at))
                     if due:
                         return SimpleNamespace(device=FakeHandle(index), eventType=_XID_EVENT, eventData=xid)
+            if any(self._lost(self.gpus[index]) for index in event_set.handles):
+                raise nvml_error("GPU_IS_LOST")
             remaining = deadline - self._clock()
             if remaining <= 0:
                 raise nvml_error("TIMEOUT")

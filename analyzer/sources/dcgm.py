@@ -26,13 +26,15 @@ from common import metric_names
 PROF_GR_ENGINE_ACTIVE = metric_names.PROF_GR_ENGINE_ACTIVE
 DEV_GPU_UTIL = metric_names.GPU_UTIL
 DEV_FB_USED = metric_names.FB_USED
-# Preference order: the profiling ratio measures engine activity over the whole sample period;
-# the device gauge only says whether any kernel ran in NVML's last period.
 # Our exporter's per-pod share of a time-sliced (shared) GPU's SM time, in percent of the whole
-# GPU: the one utilization series a pod sharing a GPU has (the GPU's DCGM series carry no pod).
+# GPU. It comes first: a pod sharing a GPU has no other series of its own, and a pod alone on a
+# time-sliced GPU, which our exporter (like dcgm-exporter) also names on the GPU's DCGM series,
+# must be read as one of the GPU's holders over the whole window, not as its owner while alone.
 POD_SM_UTIL = metric_names.POD_SM_UTILIZATION
 POD_MEMORY_USED = metric_names.POD_MEMORY_USED  # bytes held by a pod's processes on a shared GPU
-UTIL_METRICS = (PROF_GR_ENGINE_ACTIVE, DEV_GPU_UTIL, POD_SM_UTIL)
+# Then the profiling ratio, which measures engine activity over the whole sample period; the device
+# gauge only says whether any kernel ran in NVML's last period.
+UTIL_METRICS = (POD_SM_UTIL, PROF_GR_ENGINE_ACTIVE, DEV_GPU_UTIL)
 SAMPLE_HISTOGRAM_BUCKET = metric_names.UTILIZATION_SAMPLES_BUCKET
 
 KUBE_POD_OWNER = "kube_pod_owner"

@@ -6,13 +6,18 @@ import gc
 import json
 import logging
 import os
+import shutil
 import signal
+import socket
+import ssl
+import struct
 import subprocess
 import sys
 import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -233,3 +238,129 @@ def test_a_bad_collectors_file_exits_2_naming_file_and_line(
     with caplog.at_level(logging.ERROR):
         assert main(argv) == 2
     assert f"{counters}:3" in caplog.text
+
+
+@pytest.fixture
+def certificate(tmp_path: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 and its key."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("openssl not installed")
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    subprocess.run(
+        [
+            *(
+                openssl,
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-days",
+                "1",
+                "-subj",
+                "/CN=127.0.0.1",
+            ),
+            *("-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
+def _reset_mid_response(port: int, context: ssl.SSLContext) -> None:
+    """Asks for /metrics over TLS, reads the first bytes of the answer, then resets the connection."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        sock = context.wrap_socket(raw, server_hostname="127.0.0.1")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close = RST
+        sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: exporter\r\n\r\n")
+        assert sock.recv(16)
+        sock.close()
+
+
+def test_client_failures_are_a_few_json_lines_not_tracebacks(
+    tmp_path: Path, certificate: tuple[Path, Path]
+) -> None:
+    cert, key = certificate
+    web = tmp_path / "web.yml"
+    web.write_text(f"tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n")
+    port = free_port()
+    command = [sys.executable, "-m", "exporter", "--simulate", "busy", "--listen", f"127.0.0.1:{port}"]
+    command += ["--no-kubernetes", "--log-format", "json", "--web.config.file", str(web)]
+    process = subprocess.Popen(command, cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    trusting = ssl.create_default_context(cafile=str(cert))
+    try:
+        deadline = time.monotonic() + 90
+        while True:  # ready once a trusting client gets an answer
+            try:
+                url = f"https://127.0.0.1:{port}/healthz"
+                with urllib.request.urlopen(url, context=trusting, timeout=5):
+                    break
+            except OSError:
+                assert time.monotonic() < deadline, "exporter never answered"
+                time.sleep(0.05)
+        for _ in range(30):
+            _reset_mid_response(port, trusting)
+        for _ in range(5):  # a scraper that does not trust the certificate: the handshake fails
+            with (
+                pytest.raises(ssl.SSLError),
+                socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
+            ):
+                ssl.create_default_context().wrap_socket(raw, server_hostname="127.0.0.1")
+        for _ in range(5):  # a scraper speaking plain HTTP to the TLS port
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as plain:
+                plain.sendall(b"GET /metrics HTTP/1.1\r\nHost: exporter\r\n\r\n")
+                plain.recv(100)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 0
+    lines = stderr.splitlines()
+    records = [json.loads(line) for line in lines]  # every line is JSON: no traceback on stderr
+    assert len(records) <= 8, stderr  # start, stop, and one or two lines per kind of failure
+    by_kind: dict[str, list[dict[str, object]]] = {}
+    for record in records:
+        by_kind.setdefault(str(record.get("kind")), []).append(record)
+    handshakes = by_kind["tls"]
+    assert handshakes[0]["level"] == "warning"
+    assert 1 + sum(int(str(r.get("repeats", 0))) for r in handshakes) == 10, stderr  # all counted
+    # Over TLS a reset often reads as a clean end of stream; what does show up is counted the same way.
+    resets = by_kind.get("reset", [])
+    assert len(resets) <= 2
+    assert all(str(r["client"]).startswith("127.0.0.1:") for r in resets + handshakes)
+
+
+@pytest.mark.parametrize(
+    ("write", "problem"),
+    [
+        pytest.param(
+            lambda d: (d / "web.yml").write_bytes(b"basic_auth_users:\n  caf\xe9: x\n"),
+            "--web.config.file {web}: not UTF-8 text (byte 0xe9 at offset 23)",
+            id="not-utf8",
+        ),
+        pytest.param(
+            lambda d: (d / "web.yml").write_text("basic_auth_users:\n  prometheus: $2y$10$truncated\n"),
+            "{web}: basic_auth_users.prometheus: expected a bcrypt hash",
+            id="malformed-bcrypt-hash",
+        ),
+        pytest.param(
+            lambda d: (d / "web.yml").write_text(
+                "tls_server_config:\n  cert_file: tls.crt\n  key_file: tls.key\n"
+            ),
+            "{web}: tls_server_config.cert_file {dir}/tls.crt: No such file or directory",
+            id="missing-certificate",
+        ),
+    ],
+)
+def test_a_bad_web_config_exits_2_with_one_line_naming_the_file(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, write: Any, problem: str
+) -> None:
+    write(tmp_path)
+    web = tmp_path / "web.yml"
+    argv = ["--listen", "127.0.0.1:0", "--no-kubernetes", "--simulate", "idle", "--web.config.file", str(web)]
+    with caplog.at_level(logging.ERROR):
+        assert main(argv) == 2
+    (message,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert message.startswith(problem.format(web=web, dir=tmp_path)), message
+    assert "\n" not in message

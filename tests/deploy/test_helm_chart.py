@@ -8,7 +8,9 @@ fail), and the Prometheus Operator objects against their CRD fields (tests/deplo
 from __future__ import annotations
 
 import json
+import re
 import subprocess
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,8 @@ import yaml
 
 from cli.exporter import from_args as exporter_args
 from cli.reaper import _build_parser as reaper_parser
+from exporter.collectors import parse_collectors
+from exporter.fields import DCGM_FIELDS
 from harness.binaries import require_binary
 from harness.chart import CHART_DIR, NAMESPACE, Manifest, lint, only, render, values_file
 from harness.crd_schemas import SCHEMAS
@@ -337,3 +341,49 @@ def test_shared_gpu_attribution_adds_host_pids_and_the_pod_log_directory_read_on
     assert {"name": "pod-logs", "mountPath": "/var/log/pods", "readOnly": True} in exporter["volumeMounts"]
     assert exporter["args"][exporter["args"].index("--pod-log-dir") + 1] == "/var/log/pods"
     assert all(m["readOnly"] for m in exporter["volumeMounts"])
+
+
+def test_mig_monitor_is_the_one_opt_in_privilege_and_comes_with_its_environment() -> None:
+    """Without it the exporter holds no capability (GPM needs none). With it, the NVIDIA runtime mounts
+    the MIG monitor capability, which it grants only to a container holding SYS_ADMIN: both or neither."""
+    default = _exporter(RENDERED["default-values"])
+    assert "NVIDIA_MIG_MONITOR_DEVICES" not in {e["name"] for e in default["env"]}
+    mig = _exporter(render({"exporter": {"migMonitor": {"enabled": True}}}))
+    assert {"name": "NVIDIA_MIG_MONITOR_DEVICES", "value": "all"} in mig["env"]
+    security = mig["securityContext"]
+    assert security["capabilities"] == {"drop": ["ALL"], "add": ["SYS_ADMIN"]}
+    assert security["allowPrivilegeEscalation"] is True  # what SYS_ADMIN means; the API refuses false
+    assert security["readOnlyRootFilesystem"] is True and not security.get("privileged", False)
+
+
+def _install_md_blocks() -> list[str]:
+    text = (CHART_DIR.parents[2] / "docs" / "install.md").read_text(encoding="utf-8")
+    fences = re.findall(r"^( *)```\w*\n(.*?)^\1```", text, flags=re.DOTALL | re.MULTILINE)
+    return [textwrap.dedent(block) for _, block in fences]
+
+
+def test_the_documented_a100_split_serves_every_dcgm_family_once() -> None:
+    """docs/install.md: dcgm-exporter serves DCGM_FI_PROF_* from its profiling module, gpu-exporter the
+    rest through exporter.collectors. The chart mounts that file where -f reads it, and the two files
+    together cover every DCGM family the exporter knows, none twice."""
+    blocks = _install_md_blocks()
+    (values_block,) = [b for b in blocks if b.startswith("exporter:\n  collectors:")]
+    (dcgm_block,) = [b for b in blocks if b.startswith("DCGM_FI_PROF_")]
+    values = yaml.safe_load(values_block)
+    manifests = render(values)
+    exporter = _exporter(manifests)
+    args = exporter["args"]
+    path = args[args.index("--collectors") + 1]
+    config = exporter_args(args[1:])
+    assert config.collectors == Path(path)
+    mount = next(m for m in exporter["volumeMounts"] if path.startswith(m["mountPath"] + "/"))
+    assert mount["readOnly"] is True
+    config_map = next(m for m in manifests if m.kind == "ConfigMap" and m.name.endswith("-collectors"))
+    ours = parse_collectors(config_map.doc["data"][Path(path).name], "exporter.collectors")
+    theirs = parse_collectors(dcgm_block, "dcgm-exporter counters")
+    assert ours.skipped == () and theirs.skipped == ()
+    dcgm_served = {name for name in ours.served if name.startswith("DCGM_")}
+    assert dcgm_served.isdisjoint(theirs.served)
+    assert dcgm_served | {n for n in theirs.served if n.startswith("DCGM_")} == DCGM_FIELDS
+    pod = only(manifests, "DaemonSet")["spec"]["template"]["metadata"]
+    assert "checksum/collectors" in pod["annotations"]  # a new file rolls the pods

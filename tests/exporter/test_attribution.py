@@ -5,14 +5,17 @@ from __future__ import annotations
 import pytest
 
 from exporter.attribution import (
+    ClaimDevices,
     ContainerDevices,
     Holder,
     PodName,
     allocations,
+    dra_device_names,
     holders_of,
     is_shared,
     parse_device_id,
     pod_usage,
+    sole_holder,
 )
 from exporter.cgroups import pod_uid_from_cgroup
 from exporter.readings import ProcessMemory, ProcessUtilization
@@ -35,6 +38,8 @@ GIB = 1024**3
         pytest.param("nvidia0/gi3", ("index:0/gi:3", None), id="gke-mig-partition"),
         pytest.param("nvidia0/gi3/vgpu1", ("index:0/gi:3", "1"), id="gke-shared-mig-partition"),
         pytest.param("1:2", ("index:1/mig:2", None), id="index-strategy-mig-device"),
+        pytest.param("0::1", ("index:0", "1"), id="index-strategy-time-sliced-replica"),
+        pytest.param("0:2::0", ("index:0/mig:2", "0"), id="index-strategy-shared-mig-replica"),
     ],
 )
 def test_parse_device_id(device_id: str, expected: tuple[str, str | None]) -> None:
@@ -58,6 +63,17 @@ def test_holders_found_by_uuid_or_index() -> None:
     assert holders_of(allocated, UUID, 0) == ()
 
 
+def test_replicas_named_by_index_find_their_gpu_and_mig_device() -> None:
+    allocated = allocations(
+        [
+            ContainerDevices("ml", "a", "c", "nvidia.com/gpu.shared", ("0::1",)),
+            ContainerDevices("ml", "b", "c", "nvidia.com/mig-1g.10gb.shared", ("1:2::0",)),
+        ]
+    )
+    assert holders_of(allocated, UUID, 0) == (Holder("ml", "a", "c", "1"),)
+    assert holders_of(allocated, MIG, 1, gpu_instance_id=13, mig_slot=2) == (Holder("ml", "b", "c", "0"),)
+
+
 @pytest.mark.parametrize(
     ("holders", "shared"),
     [
@@ -65,10 +81,121 @@ def test_holders_found_by_uuid_or_index() -> None:
         pytest.param((Holder("ml", "a", "c"),), False, id="exclusive"),
         pytest.param((Holder("ml", "a", "c", "0"),), True, id="one-replica-of-a-shared-gpu"),
         pytest.param((Holder("ml", "a", "c", "0"), Holder("ml", "b", "c", "1")), True, id="two-replicas"),
+        pytest.param((Holder("ml", "a", "c"), Holder("ml", "b", "c")), True, id="one-claim-two-pods"),
+        pytest.param(
+            (Holder("ml", "a", "main"), Holder("ml", "a", "sidecar")), False, id="one-claim-one-pod"
+        ),
     ],
 )
 def test_is_shared(holders: tuple[Holder, ...], shared: bool) -> None:
     assert is_shared(holders) is shared
+
+
+@pytest.mark.parametrize(
+    ("holders", "owner"),
+    [
+        pytest.param((), None, id="unallocated"),
+        pytest.param((Holder("ml", "a", "c"),), Holder("ml", "a", "c"), id="exclusive"),
+        pytest.param(
+            (Holder("ml", "a", "c", "0"),), Holder("ml", "a", "c", "0"), id="alone-on-a-time-sliced-gpu"
+        ),
+        pytest.param(
+            (Holder("ml", "a", "c", "0"), Holder("ml", "a", "c", "3")),
+            Holder("ml", "a", "c", "0,3"),
+            id="one-pod-two-replicas",
+        ),
+        pytest.param(
+            (Holder("ml", "a", "sidecar"), Holder("ml", "a", "main")),
+            Holder("ml", "a", "main"),
+            id="one-claim-two-containers",
+        ),
+        pytest.param((Holder("ml", "a", "c", "0"), Holder("ml", "b", "c", "1")), None, id="two-pods"),
+    ],
+)
+def test_sole_holder_names_the_one_pod_holding_a_device(
+    holders: tuple[Holder, ...], owner: Holder | None
+) -> None:
+    assert sole_holder(holders) == owner
+
+
+def test_sole_holder_labels_match_the_pods_usage_series() -> None:
+    # `DCGM_… or gpu_pod_…` must find one series for a pod alone on a time-sliced GPU, not two.
+    holders = (Holder("ml", "a", "main", "3"), Holder("ml", "a", "main", "0"))
+    (usage,) = pod_usage(holders, [ProcessMemory(101, GIB)], [], UIDS, NAMES)
+    assert usage.holder == sole_holder(holders)
+
+
+CLAIM_UID = "5f0c1e2d-3b4a-4c5d-8e9f-a0b1c2d3e4f5"
+
+
+def _claim(driver: str = "", device: str = "", *cdi: str, pod: str = "a") -> ClaimDevices:
+    return ClaimDevices("ml", pod, "main", "ml/gpu-claim", driver, device, cdi)
+
+
+@pytest.mark.parametrize(
+    ("claim", "names"),
+    [
+        pytest.param(_claim("gpu.nvidia.com", "gpu-1"), ("gpu-1",), id="device-name-kubernetes-1.31"),
+        pytest.param(_claim("", "", "k8s.gpu.nvidia.com/device=gpu-1"), ("gpu-1",), id="cdi-device"),
+        pytest.param(
+            _claim("", "", f"k8s.gpu.nvidia.com/claim={CLAIM_UID}-gpu-1"),
+            ("gpu-1",),
+            id="cdi-claim-scoped-device",
+        ),
+        pytest.param(
+            _claim(
+                "gpu.nvidia.com",
+                "gpu-1",
+                "k8s.gpu.nvidia.com/device=gpu-1",
+                f"k8s.gpu.nvidia.com/claim={CLAIM_UID}-gpu-1",
+            ),
+            ("gpu-1",),
+            id="one-device-named-three-ways",
+        ),
+        pytest.param(
+            _claim("gpu.nvidia.com", "gpu-0-mig-19-2-1", "k8s.gpu.nvidia.com/device=gpu-0-mig-19-2-1"),
+            ("gpu-0-mig-19-2-1",),
+            id="mig-device",
+        ),
+        pytest.param(
+            _claim("", "", "k8s.gpu.nvidia.com/claim=common", f"k8s.gpu.nvidia.com/claim={CLAIM_UID}"),
+            (),
+            id="classic-dra-driver-names-no-device",
+        ),
+        pytest.param(_claim("compute-domain.nvidia.com", "channel-0"), (), id="another-nvidia-driver"),
+        pytest.param(_claim("", "", "vendor.com/gpu=gpudevice1", "garbage"), (), id="unknown-cdi-names"),
+    ],
+)
+def test_dra_device_names(claim: ClaimDevices, names: tuple[str, ...]) -> None:
+    assert dra_device_names(claim) == names
+
+
+OTHER = "GPU-0f1e2d3c-4b5a-4968-8776-655443322110"
+
+
+def test_gpus_of_dra_claims_are_found_by_device_minor() -> None:
+    # Minor numbers need not follow NVML's index: the driver directory says which GPU is which.
+    minors = {0: OTHER, 1: UUID}
+    allocated = allocations(
+        [
+            _claim("gpu.nvidia.com", "gpu-1", pod="a"),
+            _claim("gpu.nvidia.com", "gpu-1", pod="a"),  # the kubelet listing a claim twice
+            _claim("", "", "k8s.gpu.nvidia.com/device=gpu-0", pod="b"),
+            _claim("gpu.nvidia.com", "gpu-7", pod="c"),  # a minor the driver does not list
+            _claim("gpu.nvidia.com", "gpu-0-mig-19-2-1", pod="d"),  # MIG through DRA: not resolved
+        ],
+        minors,
+    )
+    assert allocated == {UUID: (Holder("ml", "a", "main"),), OTHER: (Holder("ml", "b", "main"),)}
+    assert allocations([_claim("gpu.nvidia.com", "gpu-1")]) == {}  # no minors known: unattributed
+
+
+def test_a_claim_several_pods_use_makes_the_gpu_shared() -> None:
+    allocated = allocations([_claim("gpu.nvidia.com", "gpu-1", pod=p) for p in ("a", "b")], {1: UUID})
+    holders = holders_of(allocated, UUID, 5)
+    assert holders == (Holder("ml", "a", "main"), Holder("ml", "b", "main"))
+    assert is_shared(holders)
+    assert sole_holder(holders) is None
 
 
 HOLDERS = (Holder("ml", "a", "main", "0"), Holder("ml", "b", "main", "1"), Holder("ml", "idle", "main", "2"))

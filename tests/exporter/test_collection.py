@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.openmetrics.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from exporter.cgroups import PodUidResolver
@@ -20,6 +19,8 @@ from exporter.podresources import PodResourcesClient
 from exporter.pods import PodViewRefresher
 from exporter.snapshot import Snapshot, SnapshotBuilder
 from exporter.xid import XidCounter, XidWatcher
+from exporter.xid_catalogue import describe
+from harness.exposition import stored_samples
 from simulation.fake_nvml import FakeGpu, FakeNvmlLibrary
 from simulation.gpu_profiles import constant
 
@@ -69,10 +70,7 @@ class Harness:
         return self.exposition.render()[0].decode()
 
     def samples(self) -> list[Sample]:
-        # Read through the strict OpenMetrics parser: it checks the encoding as it reads, and (unlike
-        # prometheus_client's text parser) keeps DCGM's counter names as Prometheus stores them.
-        body = self.exposition.render("application/openmetrics-text;version=1.0.0")[0].decode()
-        return [s for family in text_string_to_metric_families(body) for s in family.samples]
+        return stored_samples(self.text())
 
     def value(self, name: str, labels: dict[str, str]) -> float | None:
         found = [s.value for s in self.samples() if s.name == name and s.labels == labels]
@@ -105,16 +103,41 @@ def test_busy_gpus_in_dcgm_units(
     assert h.value("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", gpu0) == 0
     assert h.value("DCGM_FI_DEV_ROW_REMAP_FAILURE", gpu0) == 0
     assert h.value("DCGM_FI_DEV_SM_CLOCK", gpu0) == 1980
-    assert h.value("DCGM_FI_DEV_XID_ERRORS", gpu0) == 0
+    assert h.value("DCGM_FI_DEV_XID_ERRORS", {**gpu0, "err_code": "0", "err_msg": describe(0)}) == 0
     assert h.value("gpu_up", gpu0) == 1
     assert h.value("DCGM_FI_PROF_SM_ACTIVE", gpu0) is None  # GPM needs two samples
+    assert h.value("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", gpu0) == 0  # a rate: none from one reading
     h.run(advance=5)
     assert h.value("DCGM_FI_PROF_GR_ENGINE_ACTIVE", gpu0) == pytest.approx(0.97)
     assert h.value("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", gpu0) == pytest.approx(0.97 * 0.6)
     assert h.value("DCGM_FI_PROF_PCIE_TX_BYTES", gpu0) == pytest.approx(800 * 0.97 * 2**20)  # B/s
-    assert h.value("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", gpu0) > 0
+    # DCGM's NVLink figure: (TX + RX KiB since the last reading) / s / 1000; the fake sends 970 MB/s each way.
+    assert h.value("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", gpu0) == 1940
     assert h.value("gpu_exporter_build_info", {"version": "test"}) == 1
     assert h.value("gpu_exporter_last_collect_timestamp_seconds", {}) == h.clock.now
+
+
+def test_nvlink_bandwidth_is_dcgms_rate_and_restarts_after_an_outage(
+    fake_gpus: Callable[..., FakeNvmlLibrary], harness: Callable[..., Harness]
+) -> None:
+    h = harness(fake_gpus(FakeGpu(0, utilization=constant(50.0), lost_between=(10.0, 20.0))))
+    rates = [h.value("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", h.labels(0)) for _ in [h.run()]]
+    for _ in range(5):
+        h.run(advance=5)
+        rates.append(h.value("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", h.labels(0)))
+    # 500 MB/s each way: 1,000,000 KiB/s / 1000. Down at 10 and 15 s; back at 20 s with no reading
+    # before it to take a rate from (DCGM's first reading is 0 too), then the rate again.
+    assert rates == [0, 1000, None, None, 0, 1000]
+
+
+def test_pcie_bytes_are_whole_bytes_per_second_as_dcgm_stores_them(
+    fake_gpus: Callable[..., FakeNvmlLibrary], harness: Callable[..., Harness]
+) -> None:
+    h = harness(fake_gpus(FakeGpu(0, utilization=constant(33.3))))
+    h.run()
+    h.run(advance=5)
+    # GPM reports MiB/s (266.4 here); DCGM multiplies by 2^20 into an int64 field, truncating.
+    assert h.value("DCGM_FI_PROF_PCIE_TX_BYTES", h.labels(0)) == math.floor(800 * (33.3 / 100) * 2**20)
 
 
 def test_unsupported_readings_are_absent_never_nan(
@@ -215,6 +238,7 @@ def test_lost_gpu_goes_down_alone_and_comes_back(
     gpu1_util: list[float | None] = []
     gpu0_prof: list[float | None] = []
     gpu1_prof: list[float | None] = []
+    gpu1_xid: list[float | None] = []
     counts = []
     for step in range(15):
         snapshot = h.run(advance=0 if step == 0 else 1)
@@ -226,22 +250,29 @@ def test_lost_gpu_goes_down_alone_and_comes_back(
         gpu1_prof.append(h.value("DCGM_FI_PROF_GR_ENGINE_ACTIVE", h.labels(1)))
         gpu1_util.append(h.value("DCGM_FI_DEV_GPU_UTIL", h.labels(1)))
         counts.append(h.value("gpu_utilization_samples_percent_count", h.labels(1)))
+        gpu1_xid.append(h.value("DCGM_FI_DEV_XID_ERRORS", h.labels(1, err_code="79", err_msg=describe(79))))
     assert up == [1.0] * 4 + [0.0] * 8 + [1.0] * 3
+    # XID 79 arrives as the GPU falls off (counted after cycle 4): its last-XID gauge stays served while
+    # the GPU is down, so an alert on `DCGM_FI_DEV_XID_ERRORS == 79` sees it, and after it returns.
+    assert gpu1_xid == [None] * 5 + [79.0] * 10
     assert all(v is not None for v in gpu0_util)  # the others keep flowing
     assert [v is None for v in gpu1_util] == [False] * 4 + [True] * 8 + [False] * 3
     before, after = counts[3], counts[12]
     assert before is not None and after is not None and after > before  # the histogram resumes, no reset
     assert h.value("gpu_xid_errors_total", {**h.labels(1), "xid": "79"}) == 1
-    assert h.value("DCGM_FI_DEV_XID_ERRORS", h.labels(1)) == 79
+    # Its handle is kept for the session, so the cycle's first reading of it is what fails.
     lost = h.value(
-        "gpu_exporter_nvml_errors_total", {"call": "nvmlDeviceGetHandleByIndex", "code": "GPU_IS_LOST"}
+        "gpu_exporter_nvml_errors_total", {"call": "nvmlDeviceGetUtilizationRates", "code": "GPU_IS_LOST"}
     )
     assert lost == 8  # once per cycle while lost
+    assert h.library.calls_to("nvmlDeviceGetHandleByIndex") == 4  # once per GPU and NVML session
     # GPU_IS_LOST concerns that GPU only: NVML is not re-initialised, so the healthy GPUs keep their
-    # GPM state (every profiling series after the first pair of samples) and the XID set stays.
+    # GPM state (every profiling series after the first pair of samples). The XID set is rebuilt
+    # without the lost GPU and with it again on its return, the abandoned ones freed: one stays live.
     assert h.library.calls_to("nvmlInit") == 1
     assert all(v is not None for v in gpu0_prof[1:])
-    assert h.library.calls_to("nvmlEventSetCreate") == 1
+    assert h.library.calls_to("nvmlEventSetCreate") == 3
+    assert h.library.live_event_sets == 1
     # The lost GPU's own GPM samples were dropped: its ratios restart with a fresh pair rather than
     # spanning the outage (one cycle back without them, then present again).
     assert [p is None for p in gpu1_prof[11:]] == [True, True, False, False]
@@ -283,6 +314,87 @@ def test_no_samples_on_a_busy_gpu_invents_no_idle_time(
     assert h.value("gpu_utilization_samples_percent_bucket", {**h.labels(0), "le": "5.0"}) == 0
 
 
+def test_handles_are_looked_up_again_when_the_gpu_count_changes(
+    fake_gpus: Callable[..., FakeNvmlLibrary], harness: Callable[..., Harness]
+) -> None:
+    """Handles are kept for the NVML session, but a removed GPU (nvmlDeviceRemoveGpu) renumbers the
+    others and voids their handles: index 0 is then the former GPU 1, under its own UUID."""
+    library = fake_gpus(FakeGpu(0, utilization=constant(10.0)), FakeGpu(1, utilization=constant(80.0)))
+    h = harness(library)
+    h.run()
+    library.gpus = library.gpus[1:]
+    h.run(advance=5)
+    assert h.value("DCGM_FI_DEV_GPU_UTIL", h.labels(0)) == pytest.approx(80, abs=1)
+
+
+def _idle_gpu(**kwargs: Any) -> FakeGpu:
+    """A GPU that sits idle and, as reported of real ones, records no samples meanwhile (NOT_FOUND)."""
+    return FakeGpu(0, samples_when_idle=False, utilization=constant(0.0), **kwargs)
+
+
+def _idle_samples(h: Harness) -> float:
+    return h.value("gpu_utilization_samples_percent_bucket", {**h.labels(0), "le": "5.0"}) or 0
+
+
+def test_an_outage_of_an_idle_gpu_is_not_counted_as_idle_time(
+    fake_gpus: Callable[..., FakeNvmlLibrary], harness: Callable[..., Harness]
+) -> None:
+    """Off the bus from t=10 to t=40 and answering NOT_FOUND with a 0 % gauge on its return: the 30 s
+    nobody saw are not idle samples. Only the observed intervals count (0-5, 40-45, 45-50: 30 each)."""
+    h = harness(fake_gpus(_idle_gpu(lost_between=(10.0, 40.0))))
+    up = [h.run(advance=0 if step == 0 else 5) and h.value("gpu_up", h.labels(0)) for step in range(11)]
+    assert up == [1.0] * 2 + [0.0] * 6 + [1.0] * 3
+    assert _idle_samples(h) == pytest.approx(90, abs=2)  # not 300: the outage would add 180
+
+
+def test_failed_collections_are_not_counted_as_idle_time(
+    fake_gpus: Callable[..., FakeNvmlLibrary], harness: Callable[..., Harness]
+) -> None:
+    library = fake_gpus(_idle_gpu())
+    h = harness(library)
+    h.run()
+    h.run(advance=5)
+    assert _idle_samples(h) == pytest.approx(30, abs=1)
+    library.fail("nvmlDeviceGetCount", "DRIVER_NOT_LOADED", times=1)
+    library.fail("nvmlInit", "DRIVER_NOT_LOADED", times=3)
+    assert [h.run(advance=5).ok for _ in range(4)] == [False] * 4
+    assert h.run(advance=5).ok  # back after 25 s without NVML: counting restarts now
+    h.run(advance=5)
+    assert _idle_samples(h) == pytest.approx(60, abs=2)
+
+
+def test_a_failed_sample_read_leaves_its_gap_uncounted(
+    fake_gpus: Callable[..., FakeNvmlLibrary], harness: Callable[..., Harness]
+) -> None:
+    library = fake_gpus(_idle_gpu())
+    h = harness(library)
+    h.run()
+    h.run(advance=5)
+    library.fail("nvmlDeviceGetSamples", "UNKNOWN", times=3)
+    for _ in range(3):
+        h.run(advance=5)
+    assert h.value("gpu_up", h.labels(0)) == 1  # the GPU stayed up; only its sample buffer went unread
+    h.run(advance=5)
+    h.run(advance=5)
+    assert _idle_samples(h) == pytest.approx(60, abs=2)  # 0-5 and the last interval, not the 15 s unread
+
+
+def test_a_lost_gpu_gets_no_samples_for_its_outage(
+    scenario: Callable[..., FakeNvmlLibrary], harness: Callable[..., Harness]
+) -> None:
+    """The driver records nothing while a GPU is off the bus: on its return the histogram takes the
+    samples recorded before the loss and after the return, none for the 8 s in between."""
+    h = harness(scenario("lost-gpu", interval_s=1.0))
+    counts = []
+    for step in range(14):
+        h.run(advance=0 if step == 0 else 1)
+        counts.append(h.value("gpu_utilization_samples_percent_count", h.labels(1)))
+    before, after = counts[3], counts[13]
+    assert before is not None and after is not None
+    assert after - before == pytest.approx(6 * 2, abs=2)  # t=3..4 and t=12..13, six samples a second
+    assert h.value("gpu_utilization_samples_percent_bucket", {**h.labels(1), "le": "5.0"}) == 0
+
+
 def test_nvml_gone_fails_the_collection_and_keeps_gpus_known(
     scenario: Callable[..., FakeNvmlLibrary], harness: Callable[..., Harness]
 ) -> None:
@@ -318,6 +430,11 @@ def test_mig_instances_carry_instance_labels(
     ]
     assert not [s for s in h.series("gpu_utilization_samples_percent_count") if s["gpu"] == "0"]
     assert h.value("DCGM_FI_DEV_GPU_UTIL", h.labels(1)) is not None
+    # A MIG GPU's memory is served per instance only, as by dcgm-exporter: a sum or a count of devices
+    # over DCGM_FI_DEV_FB_USED takes each slice once and the GPU not again on top.
+    assert [s for s in h.series("DCGM_FI_DEV_FB_USED") if s["gpu"] == "0" and "GPU_I_ID" not in s] == []
+    assert h.value("DCGM_FI_DEV_FB_USED", h.labels(1)) is not None
+    assert h.value("DCGM_FI_DEV_GPU_TEMP", h.labels(0)) is not None  # whole-GPU readings stay whole
 
 
 def test_mig_devices_named_by_index_are_attributed(

@@ -1,17 +1,24 @@
-"""The encoded exposition: escaping, types per format, and content negotiation."""
+"""The encoded exposition: escaping, types, and what the request headers change (gzip only)."""
 
 from __future__ import annotations
 
+import gzip
 from types import MappingProxyType
 
 import pytest
-from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
-from exporter.exposition import encode, wants_gzip, wants_openmetrics
+from exporter.exposition import TEXT_CONTENT_TYPE, Exposition, encode, wants_gzip
 from exporter.snapshot import Series, Snapshot
 
 AWKWARD = {"pod": 'a"b', "namespace": "back\\slash", "container": "two\nlines", "gpu": "0"}
+#: What Prometheus 2.x and 3.x put in ``Accept`` by default: OpenMetrics first.
+PROMETHEUS_ACCEPTS = (
+    "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+    "text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+    "application/openmetrics-text;version=1.0.0;q=0.5,application/openmetrics-text;version=0.0.1;q=0.4,"
+    "text/plain;version=1.0.0;q=0.3,text/plain;version=0.0.4;q=0.2,*/*;q=0.1",
+)
 
 
 def _snapshot() -> Snapshot:
@@ -24,37 +31,44 @@ def _snapshot() -> Snapshot:
     return Snapshot(taken_at=0.0, ok=True, duration_s=0.0, series=MappingProxyType(series))
 
 
-@pytest.mark.parametrize("openmetrics", [False, True], ids=["text", "openmetrics"])
-def test_label_values_round_trip_through_a_parser(openmetrics: bool) -> None:
-    body = encode(_snapshot(), openmetrics=openmetrics).decode()
-    parse = parse_openmetrics if openmetrics else parse_text
-    samples = [s for family in parse(body) for s in family.samples if s.name == "DCGM_FI_DEV_GPU_UTIL"]
+def test_label_values_round_trip_through_a_parser() -> None:
+    body = encode(_snapshot()).decode()
+    samples = [s for family in parse_text(body) for s in family.samples if s.name == "DCGM_FI_DEV_GPU_UTIL"]
     assert {tuple(sorted(s.labels.items())): s.value for s in samples}[tuple(sorted(AWKWARD.items()))] == 42.0
 
 
-def test_dcgm_counters_keep_their_names_in_both_formats() -> None:
-    text = encode(_snapshot(), openmetrics=False).decode()
+def test_every_counter_is_typed_counter_under_its_own_name() -> None:
+    text = encode(_snapshot()).decode()
     assert "# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter\n" in text
     assert '\nDCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{UUID="GPU-1",gpu="0"} 1.5e+09\n' in text
-    om = encode(_snapshot(), openmetrics=True).decode()
-    assert "# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION unknown\n" in om
-    assert "# TYPE gpu_xid_errors counter\n" in om and "\ngpu_xid_errors_total{" in om
-    assert om.endswith("# EOF\n")
+    assert "# TYPE gpu_xid_errors_total counter\n" in text and "\ngpu_xid_errors_total{" in text
+    assert " unknown\n" not in text and "# EOF" not in text
 
 
-@pytest.mark.parametrize(
-    ("accept", "expected"),
-    [
-        ("application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5", True),
-        ("application/openmetrics-text; version=0.0.1; q=0.75", True),
-        ("application/openmetrics-text;version=1.0.0;q=0", False),
-        ("application/openmetrics-text;version=2.0.0", False),
-        ("text/plain;version=0.0.4", False),
-        ("", False),
-    ],
-)
-def test_openmetrics_only_when_asked(accept: str, expected: bool) -> None:
-    assert wants_openmetrics(accept) is expected
+@pytest.mark.parametrize("accept", [*PROMETHEUS_ACCEPTS, "application/openmetrics-text;version=1.0.0", ""])
+def test_the_text_format_is_served_whatever_the_client_prefers(accept: str) -> None:
+    snapshot = _snapshot()
+    exposition = Exposition(lambda: snapshot)
+    body, content_type, encoding = exposition.render(accept, "")
+    assert content_type == TEXT_CONTENT_TYPE == "text/plain; version=0.0.4; charset=utf-8"
+    assert encoding is None
+    assert body == encode(snapshot)
+
+
+def test_gzip_carries_the_same_bytes_and_is_encoded_once_per_snapshot() -> None:
+    snapshot = _snapshot()
+    exposition = Exposition(lambda: snapshot)
+    body, content_type, encoding = exposition.render(PROMETHEUS_ACCEPTS[1], "gzip")
+    assert (content_type, encoding) == (TEXT_CONTENT_TYPE, "gzip")
+    assert gzip.decompress(body) == encode(snapshot)
+    assert exposition.render(PROMETHEUS_ACCEPTS[0], "gzip")[0] is body
+
+
+def test_before_the_first_collection_the_exposition_is_empty() -> None:
+    exposition = Exposition(lambda: None)
+    assert exposition.render(PROMETHEUS_ACCEPTS[0], "") == (b"", TEXT_CONTENT_TYPE, None)
+    body, _, encoding = exposition.render("", "gzip")
+    assert encoding == "gzip" and gzip.decompress(body) == b""
 
 
 @pytest.mark.parametrize(

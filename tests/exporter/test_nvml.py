@@ -5,14 +5,20 @@ from __future__ import annotations
 import ctypes
 import logging
 import math
+import subprocess
 from collections.abc import Callable
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pynvml
 import pytest
+import yaml
 
+from exporter.fields import NVML_ERRORS
 from exporter.nvml import (
+    FIELD_ECC_SBE_VOL,
+    FIELD_MEMORY_TEMP,
     Clocks,
     GpmReading,
     GpuLost,
@@ -23,6 +29,9 @@ from exporter.nvml import (
     _handle_key,
     nvml_error,
 )
+from exporter.reader import GpuReader
+from harness.binaries import require_binary
+from harness.rules import ALERTS_DIR
 from simulation.fake_nvml import (
     REASON_GPU_IDLE,
     REASON_HW_THERMAL,
@@ -395,6 +404,29 @@ def test_gpm_ratios_need_two_samples(nvml: Nvml, clock: Any) -> None:
     assert reading.pcie_tx_bytes_per_s == pytest.approx(800 * 0.42 * 2**20)  # MiB/s → B/s
 
 
+def test_gpm_takes_two_calls_per_cycle_into_two_reused_buffers(
+    nvml: Nvml, library: FakeNvmlLibrary, clock: Any
+) -> None:
+    """A sample goes into the spare buffer of the pair and the two swap: after the first two cycles no
+    buffer is allocated or freed, and none leaks when the GPU goes down or NVML is shut down."""
+    for _ in range(2):
+        nvml.gpm(GPU0, "gpu0")
+        clock.advance(1.0)
+    calls = library.calls
+    for _ in range(5):
+        reading = nvml.gpm(GPU0, "gpu0")
+        assert reading is not None and reading.graphics_active == pytest.approx(0.42)
+        clock.advance(1.0)
+    assert library.calls - calls == 5 * 2  # nvmlGpmSampleGet and nvmlGpmMetricsGet
+    assert library.calls_to("nvmlGpmSampleAlloc") == 2
+    assert library.live_gpm_samples == 2
+    nvml.forget_gpm(GPU0)  # the GPU went down: both buffers go
+    assert library.live_gpm_samples == 0
+    nvml.gpm(GPU0, "gpu0")
+    nvml.shutdown()
+    assert library.live_gpm_samples == 0
+
+
 def test_gpm_absent_where_unsupported(nvml: Nvml) -> None:
     gpu1 = FakeHandle(1)  # an A100-like device: no GPM
     assert nvml.gpm(gpu1, "gpu1") is None
@@ -478,3 +510,154 @@ def test_without_a_driver_the_real_binding_fails_saying_what_to_check() -> None:
     assert message.startswith(("nvmlInit: LIBRARY_NOT_FOUND", "nvmlInit: DRIVER_NOT_LOADED"))
     assert "NVIDIA container runtime" in message
     assert "--simulate" in message
+
+
+# -- answers that hold for the session: asked once, counted once ----------------------------------------
+
+INSTANCE_BY_ID = "nvmlDeviceGetGpuInstanceById"
+
+
+def _mig_gpus(fake_gpus: Callable[..., FakeNvmlLibrary], count: int = 1) -> FakeNvmlLibrary:
+    instances = (FakeMig(5, 1, 2 * GIB), FakeMig(13, 0, GIB))
+    return fake_gpus(*(FakeGpu(i, mig=instances) for i in range(count)))
+
+
+@pytest.mark.parametrize("code", ["NO_PERMISSION", "OPERATING_SYSTEM"])
+def test_a_call_refused_for_good_is_asked_counted_and_logged_once_per_gpu(
+    fake_gpus: Callable[..., FakeNvmlLibrary], caplog: pytest.LogCaptureFixture, code: str
+) -> None:
+    """Looking GPU instances up "requires privileged user" (nvml.h): without it every cycle would add
+    an error per MIG instance and keep GpuExporterErrors firing for as long as the exporter runs."""
+    library = _mig_gpus(fake_gpus, count=2)
+    library.fail(INSTANCE_BY_ID, code)
+    nvml = Nvml(library)
+    nvml.init()
+    with caplog.at_level(logging.DEBUG, logger="exporter.nvml"):
+        for _ in range(5):
+            for gpu in (0, 1):
+                profiles = [m.profile for m in nvml.mig_instances(FakeHandle(gpu))]
+                assert profiles == ["2g.20gb", "1g.10gb"]  # from the MIG devices' own attributes
+    assert library.calls_to(INSTANCE_BY_ID) == 2  # once per GPU, not once per instance and cycle
+    assert nvml.error_counts() == {(INSTANCE_BY_ID, code): 2}
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert [r.getMessage() for r in warnings] == [
+        f"NVML {INSTANCE_BY_ID} failed with {code}; not called again on that device until NVML is"
+        " re-initialised"
+        + (
+            ' — this container lacks the privilege for it (docs/install.md, "The exporter\'s privileges")'
+            if code == "NO_PERMISSION"
+            else ""
+        )
+    ]
+    nvml.init()  # a new session may have the privilege (or a new driver): asked again, once
+    nvml.mig_instances(FakeHandle(0))
+    nvml.mig_instances(FakeHandle(0))
+    assert library.calls_to(INSTANCE_BY_ID) == 3
+    assert nvml.error_counts() == {(INSTANCE_BY_ID, code): 3}
+
+
+def test_a_passing_error_is_still_asked_every_time(nvml: Nvml, library: FakeNvmlLibrary) -> None:
+    library.fail("nvmlDeviceGetPowerUsage", "UNKNOWN", times=2)
+    assert [nvml.power_mw(GPU0) is None for _ in range(3)] == [True, True, False]
+    assert library.calls_to("nvmlDeviceGetPowerUsage") == 3
+
+
+def test_a_refused_field_of_the_batch_is_counted_once(nvml: Nvml, library: FakeNvmlLibrary) -> None:
+    """The batch call is still made (its other fields answer); the refused slot counts once."""
+    library.fail_field(FIELD_ECC_SBE_VOL, "NO_PERMISSION")
+    readings = [nvml.fields(GPU0) for _ in range(4)]
+    assert all(r.ecc_sbe_volatile is None and r.energy_mj is not None for r in readings)
+    assert nvml.error_counts() == {(f"nvmlDeviceGetFieldValues[{FIELD_ECC_SBE_VOL}]", "NO_PERMISSION"): 1}
+
+
+def test_a_refused_per_process_read_is_not_retried(fake_gpus: Callable[..., FakeNvmlLibrary]) -> None:
+    library = fake_gpus(FakeGpu(0, processes=(FakeProcess(7, GIB, 1.0),)))
+    library.fail("nvmlDeviceGetComputeRunningProcesses", "NO_PERMISSION")
+    nvml = Nvml(library)
+    nvml.init()
+    assert [nvml.processes(GPU0) for _ in range(3)] == [None, None, None]
+    assert library.calls_to("nvmlDeviceGetComputeRunningProcesses") == 1
+    assert nvml.error_counts() == {("nvmlDeviceGetComputeRunningProcesses", "NO_PERMISSION"): 1}
+
+
+def _error_counter_each_minute(library: FakeNvmlLibrary, clock: Any, minutes: int) -> list[int]:
+    """gpu_exporter_nvml_errors_total as a scrape once a minute sees it, collecting every 5 s."""
+    nvml = Nvml(library)
+    reader = GpuReader(nvml, wall_clock=clock)
+    scraped = [0]  # the counter is 0 (absent) before the first collection
+    for _ in range(minutes):
+        for _ in range(12):
+            reader.read()
+            clock.advance(5)
+        scraped.append(sum(nvml.error_counts().values()))
+    return scraped
+
+
+def _alert_fires_at_the_end(tmp_path: Path, scraped: list[int]) -> bool:
+    """Evaluate the shipped GpuExporterErrors rule over ``scraped`` with promtool, at the last minute."""
+    tests = {
+        "rule_files": [str(ALERTS_DIR / "gpu-exporter.rules.yaml")],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [
+                    {
+                        "series": f'{NVML_ERRORS}{{job="gpu-exporter", instance="10.0.0.5:9400"}}',
+                        "values": " ".join(str(v) for v in scraped),
+                    }
+                ],
+                "alert_rule_test": [
+                    {"eval_time": f"{len(scraped) - 1}m", "alertname": "GpuExporterErrors", "exp_alerts": []}
+                ],
+            }
+        ],
+    }
+    path = tmp_path / "errors.test.yaml"
+    path.write_text(yaml.safe_dump(tests))
+    result = subprocess.run(
+        [require_binary("promtool"), "test", "rules", str(path)], capture_output=True, text=True, check=False
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0 or "GpuExporterErrors" in output, output
+    return result.returncode != 0
+
+
+def test_a_privilege_the_container_lacks_does_not_keep_the_errors_alert_firing(
+    fake_gpus: Callable[..., FakeNvmlLibrary], clock: Any, tmp_path: Path
+) -> None:
+    """Forty minutes of collections on a MIG GPU whose GPU instances need privileges: the counter
+    grows once, so GpuExporterErrors (increase over 10 m, for 15 m) never fires. The same call failing
+    with a passing error every cycle does fire it: the check can tell the two apart."""
+    refused = _mig_gpus(fake_gpus)
+    refused.fail(INSTANCE_BY_ID, "NO_PERMISSION")
+    scraped = _error_counter_each_minute(refused, clock, minutes=40)
+    assert scraped[1:] == [1] * 40
+    assert not _alert_fires_at_the_end(tmp_path, scraped)
+
+    flaky = _mig_gpus(fake_gpus)
+    flaky.fail(INSTANCE_BY_ID, "UNKNOWN")
+    assert _alert_fires_at_the_end(tmp_path, _error_counter_each_minute(flaky, clock, minutes=40))
+
+
+# -- older bindings -------------------------------------------------------------------------------------
+
+
+class OldUnionDriver(FakeNvmlLibrary):
+    """A driver answering an unsigned-short field through a binding whose value union predates ``usVal``
+    (nvidia-ml-py before 12.570.86)."""
+
+    def nvmlDeviceGetFieldValues(self, handle: FakeHandle, field_ids: list[Any]) -> list[SimpleNamespace]:
+        answers = super().nvmlDeviceGetFieldValues(handle, field_ids)
+        for answer in answers:
+            if answer.fieldId == FIELD_MEMORY_TEMP:
+                answer.valueType, answer.value = 6, SimpleNamespace(uiVal=0)  # NVML_VALUE_TYPE_UNSIGNED_SHORT
+        return answers
+
+
+def test_an_unsigned_short_reading_the_binding_cannot_hold_is_left_out(clock: Any) -> None:
+    nvml = Nvml(OldUnionDriver([FakeGpu(0)], clock=clock, sleep=clock.sleep))
+    nvml.init()
+    readings = nvml.fields(GPU0)
+    assert readings.memory_temp_c is None
+    assert readings.energy_mj is not None

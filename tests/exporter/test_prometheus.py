@@ -58,11 +58,19 @@ class Prometheus:
         self.process = process
         self.log = log
 
-    def query(self, expr: str) -> list[dict[str, Any]]:
-        body = _get(f"{self.url}/api/v1/query?{urllib.parse.urlencode({'query': expr})}")
+    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
+        params = {"query": expr} if at is None else {"query": expr, "time": f"{at:.3f}"}
+        body = _get(f"{self.url}/api/v1/query?{urllib.parse.urlencode(params)}")
         answer = json.loads(body)
         assert answer["status"] == "success", answer
         return list(answer["data"]["result"])
+
+    def metadata(self, metric: str) -> list[dict[str, str]]:
+        """What Prometheus recorded of a family from its targets' ``# TYPE`` / ``# HELP`` lines."""
+        body = _get(f"{self.url}/api/v1/metadata?{urllib.parse.urlencode({'metric': metric})}")
+        answer = json.loads(body)
+        assert answer["status"] == "success", answer
+        return list(answer["data"].get(metric, []))
 
     def raw(self, selector: str, since: float, window: str = "2m") -> dict[str, list[tuple[float, float]]]:
         """Every scraped sample of ``selector`` at or after ``since``, by series (keyed by its labels)."""
@@ -182,6 +190,21 @@ def test_lost_gpu_every_scrape_succeeds_and_the_gpu_comes_back(
     assert down and not down & by_gpu["1"], "no utilization for the lost GPU while it is down"
     assert prometheus.value('gpu_xid_errors_total{scenario="lost-gpu",gpu="1",xid="79"}') == 1
 
+    # dcgm-exporter's last-XID gauge, with its err_code / err_msg labels, stays while the GPU is down:
+    # an alert on `DCGM_FI_DEV_XID_ERRORS == 79` (fallen off the bus) fires while gpu_up says 0.
+    [xid] = prometheus.raw(
+        'DCGM_FI_DEV_XID_ERRORS{scenario="lost-gpu",gpu="1",err_code="79"}', since
+    ).values()
+    xid_times = {t for t, v in xid if v == 79.0}
+    down_with_xid = sorted(t for t in down if t >= min(xid_times))
+    assert down_with_xid and set(down_with_xid) <= xid_times, "XID 79 served in every scrape while down"
+    at = down_with_xid[len(down_with_xid) // 2]
+    [alert] = prometheus.query('DCGM_FI_DEV_XID_ERRORS{scenario="lost-gpu"} == 79', at=at)
+    assert alert["metric"]["gpu"] == "1" and alert["metric"]["err_code"] == "79"
+    assert alert["metric"]["err_msg"].startswith("GPU fell off the bus")
+    assert prometheus.value('gpu_up{scenario="lost-gpu",gpu="1"}') == 1  # back now; at `at` it was 0:
+    assert [float(r["value"][1]) for r in prometheus.query(lost, at=at)] == [0.0]
+
 
 def test_sawtooth_visible_in_the_histogram_not_in_the_gauge(
     stack: tuple[Prometheus, dict[str, Target]],
@@ -292,6 +315,30 @@ def test_time_spent_throttled_panel_reads_this_exporters_counters(
     assert power[BRAKED_GPU] == pytest.approx(0.4, abs=0.05)
     assert power["2"] == pytest.approx(0.02, abs=0.01)
     assert thermal["2"] == 0
+
+
+#: Families and the type Prometheus must record for them. DCGM's counters carry no `_total`; served as
+#: OpenMetrics they could only be typed `unknown`, which is what Prometheus, asking for OpenMetrics
+#: first, used to record.
+RECORDED_TYPES = {
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": "counter",
+    "DCGM_FI_DEV_POWER_VIOLATION": "counter",
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": "counter",
+    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": "counter",
+    "DCGM_FI_DEV_GPU_UTIL": "gauge",
+    "DCGM_FI_DEV_XID_ERRORS": "gauge",
+    "gpu_xid_errors_total": "counter",
+    "gpu_utilization_samples_percent": "histogram",
+}
+
+
+def test_prometheus_records_dcgm_counters_as_counters(stack: tuple[Prometheus, dict[str, Target]]) -> None:
+    prometheus, _ = stack
+    prometheus.wait_for(
+        lambda: all(prometheus.metadata(name) for name in RECORDED_TYPES), 20, "metadata of every family"
+    )
+    recorded = {name: {m["type"] for m in prometheus.metadata(name)} for name in RECORDED_TYPES}
+    assert recorded == {name: {kind} for name, kind in RECORDED_TYPES.items()}
 
 
 @pytest.mark.parametrize("scenario", list(SCENARIOS))

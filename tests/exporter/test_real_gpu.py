@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from exporter.app import Exporter
 from exporter.config import ExporterConfig
 from exporter.nvml import Nvml, NvmlUnavailable
+from harness.exposition import stored_samples
 
 pytestmark = pytest.mark.gpu
 
@@ -96,13 +96,11 @@ def exporter() -> Iterator[Exporter]:
 
 def values(exporter: Exporter) -> dict[tuple[str, str], dict[str, float]]:
     """(family, UUID) → {label-set key: value}: the whole-GPU series keyed by UUID."""
-    body = exporter.exposition.render("application/openmetrics-text;version=1.0.0")[0].decode()
     out: dict[tuple[str, str], dict[str, float]] = {}
-    for family in text_string_to_metric_families(body):
-        for sample in family.samples:
-            if "UUID" in sample.labels and "GPU_I_ID" not in sample.labels:
-                key = sample.labels.get("le", "")
-                out.setdefault((sample.name, sample.labels["UUID"]), {})[key] = sample.value
+    for sample in stored_samples(exporter.exposition.render()[0].decode()):
+        if "UUID" in sample.labels and "GPU_I_ID" not in sample.labels:
+            key = sample.labels.get("le", "")
+            out.setdefault((sample.name, sample.labels["UUID"]), {})[key] = sample.value
     return out
 
 
@@ -121,12 +119,17 @@ def test_readings_match_nvidia_smi(exporter: Exporter) -> None:
     time.sleep(1.2)
     exporter.loop.run_once()
     table = values(exporter)
+    body = exporter.exposition.render()[0].decode()
+    mig_gpus = {s.labels["UUID"] for s in stored_samples(body) if "GPU_I_ID" in s.labels}
     for gpu in smi():
         uuid = gpu["uuid"]
         where = f"GPU {gpu['index']} ({uuid})"
         used, total = number(gpu["memory.used"]), number(gpu["memory.total"])
         fb_used = one(table, "DCGM_FI_DEV_FB_USED", uuid)
-        assert close(fb_used, used, 64), f"{where}: FB_USED {fb_used} vs memory.used {used}"
+        if uuid in mig_gpus:  # its memory is served per instance (test_mig_instances_match_nvidia_smi)
+            assert fb_used is None, f"{where}: a MIG GPU's memory served again on the GPU"
+        else:
+            assert close(fb_used, used, 64), f"{where}: FB_USED {fb_used} vs memory.used {used}"
         parts = [one(table, f"DCGM_FI_DEV_FB_{p}", uuid) for p in ("USED", "FREE", "RESERVED")]
         if None not in parts and total is not None:
             assert abs(sum(p for p in parts if p is not None) - total) <= 1, f"{where}: {parts} vs {total}"
@@ -213,11 +216,9 @@ def test_mig_instances_match_nvidia_smi(exporter: Exporter) -> None:
     mig_uuids = {line.split("UUID: ")[1].rstrip(")") for line in listing.splitlines() if "MIG-" in line}
     if not mig_uuids:
         pytest.skip("no MIG instances on this node")
-    body = exporter.exposition.render("application/openmetrics-text;version=1.0.0")[0].decode()
     served = {
         s.labels["UUID"] + "/" + s.labels["GPU_I_ID"]
-        for family in text_string_to_metric_families(body)
-        for s in family.samples
+        for s in stored_samples(exporter.exposition.render()[0].decode())
         if s.name == "DCGM_FI_DEV_FB_USED" and "GPU_I_ID" in s.labels
     }
     assert len(served) == len(mig_uuids), f"{len(served)} MIG series vs {len(mig_uuids)} from nvidia-smi -L"

@@ -7,7 +7,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from exporter.cycle import Cycle
 from exporter.nvml import Nvml
+from exporter.snapshot import SnapshotBuilder
 from exporter.xid import XidCounter, XidWatcher
 from simulation.fake_nvml import FakeGpu, FakeHandle, FakeNvmlLibrary
 
@@ -38,13 +40,16 @@ def test_event_set_is_rebuilt_after_nvml_reinit(
     library = fake_gpus(FakeGpu(0, xids=((10.0, 48),)))
     nvml, counter, watcher = watched(library)
     assert not watcher.poll_once()
-    creates = library.calls
-    nvml.init()  # a new NVML session: the old event set is void
+    assert library.live_event_sets == 1
+    nvml.init()  # a new NVML session: the old set is freed before nvmlShutdown, not leaked
+    assert library.live_event_sets == 0
     watcher.watch(nvml.generation, [(FakeHandle(0), library.gpus[0].uuid)])
     clock.advance(10)
     assert watcher.poll_once()
-    assert library.calls > creates
     assert counter.counts() == {(library.gpus[0].uuid, 48): 1}
+    assert library.live_event_sets == 1
+    nvml.shutdown()
+    assert library.live_event_sets == 0
 
 
 def test_nvml_gone_during_wait_drops_the_set_until_reinit(fake_gpus: Callable[..., FakeNvmlLibrary]) -> None:
@@ -56,21 +61,57 @@ def test_nvml_gone_during_wait_drops_the_set_until_reinit(fake_gpus: Callable[..
     nvml.init()
     watcher.watch(nvml.generation, [(FakeHandle(0), library.gpus[0].uuid)])
     assert not watcher.poll_once()  # a fresh set, no error this time
+    assert library.live_event_sets == 1
 
 
-def test_a_lost_gpu_keeps_the_event_set(fake_gpus: Callable[..., FakeNvmlLibrary]) -> None:
-    """A GPU that falls off the bus changes nothing for the others: no re-init, no rebuilt set."""
-    library = fake_gpus(FakeGpu(0), FakeGpu(1))
-    nvml, _, watcher = watched(library, wait_ms=1)
+def test_a_lost_gpu_is_taken_off_the_event_set_and_put_back_when_it_returns(
+    fake_gpus: Callable[..., FakeNvmlLibrary], clock: Any
+) -> None:
+    """Through the collection cycle, as in production: GPU 1 falls off the bus at t=2 (XID 79) and is
+    back at t=6. NVML cannot take a GPU off a set, and a set holding a lost GPU answers GPU_IS_LOST to
+    every wait, so the set is read out, freed and built without it, then with it again: one live set
+    throughout, XID 79 counted, and the other GPUs' XIDs (during and after the outage) all arrive."""
+    library = fake_gpus(
+        FakeGpu(0, xids=((3.0, 13), (7.0, 31))),
+        FakeGpu(1, lost_between=(2.0, 6.0), xids=((2.0, 79),)),
+        FakeGpu(2, xids=((4.0, 48),)),
+    )
+    nvml = Nvml(library)
+    counter = XidCounter()
+    watcher = XidWatcher(nvml, counter, wait_ms=10)
+    cycle = Cycle(nvml, SnapshotBuilder("node", version="test"), xid_counter=counter, xid_watcher=watcher)
+    live = []
+    for step in range(9):
+        clock.now = 1_750_000_000.0 + step
+        cycle.run()
+        while watcher.poll_once():
+            pass
+        live.append(library.live_event_sets)
+    uuid = [gpu.uuid for gpu in library.gpus]
+    assert counter.counts() == {(uuid[0], 13): 1, (uuid[0], 31): 1, (uuid[1], 79): 1, (uuid[2], 48): 1}
+    assert live == [1] * 9
+    assert library.calls_to("nvmlEventSetCreate") == 3  # all GPUs, without GPU 1, all GPUs again
+    assert not nvml.needs_init  # one lost GPU is no reason to re-initialise NVML
+    cycle.shutdown()
+    assert library.live_event_sets == 0
+
+
+def test_a_set_answering_gpu_is_lost_is_freed_and_rebuilt_once(
+    fake_gpus: Callable[..., FakeNvmlLibrary], clock: Any
+) -> None:
+    """The watcher may see the loss before the collection loop does: the wait fails with GPU_IS_LOST
+    while the lost GPU is still on the watch list. The set is freed (not leaked) and rebuilt once,
+    without the GPU whose registration now fails; GPU 0's XIDs keep arriving."""
+    library = fake_gpus(FakeGpu(0, xids=((2.0, 13), (5.0, 31))), FakeGpu(1, lost_between=(1.0, 1e9)))
+    _, counter, watcher = watched(library, wait_ms=1)
     assert not watcher.poll_once()
-    creates = library.calls_to("nvmlEventSetCreate")
-    watcher.watch(nvml.generation, [(FakeHandle(0), library.gpus[0].uuid)])  # GPU 1 went missing
-    for _ in range(3):
-        watcher.poll_once()
-    watcher.watch(nvml.generation, [(FakeHandle(g.index), g.uuid) for g in library.gpus])  # and is back
-    watcher.poll_once()
-    assert library.calls_to("nvmlEventSetCreate") == creates
-    assert not nvml.needs_init
+    for _ in range(6):
+        clock.advance(1)
+        for _ in range(5):
+            watcher.poll_once()
+        assert library.live_event_sets == 1
+    assert counter.counts() == {(library.gpus[0].uuid, 13): 1, (library.gpus[0].uuid, 31): 1}
+    assert library.calls_to("nvmlEventSetCreate") == 2
 
 
 def test_a_failing_wait_backs_off_instead_of_spinning() -> None:
