@@ -2,8 +2,8 @@
 
 Grafana cannot run here, so these check what Grafana needs from the files: unique ids, panels that
 fit the grid without overlapping, the data source chosen through a variable (never a hard-coded
-uid), every selector scoped to the `$cluster` variable, and queries that parse as PromQL once the
-variables are filled in.
+uid), every selector scoped to the `$cluster` variable and every query to the dashboard's
+`$namespace` and `$node` variables, and queries that parse as PromQL once the variables are filled in.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import promql_parser
 import pytest
 
 from harness.grafana import (
+    DASHBOARDS_DIR,
     PanelQuery,
     dashboard_files,
     load,
@@ -25,7 +26,7 @@ from harness.grafana import (
     variables,
     with_placeholders,
 )
-from harness.promql import selectors
+from harness.promql import metric_names, selectors
 
 DASHBOARDS = dashboard_files()
 QUERIES = [q for path in DASHBOARDS for q in panel_queries(path)]
@@ -112,6 +113,46 @@ def test_query_parses_and_every_selector_is_scoped_to_the_cluster(query: PanelQu
     for selector in selectors(expr):
         scoped = [m for m in selector.matchers.matchers if m.name == "cluster"]
         assert scoped, f"{selector.name} is not filtered by $cluster in {query.id}"
+
+
+#: Variable → the labels that carry it. The reaper's pushed series and the exporters' own (scrape
+#: health, last collection) have neither a namespace nor a node: they are filtered by cluster only.
+SCOPES = {"namespace": {"namespace"}, "pod": {"pod"}, "node": {"Hostname", "hostname"}}
+
+
+def _cluster_wide(expr: str) -> bool:
+    return all(
+        n == "up" or n.startswith(("gpu_reaper_", "gpu_exporter_"))
+        for n in metric_names(with_placeholders(expr))
+    )
+
+
+@pytest.mark.parametrize("path", DASHBOARDS, ids=lambda p: p.stem)
+def test_every_query_is_filtered_by_the_dashboards_namespace_pod_and_node(path: Path) -> None:
+    names = {v["name"] for v in variables(load(path))}
+    for variable, labels in SCOPES.items():
+        if variable not in names:
+            continue
+        for query in panel_queries(path):
+            if _cluster_wide(query.expr):
+                continue
+            filtered = [
+                m
+                for s in selectors(with_placeholders(query.expr.replace(f"${variable}", "FILTERED")))
+                for m in s.matchers.matchers
+                if m.name in labels and "FILTERED" in m.value
+            ]
+            assert filtered, f"{query.id} ignores ${variable}"
+
+
+def test_the_reapers_runs_have_panels() -> None:
+    """What the reaper pushes after each run: its actions by outcome, its findings, GPU-hours freed."""
+    read = {
+        n
+        for q in panel_queries(DASHBOARDS_DIR / "waste.json")
+        for n in metric_names(with_placeholders(q.expr))
+    }
+    assert {"gpu_reaper_actions_total", "gpu_reaper_findings", "gpu_reaper_reclaimed_gpu_hours"} <= read
 
 
 @pytest.mark.parametrize("path", DASHBOARDS, ids=lambda p: p.stem)

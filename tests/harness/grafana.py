@@ -3,8 +3,9 @@
 Grafana cannot run in the test environment, so the variable machinery is reproduced here: query
 variables are evaluated against a real Prometheus (``label_values`` and ``query_result``), custom
 and textbox variables take their saved value, multi-value variables are set to "All", and Grafana's
-built-in intervals get concrete durations. The resolved values are then interpolated into every
-panel query, so each query runs as Grafana would send it.
+built-in intervals get concrete durations (or, with ``every_value=False``, every variable takes one
+value). The resolved values are then interpolated into every panel query, so each query runs as
+Grafana would send it.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ class PanelQuery:
     panel: str  # panel title
     ref: str  # target refId
     expr: str  # as written in the dashboard, variables included
+    unit: str = "short"  # the unit its values are shown in (a table column's own, if it has one)
+    panel_type: str = "timeseries"
 
     @property
     def id(self) -> str:
@@ -59,11 +62,29 @@ def panels(dashboard: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
 def panel_queries(path: Path) -> list[PanelQuery]:
     dashboard = load(path)
     return [
-        PanelQuery(path.stem, p["title"], t["refId"], t["expr"])
+        PanelQuery(path.stem, p["title"], t["refId"], t["expr"], target_unit(p, t["refId"]), p["type"])
         for p in panels(dashboard)
         for t in p.get("targets", [])
         if t.get("expr")
     ]
+
+
+def target_unit(panel: Mapping[str, Any], ref: str) -> str:
+    """The unit a target's values are shown in: the panel's, unless an override by field name gives
+    the column it becomes (``Value`` / ``Value #<ref>``, after the organize transformation's rename) one."""
+    config = panel.get("fieldConfig", {})
+    unit = str(config.get("defaults", {}).get("unit", "short"))
+    targets = panel.get("targets", [])
+    field = "Value" if len(targets) == 1 else f"Value #{ref}"
+    for transformation in panel.get("transformations", []):
+        if transformation["id"] == "organize":
+            field = transformation["options"].get("renameByName", {}).get(field, field)
+    for override in config.get("overrides", []):
+        if override["matcher"] == {"id": "byName", "options": field}:
+            for prop in override["properties"]:
+                if prop["id"] == "unit":
+                    unit = str(prop["value"])
+    return unit
 
 
 def variables(dashboard: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -132,13 +153,18 @@ def options(definition: str, regex: str, query: Query) -> list[str]:
 
 
 def resolve(
-    dashboard: Mapping[str, Any], query: Query, prefer: Mapping[str, str] | None = None
+    dashboard: Mapping[str, Any],
+    query: Query,
+    prefer: Mapping[str, str] | None = None,
+    *,
+    every_value: bool = True,
 ) -> dict[str, str]:
     """Value of every template variable, in dashboard order (later variables may use earlier ones).
 
-    Multi-value variables take "All"; single-value ones take ``prefer[name]`` when it is an option,
-    their first option otherwise. Raises ValueError for a query variable with no option and no
-    ``allValue`` to fall back on.
+    Multi-value variables take "All" (with ``every_value=False``, one value: ``prefer[name]`` when it
+    is an option, their first option otherwise, regex-escaped as Grafana writes it; "All" if they
+    offer none); single-value ones take ``prefer[name]`` when it is an option, their first option
+    otherwise. Raises ValueError for a query variable with no option and no ``allValue`` to fall back on.
     """
     prefer = prefer or {}
     values: dict[str, str] = dict(BUILTINS)
@@ -152,15 +178,18 @@ def resolve(
             continue
         definition = interpolate(variable_query(v), values)
         offered = options(definition, v.get("regex", ""), query)
-        if v.get("multi") or v.get("includeAll"):
+        picked = prefer[name] if prefer.get(name) in offered else (offered[0] if offered else None)
+        if (v.get("multi") or v.get("includeAll")) and not every_value and picked is not None:
+            values[name] = regex_escape(picked)
+        elif v.get("multi") or v.get("includeAll"):
             if v.get("allValue"):
                 values[name] = v["allValue"]
             elif offered:
                 values[name] = "(" + "|".join(regex_escape(o) for o in offered) + ")"
             else:
                 raise ValueError(f"variable {name!r} has no options")
-        elif offered:
-            values[name] = prefer[name] if prefer.get(name) in offered else offered[0]
+        elif picked is not None:
+            values[name] = picked
         else:
             raise ValueError(f"variable {name!r} has no options")
     return values
