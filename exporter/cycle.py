@@ -78,10 +78,12 @@ class Cycle:
                 holders_of(view.allocated, mig.uuid, gpu.gpu_index, mig.gpu_instance_id, mig.slot)
             )
 
-        # (Re-)initialising NVML while the XID thread waits on an event set is not allowed.
+        # (Re-)initialising NVML while the XID thread waits on an event set is not allowed. The decision
+        # is taken once: the XID thread may ask for a re-init after the pause was (not) taken.
         watcher = self._watcher
-        with watcher.paused() if watcher is not None and self._nvml.needs_init else nullcontext():
-            return self._reader.read(shared if view.allocated and self._pid_resolver else None)
+        reinit = self._nvml.needs_init
+        with watcher.paused() if watcher is not None and reinit else nullcontext():
+            return self._reader.read(shared if view.allocated and self._pid_resolver else None, reinit=reinit)
 
     def shutdown(self) -> None:
         self._nvml.shutdown()

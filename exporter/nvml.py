@@ -30,7 +30,7 @@ import ctypes
 import logging
 import math
 import threading
-from collections.abc import Hashable, Iterable
+from collections.abc import Collection, Hashable, Iterable
 from typing import Any, Final
 
 import pynvml
@@ -324,6 +324,7 @@ class Nvml:
         self._sticky: dict[tuple[Hashable, str], str] = {}
         self._last_failure: dict[tuple[Hashable, str], str] = {}
         self._capabilities: dict[Hashable, dict[str, Capability]] = {}
+        self._probed: set[Hashable] = set()  # devices whose per-process utilization was asked this session
         # Event sets of this session not yet freed, by id. nvml.h does not say nvmlShutdown frees them
         # and nvmlEventSetFree answers UNINITIALIZED after it, so shutdown() frees them first.
         self._event_sets: dict[int, Any] = {}
@@ -364,7 +365,9 @@ class Nvml:
         self._last_failure[(device, call)] = code_name
         if code == _NOT_SUPPORTED:
             return _MISSING
-        sticky = code in _STICKY_CODES
+        # Only a device's call is kept from being asked again: a refused call about the whole system
+        # (nvmlDeviceGetCount) would otherwise leave the exporter unready until it restarts.
+        sticky = code in _STICKY_CODES and device is not None
         with self._lock:
             if sticky:
                 if (device, call) in self._sticky:
@@ -436,6 +439,7 @@ class Nvml:
         self._sticky.clear()
         self._last_failure.clear()
         self._capabilities.clear()
+        self._probed.clear()
         with self._lock:
             event_sets, self._event_sets = list(self._event_sets.values()), {}
         for handle in event_sets:
@@ -474,7 +478,10 @@ class Nvml:
         :mod:`exporter.capabilities`). Per-process utilization, read only for shared GPUs, is asked
         once where nothing has read it yet."""
         device = _device_key((handle,))
-        if cap.PROCESS_UTILIZATION not in self._capabilities.get(device, {}):
+        if device not in self._probed and cap.PROCESS_UTILIZATION not in self._capabilities.get(device, {}):
+            # Once a session, whatever the answer: a passing failure repeated every cycle would be
+            # counted every cycle, for a call the GPU's readings do not need.
+            self._probed.add(device)
             self.process_utilization(handle, 0)
         return dict(self._capabilities.get(device, {}))
 
@@ -639,8 +646,10 @@ class Nvml:
             return ()
         value_type, samples = result
         member = _VALUE_MEMBERS.get(int(value_type))
-        if member is None or not samples or not hasattr(samples[0].sampleValue, member):
+        if not samples:
             return ()
+        if member is None or not hasattr(samples[0].sampleValue, member):
+            return None  # a value this binding cannot read: unknown, never "nothing new" (idle)
         out = []
         for sample in samples:  # up to a few hundred per GPU and cycle: the member is looked up once
             stamp = int(sample.timeStamp)
@@ -812,11 +821,12 @@ class Nvml:
         finally:
             self._gpm_spare[key] = previous
 
-    def forget_gpm(self, handle: Handle) -> None:
+    def forget_gpm(self, handle: Handle, keep: Collection[Hashable] = ()) -> None:
         """Drop the GPM samples of a GPU that was marked down (and of its MIG instances): the next
-        ratios start afresh once it is back, rather than spanning the outage."""
+        ratios start afresh once it is back, rather than spanning the outage. With ``keep``, only the
+        keys not in it: the MIG instances a reconfiguration removed."""
         parent_key = _handle_key(handle)
-        for key in [k for k, parent in self._gpm_parent.items() if parent == parent_key]:
+        for key in [k for k, parent in self._gpm_parent.items() if parent == parent_key and k not in keep]:
             del self._gpm_parent[key]
             for samples in (self._gpm_previous, self._gpm_spare):
                 sample = samples.pop(key, None)

@@ -80,12 +80,17 @@ class GpuReader:
         self._count = -1
         self._capability_log = CapabilityLog(log)
 
-    def read(self, wants_processes: WantsProcesses | None = None) -> NodeReading:
+    def read(
+        self, wants_processes: WantsProcesses | None = None, *, reinit: bool | None = None
+    ) -> NodeReading:
         """Read every GPU. ``wants_processes(gpu, mig)`` selects the devices whose per-process usage is
-        needed — the shared ones; it costs two more calls per device."""
+        needed — the shared ones; it costs two more calls per device. ``reinit`` is whether to
+        (re-)initialise NVML first, as the caller decided when it paused the XID thread for it; the XID
+        thread may ask for a re-init meanwhile, which must wait for the next cycle's pause (``None``:
+        decide now, for callers without an XID thread)."""
         nvml = self._nvml
         try:
-            if nvml.needs_init:
+            if nvml.needs_init if reinit is None else reinit:
                 nvml.init()
                 self._driver_version = nvml.driver_version() or ""
             count = nvml.device_count()
@@ -200,6 +205,8 @@ class GpuReader:
             wanted = wants(gpu, labels)
             mig_processes = self._processes(instance.uuid, instance.handle) if wanted else (None, None)
             readings.append(DeviceReading(gpu, labels, mig_values, None, *mig_processes))
+        if instances:  # instances a MIG reconfiguration removed keep no GPM buffers
+            nvml.forget_gpm(handle, keep={gpu.uuid, *(instance.uuid for instance in instances)})
         # What this GPU offers, as the reads above answered: said by a gauge and the start-up log.
         readings[0] = replace(readings[0], capabilities=nvml.capabilities(handle))
         return readings

@@ -67,6 +67,7 @@ class XidWatcher(BackgroundThread):
         self._pause_requested = False
         self._busy = False
         self._backoff_s = 0.0
+        self._set_waited = False  # the current set answered a wait (an event or a timeout)
         self.failed_waits = 0
 
     def watch(self, generation: int, devices: Sequence[tuple[Any, str]]) -> None:
@@ -111,11 +112,16 @@ class XidWatcher(BackgroundThread):
             return False
         except GpuLost:
             # A GPU on the set fell off the bus (or NVML went away): the set answers so at once, every
-            # time. It is freed; the next one is built without that GPU, whose registration now fails.
+            # time. It is freed; the next one is built at once without that GPU, whose registration now
+            # fails — a pause here would lose the other GPUs' XIDs (an XID 79 often comes with its
+            # peers' NVLink errors). Only a set that fails before it ever waited is backed off from.
+            worked = self._set_waited
             self._drop_set()
-            self._back_off()
+            if not worked:
+                self._back_off()
             return False
         self._backoff_s = 0.0
+        self._set_waited = True
         return self._count(event)
 
     def _current_set(self) -> XidEventSet | None:
@@ -134,6 +140,7 @@ class XidWatcher(BackgroundThread):
             self._drop_set()
         self._watched = uuids
         if devices:
+            self._set_waited = False
             try:
                 self._event_set = self._nvml.xid_event_set(devices)
             except GpuLost:

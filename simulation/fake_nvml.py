@@ -208,8 +208,10 @@ class FakeNvmlLibrary:
         self._removed: set[str] = set()
         self._delivered_xids: set[tuple[int, float]] = set()
         self._nvlink: dict[int, tuple[float, float]] = {}  # GPU → (time, KiB sent each way) last read
-        self._event_sets: set[int] = set()  # ids of the sets created and not yet freed
-        self._gpm_samples: set[int] = set()  # likewise for GPM sample buffers
+        # The sets created and not yet freed, held (not their ids: a dropped object's id is reused by
+        # the next allocation, which would hide exactly the leak these count).
+        self._event_sets: set[_EventSet] = set()
+        self._gpm_samples: set[_GpmSample] = set()  # likewise for GPM sample buffers
         self.calls = 0
         self._calls_by_name: dict[str, int] = {}
 
@@ -608,13 +610,13 @@ class FakeNvmlLibrary:
         self._enter("nvmlGpmSampleAlloc")
         sample = _GpmSample()
         with self._lock:
-            self._gpm_samples.add(id(sample))
+            self._gpm_samples.add(sample)
         return sample
 
     def nvmlGpmSampleFree(self, sample: _GpmSample) -> None:
         self._enter("nvmlGpmSampleFree")
         with self._lock:
-            self._gpm_samples.discard(id(sample))
+            self._gpm_samples.discard(sample)
 
     def nvmlGpmSampleGet(self, handle: FakeHandle, sample: _GpmSample) -> _GpmSample:
         gpu = self._gpu("nvmlGpmSampleGet", handle)
@@ -662,7 +664,7 @@ class FakeNvmlLibrary:
         self._enter("nvmlEventSetCreate")
         event_set = _EventSet()
         with self._lock:
-            self._event_sets.add(id(event_set))
+            self._event_sets.add(event_set)
         return event_set
 
     def nvmlDeviceRegisterEvents(self, handle: FakeHandle, event_types: int, event_set: _EventSet) -> None:
@@ -674,9 +676,9 @@ class FakeNvmlLibrary:
         """UNINITIALIZED once NVML is shut down, as nvml.h documents: sets are freed before nvmlShutdown."""
         self._enter("nvmlEventSetFree")
         with self._lock:
-            if id(event_set) not in self._event_sets:
+            if event_set not in self._event_sets:
                 raise nvml_error("INVALID_ARGUMENT")  # freed twice, or never created here
-            self._event_sets.discard(id(event_set))
+            self._event_sets.discard(event_set)
 
     def nvmlEventSetWait(self, event_set: _EventSet, timeout_ms: int) -> SimpleNamespace:
         """Events already recorded come out first; with none pending, a set holding a GPU that fell off

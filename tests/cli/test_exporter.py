@@ -6,7 +6,6 @@ import gc
 import json
 import logging
 import os
-import shutil
 import signal
 import socket
 import ssl
@@ -238,35 +237,6 @@ def test_a_bad_collectors_file_exits_2_naming_file_and_line(
     with caplog.at_level(logging.ERROR):
         assert main(argv) == 2
     assert f"{counters}:3" in caplog.text
-
-
-@pytest.fixture
-def certificate(tmp_path: Path) -> tuple[Path, Path]:
-    """A self-signed certificate for 127.0.0.1 and its key."""
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        pytest.skip("openssl not installed")
-    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
-    subprocess.run(
-        [
-            *(
-                openssl,
-                "req",
-                "-x509",
-                "-newkey",
-                "rsa:2048",
-                "-nodes",
-                "-days",
-                "1",
-                "-subj",
-                "/CN=127.0.0.1",
-            ),
-            *("-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return cert, key
 
 
 def _reset_mid_response(port: int, context: ssl.SSLContext) -> None:

@@ -3,6 +3,7 @@ encoded exposition through prometheus_client's parser, the way Prometheus would 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -21,7 +22,7 @@ from exporter.snapshot import Snapshot, SnapshotBuilder
 from exporter.xid import XidCounter, XidWatcher
 from exporter.xid_catalogue import describe
 from harness.exposition import stored_samples
-from simulation.fake_nvml import FakeGpu, FakeNvmlLibrary
+from simulation.fake_nvml import GIB, FakeGpu, FakeMig, FakeNvmlLibrary
 from simulation.gpu_profiles import constant
 
 HOST = "node-a"
@@ -571,3 +572,44 @@ def test_driver_gone_right_after_init_is_a_failed_collection_not_a_crash(
     assert not first.ok
     assert "DRIVER_NOT_LOADED" in (first.error or "")
     assert h.run(advance=5).ok
+
+
+def test_nvml_is_never_reinitialised_unless_the_xid_thread_was_paused_for_it(
+    fake_gpus: Callable[..., FakeNvmlLibrary],
+    harness: Callable[..., Harness],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The XID thread may report a lost driver (and so ask for a re-init) just after a cycle decided
+    no pause was needed: that cycle must not shut NVML down under the thread's event wait."""
+    h = harness(fake_gpus(_idle_gpu()))
+    h.run()
+    inits_unpaused: list[bool] = []
+    real_init = Nvml.init
+
+    def init(self: Nvml) -> None:
+        inits_unpaused.append(not h.watcher._pause_requested)
+        real_init(self)
+
+    answers = iter([False])  # the cycle's look: nothing to do; every later look: re-init wanted
+
+    monkeypatch.setattr(Nvml, "init", init)
+    monkeypatch.setattr(Nvml, "needs_init", property(lambda self: next(answers, True)))
+    h.run(advance=5)
+    assert inits_unpaused == []  # left for the next cycle, which pauses the thread first
+    h.run(advance=5)
+    assert inits_unpaused == [False]
+
+
+def test_mig_instances_a_reconfiguration_removed_keep_no_gpm_buffers(
+    fake_gpus: Callable[..., FakeNvmlLibrary], harness: Callable[..., Harness]
+) -> None:
+    instances = (FakeMig(1, 0, GIB), FakeMig(2, 0, GIB), FakeMig(3, 0, GIB))
+    library = fake_gpus(FakeGpu(0, mig=instances))
+    h = harness(library)
+    for step in range(3):
+        h.run(advance=5 if step else 0)
+    before = library.live_gpm_samples  # two buffers each: the GPU and its three instances
+    library.gpus = (dataclasses.replace(library.gpus[0], mig=instances[:1]),)
+    h.run(advance=5)
+    h.run(advance=5)
+    assert library.live_gpm_samples == before - 2 * 2

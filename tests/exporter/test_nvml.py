@@ -661,3 +661,44 @@ def test_an_unsigned_short_reading_the_binding_cannot_hold_is_left_out(clock: An
     readings = nvml.fields(GPU0)
     assert readings.memory_temp_c is None
     assert readings.energy_mj is not None
+
+
+def test_the_process_utilization_probe_is_asked_once_a_session_whatever_it_answers(
+    nvml: Nvml, library: FakeNvmlLibrary
+) -> None:
+    """A GPU nobody shares is asked for per-process utilization only to fill its capability; a passing
+    failure must not turn that probe into an error counted every cycle."""
+    library.fail("nvmlDeviceGetProcessUtilization", "UNKNOWN")
+    for _ in range(5):
+        nvml.capabilities(GPU0)
+    assert library.calls_to("nvmlDeviceGetProcessUtilization") == 1
+    assert nvml.error_counts() == {("nvmlDeviceGetProcessUtilization", "UNKNOWN"): 1}
+    nvml.init()  # a new session asks again
+    nvml.capabilities(GPU0)
+    assert library.calls_to("nvmlDeviceGetProcessUtilization") == 2
+
+
+def test_a_refused_system_call_is_asked_again_next_cycle(nvml: Nvml, library: FakeNvmlLibrary) -> None:
+    """Only a device's calls are kept from being asked again: a GPU count refused once must not
+    leave the exporter without GPUs until it restarts."""
+    library.fail("nvmlDeviceGetCount", "NO_PERMISSION", times=1)
+    with pytest.raises(NvmlUnavailable):
+        nvml.device_count()
+    assert nvml.device_count() == 2
+
+
+class UnreadableSamplesDriver(FakeNvmlLibrary):
+    """Utilization samples in a value type this code does not know how to read."""
+
+    def nvmlDeviceGetSamples(self, handle: FakeHandle, kind: int, since_us: int) -> tuple[int, list[Any]]:
+        _, samples = super().nvmlDeviceGetSamples(handle, kind, since_us)
+        return 99, samples
+
+
+def test_samples_in_an_unreadable_value_type_are_unknown_not_idle(clock: Any) -> None:
+    nvml = Nvml(
+        UnreadableSamplesDriver([FakeGpu(0, utilization=constant(0.0))], clock=clock, sleep=clock.sleep)
+    )
+    nvml.init()
+    clock.advance(5)
+    assert nvml.utilization_samples(GPU0, 0) is None

@@ -7,9 +7,7 @@ import base64
 import gc
 import http.client
 import logging
-import shutil
 import ssl
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -111,34 +109,6 @@ def test_the_exporter_serves_only_what_the_counters_file_selects(tmp_path: Path)
 def test_a_bad_web_config_is_refused_naming_the_setting(text: str, problem: str) -> None:
     with pytest.raises(ConfigError, match=problem):
         parse_web_config(text, "web.yml")
-
-
-@pytest.fixture
-def certificate(tmp_path: Path) -> tuple[Path, Path]:
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        pytest.skip("openssl not installed")
-    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
-    subprocess.run(
-        [
-            *(
-                openssl,
-                "req",
-                "-x509",
-                "-newkey",
-                "rsa:2048",
-                "-nodes",
-                "-days",
-                "1",
-                "-subj",
-                "/CN=127.0.0.1",
-            ),
-            *("-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return cert, key
 
 
 def test_tls_and_basic_auth_from_a_web_config_file(tmp_path: Path, certificate: tuple[Path, Path]) -> None:

@@ -7,6 +7,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from exporter.cycle import Cycle
 from exporter.nvml import Nvml
 from exporter.snapshot import SnapshotBuilder
@@ -187,3 +189,22 @@ def test_request_pause_parks_the_thread_without_blocking() -> None:
     finally:
         release.set()
         watcher.stop()
+
+
+def test_a_gpu_lost_from_a_working_set_is_left_behind_without_a_pause(
+    fake_gpus: Callable[..., FakeNvmlLibrary], clock: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When a GPU falls off the bus, its peers often report XIDs of their own at the same moment: the
+    set is rebuilt without it at once, never after a back-off during which those would be lost. A set
+    that fails before it ever waited is still backed off from."""
+    library = fake_gpus(FakeGpu(0, xids=((3.0, 74),)), FakeGpu(1, lost_between=(2.0, 1e9), xids=((2.0, 79),)))
+    _, counter, watcher = watched(library, wait_ms=1)
+    pauses: list[float] = []
+    monkeypatch.setattr(watcher, "_back_off", lambda: pauses.append(clock()))
+    for _ in range(4):
+        clock.advance(1)
+        for _ in range(3):
+            watcher.poll_once()
+    assert pauses == []
+    assert counter.counts() == {(library.gpus[1].uuid, 79): 1, (library.gpus[0].uuid, 74): 1}
+    assert library.live_event_sets == 1
