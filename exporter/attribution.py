@@ -219,6 +219,15 @@ def sole_holder(holders: Sequence[Holder]) -> Holder | None:
     return _pod_holder(holders) if len(pods) == 1 else None
 
 
+def pods_holding(holders: Sequence[Holder]) -> dict[PodName, Holder]:
+    """Each pod holding the device, in name order, with its holders as one (see :func:`sole_holder`).
+    A function of the pod view alone: the exporter computes it once per view, not every cycle."""
+    pods: dict[PodName, list[Holder]] = {}
+    for holder in holders:
+        pods.setdefault(PodName(holder.namespace, holder.pod), []).append(holder)
+    return {pod: _pod_holder(pods[pod]) for pod in sorted(pods)}
+
+
 def pod_usage(
     holders: Sequence[Holder],
     processes: Sequence[ProcessMemory] | None,
@@ -226,18 +235,27 @@ def pod_usage(
     pid_uids: Mapping[int, str],
     uid_names: Mapping[str, PodName],
 ) -> list[PodUsage]:
+    """:func:`usage_of_pods` for the pods holding a device, from its holders."""
+    return usage_of_pods(pods_holding(holders), processes, utilization, pid_uids, uid_names)
+
+
+def usage_of_pods(
+    pods: Mapping[PodName, Holder],
+    processes: Sequence[ProcessMemory] | None,
+    utilization: Sequence[ProcessUtilization] | None,
+    pid_uids: Mapping[int, str],
+    uid_names: Mapping[str, PodName],
+) -> list[PodUsage]:
     """Each holding pod's SM utilization and memory on a shared device, from NVML's per-process data.
 
-    PIDs map to pods through their cgroup (``pid_uids``) and the node's pod directory (``uid_names``).
+    ``pods``: the device's holding pods (:func:`pods_holding`). PIDs map to pods through their
+    cgroup (``pid_uids``) and the node's pod directory (``uid_names``).
     A pod that holds a replica but runs nothing on the device uses 0 — exactly the waste to show.
     Where NVML gave no process list, or no pod names are known, usage is unknown: nothing is returned
     rather than a misleading 0 for every pod.
     """
     if processes is None or not uid_names:
         return []
-    pods: dict[PodName, list[Holder]] = {}
-    for holder in holders:
-        pods.setdefault(PodName(holder.namespace, holder.pod), []).append(holder)
 
     def pod_of(pid: int) -> PodName | None:
         uid = pid_uids.get(pid)
@@ -247,7 +265,7 @@ def pod_usage(
     memory_known: set[PodName] = set()
     for process in processes:
         pod = pod_of(process.pid)
-        if pod in pods:
+        if pod is not None and pod in pods:
             used = process.used_bytes
             memory[pod] = memory.get(pod, 0) + (used or 0)
             if used is not None:
@@ -260,12 +278,11 @@ def pod_usage(
             per_pid.setdefault(sample.pid, []).append(sample.sm_percent)
         for pid, values in per_pid.items():
             pod = pod_of(pid)
-            if pod in pods:
+            if pod is not None and pod in pods:
                 sm[pod] = sm.get(pod, 0.0) + sum(values) / len(values)
 
     usage = []
-    for pod in sorted(pods):
-        holder = _pod_holder(pods[pod])
+    for pod, holder in pods.items():
         if pod not in memory:
             memory_bytes: int | None = 0  # holds a replica, runs nothing here
         else:

@@ -49,7 +49,7 @@ from exporter.readings import (
     ProcessMemory,
     ProcessUtilization,
     UtilizationRates,
-    UtilizationSample,
+    UtilizationSamples,
     XidEvent,
     XidEventSet,
 )
@@ -68,7 +68,7 @@ __all__ = [
     "ProcessMemory",
     "ProcessUtilization",
     "UtilizationRates",
-    "UtilizationSample",
+    "UtilizationSamples",
     "XidEvent",
     "XidEventSet",
     "nvml_error",
@@ -325,6 +325,10 @@ class Nvml:
         self._last_failure: dict[tuple[Hashable, str], str] = {}
         self._capabilities: dict[Hashable, dict[str, Capability]] = {}
         self._probed: set[Hashable] = set()  # devices whose per-process utilization was asked this session
+        # Devices whose MIG mode query answered NOT_SUPPORTED: nvml.h gives that answer only for a device
+        # that does not support MIG mode at all, so it is not asked again this session. (The mode itself
+        # is asked every cycle: nvml.h says a change "may" need a reset, not that it always does.)
+        self._without_mig: set[Hashable] = set()
         # Event sets of this session not yet freed, by id. nvml.h does not say nvmlShutdown frees them
         # and nvmlEventSetFree answers UNINITIALIZED after it, so shutdown() frees them first.
         self._event_sets: dict[int, Any] = {}
@@ -440,6 +444,7 @@ class Nvml:
         self._last_failure.clear()
         self._capabilities.clear()
         self._probed.clear()
+        self._without_mig.clear()
         with self._lock:
             event_sets, self._event_sets = list(self._event_sets.values()), {}
         for handle in event_sets:
@@ -631,8 +636,8 @@ class Nvml:
             nvlink_kib=None if tx is None or rx is None else tx + rx,
         )
 
-    def utilization_samples(self, handle: Handle, since_us: int) -> tuple[UtilizationSample, ...] | None:
-        """Samples newer than ``since_us``; ``()`` when none are new, ``None`` where unsupported.
+    def utilization_samples(self, handle: Handle, since_us: int) -> UtilizationSamples | None:
+        """Samples newer than ``since_us`` (no percents when none are new), ``None`` where unsupported.
 
         The driver answers NOT_FOUND both for "nothing newer" and, as reported, for a GPU that sat
         idle (no samples recorded at all); telling the two apart is the caller's job (the reader
@@ -643,20 +648,24 @@ class Nvml:
         if result is _MISSING:
             return None
         if result is _EMPTY:
-            return ()
+            return UtilizationSamples(())
         value_type, samples = result
         member = _VALUE_MEMBERS.get(int(value_type))
         if not samples:
-            return ()
+            return UtilizationSamples(())
         if member is None or not hasattr(samples[0].sampleValue, member):
             return None  # a value this binding cannot read: unknown, never "nothing new" (idle)
-        out = []
+        stamps, percents = [], []
         for sample in samples:  # up to a few hundred per GPU and cycle: the member is looked up once
             stamp = int(sample.timeStamp)
             percent = float(getattr(sample.sampleValue, member))
             if stamp > since_us and math.isfinite(percent):
-                out.append(UtilizationSample(stamp, round(percent)))
-        return tuple(out)
+                stamps.append(stamp)
+                percents.append(round(percent))
+        if not stamps:
+            return UtilizationSamples(())
+        # NVML's buffer is a ring: samples need not come out in time order.
+        return UtilizationSamples(tuple(percents), min(stamps), max(stamps))
 
     def _sized(self, name: str, *args: Any, empty_on: frozenset[int] = frozenset()) -> Any:
         """A call the binding makes twice (size, then read): retried when a process started in
@@ -715,7 +724,12 @@ class Nvml:
 
     def mig_instances(self, parent: Handle) -> tuple[MigInstance, ...]:
         """MIG devices of ``parent``; empty when MIG is off or unsupported."""
+        device = _device_key((parent,))
+        if device in self._without_mig:
+            return ()
         mode = self._call("nvmlDeviceGetMigMode", parent)
+        if mode is _MISSING and self._last_failure.get((device, "nvmlDeviceGetMigMode")) == "NOT_SUPPORTED":
+            self._without_mig.add(device)
         enabled = mode is not _MISSING and int(mode[0]) == pynvml.NVML_DEVICE_MIG_ENABLE
         self._note(parent, cap.MIG, enabled, "nvmlDeviceGetMigMode" if mode is _MISSING else None)
         if not enabled:

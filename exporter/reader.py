@@ -238,16 +238,15 @@ class GpuReader:
         if samples is None:
             return None
         self._sampled_now.add(uuid)
-        if not samples:
+        percents, first, last = samples
+        if not percents:
             return self._idle_samples(uuid, since, gauge)
-        # NVML's buffer is a ring: samples need not come out in time order. The sample period (for
-        # idle stretches without samples) is the mean gap of a batch: the driver samples on a grid.
-        stamps = [sample.timestamp_us for sample in samples]
-        first, last = min(stamps), max(stamps)
-        if len(stamps) > 1 and last > first:
-            self._sample_period_us[uuid] = (last - first) // (len(stamps) - 1)
+        # The sample period (for idle stretches without samples) is the mean gap of a batch: the driver
+        # samples on a grid.
+        if len(percents) > 1 and last > first:
+            self._sample_period_us[uuid] = (last - first) // (len(percents) - 1)
         self._sample_since[uuid] = last
-        return tuple(sample.percent for sample in samples)
+        return percents
 
     def _idle_samples(self, uuid: str, since: int, gauge: float | None) -> tuple[int, ...]:
         """No new sample: NVML answers so for a GPU that sat idle (the driver records no samples then).

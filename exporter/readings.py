@@ -82,15 +82,18 @@ class FieldReadings(NamedTuple):
     nvlink_kib: float | None = None
 
 
-class UtilizationSample(NamedTuple):
-    """One entry of NVML's sub-second GPU-utilization buffer (``nvmlDeviceGetSamples``).
+class UtilizationSamples(NamedTuple):
+    """New entries of NVML's sub-second GPU-utilization buffer (``nvmlDeviceGetSamples``): each one's
+    percent (0–100) in buffer order, and the oldest and newest CPU timestamps among them (µs). No
+    object per sample: a cycle reads hundreds, and only these are used.
 
-    ``timestamp_us``: CPU timestamp in microseconds; ``percent``: 0–100. nvidia-smi: none (it shows the
-    average); ``nvidia-smi -q -d UTILIZATION`` shows the min/max/avg of this buffer.
+    nvidia-smi: none (it shows the average); ``nvidia-smi -q -d UTILIZATION`` shows the min/max/avg of
+    this buffer.
     """
 
-    timestamp_us: int
-    percent: int
+    percents: tuple[int, ...]
+    first_us: int = 0
+    last_us: int = 0
 
 
 class ProcessMemory(NamedTuple):

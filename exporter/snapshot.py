@@ -16,8 +16,17 @@ from typing import NamedTuple
 
 from exporter import capabilities as cap
 from exporter import fields as f
-from exporter.attribution import Holder, PodName, PodView, holders_of, is_shared, pod_usage, sole_holder
-from exporter.readings import DeviceIdentity, DeviceReading, NodeReading
+from exporter.attribution import (
+    Holder,
+    PodName,
+    PodView,
+    holders_of,
+    is_shared,
+    pods_holding,
+    sole_holder,
+    usage_of_pods,
+)
+from exporter.readings import DeviceIdentity, DeviceReading, MigLabels, NodeReading
 from exporter.xid_catalogue import describe
 
 Labels = dict[str, str]
@@ -117,6 +126,50 @@ def device_holders(view: PodView, device: DeviceReading) -> tuple[Holder, ...]:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _Attribution:
+    """One device's labels under one pod view and driver: computed when those change, not every cycle
+    (the kubelet's allocations change far less often than the exporter collects)."""
+
+    labels: Labels  # identifying labels: the GPU's, and the MIG instance's
+    device_labels: Labels  # with the pod holding the device alone, if one does
+    shared: bool
+    pods: Mapping[PodName, Holder]  # the pods holding a shared device, in name order
+    pod_labels: Mapping[Holder, Labels]  # each such pod's labels on its per-pod series
+    histogram_key: tuple[str, tuple[str, ...]]
+    capability_labels: Mapping[str, Labels]  # physical GPUs: each capability's labels
+
+
+def _attribution(view: PodView, device: DeviceReading, labels: Labels) -> _Attribution:
+    if device.mig is not None:
+        mig = device.mig
+        labels = {**labels, "GPU_I_PROFILE": mig.profile, "GPU_I_ID": str(mig.gpu_instance_id)}
+    holders = device_holders(view, device)
+    shared = is_shared(holders)
+    # One pod holding the device, alone on a time-sliced GPU too, is named on its series.
+    owner = sole_holder(holders)
+    device_labels = labels if owner is None else _with_holder(labels, owner)
+    pods = pods_holding(holders) if shared else {}
+    capability_labels: dict[str, Labels] = {}
+    if device.mig is None:
+        # Only identifying labels that are snake_case or DCGM's upper case: the exporter's own
+        # families stay lint-clean (modelName is on gpu_up, to join on).
+        gpu = {key: labels[key] for key in ("gpu", "UUID", "Hostname")}
+        capability_labels = {name: {**gpu, "capability": name} for name in cap.NAMES}
+    return _Attribution(
+        labels=labels,
+        device_labels=device_labels,
+        shared=shared,
+        pods=pods,
+        pod_labels={holder: _with_holder(labels, holder) for holder in pods.values()},
+        histogram_key=(
+            device.uuid,
+            tuple(device_labels.get(k, "") for k in ("namespace", "pod", "container")),
+        ),
+        capability_labels=capability_labels,
+    )
+
+
 class SnapshotBuilder:
     """Builds :class:`Snapshot` objects; keeps cumulative histogram state between cycles."""
 
@@ -125,6 +178,26 @@ class SnapshotBuilder:
         self._version = version
         self._histograms: dict[tuple[str, tuple[str, ...]], _Histogram] = {}
         self._last_success_at: float | None = None
+        # Labels and attribution per device, valid for one pod view and driver version.
+        self._view: PodView | None = None
+        self._driver: str | None = None
+        self._gpu_labels: dict[DeviceIdentity, Labels] = {}
+        self._attributions: dict[tuple[DeviceIdentity, MigLabels | None], _Attribution] = {}
+
+    def _labels_for(self, view: PodView, driver: str) -> None:
+        """Start the label caches afresh when the pod view or the driver version changed (a new view
+        object with the same allocations, as each kubelet refresh brings, keeps them)."""
+        if driver != self._driver or (view is not self._view and view != self._view):
+            self._gpu_labels = {}
+            self._attributions = {}
+            self._driver = driver
+        self._view = view
+
+    def _gpu_labels_of(self, gpu: DeviceIdentity) -> Labels:
+        labels = self._gpu_labels.get(gpu)
+        if labels is None:
+            labels = self._gpu_labels[gpu] = gpu_labels(gpu, self._hostname, self._driver or "")
+        return labels
 
     def build(
         self,
@@ -143,41 +216,40 @@ class SnapshotBuilder:
         def add(name: str, labels: Labels, value: float) -> None:
             series[name].append(Series(labels, value))
 
+        self._labels_for(view, driver)
         base_labels: dict[str, Labels] = {}
         for gpu, up in reading.gpus:
-            base_labels[gpu.uuid] = labels = gpu_labels(gpu, self._hostname, driver)
+            base_labels[gpu.uuid] = labels = self._gpu_labels_of(gpu)
             add(f.GPU_UP, labels, 1.0 if up else 0.0)
 
         kept_histograms: dict[tuple[str, tuple[str, ...]], _Histogram] = {}
         whole_gpu_labels: dict[str, Labels] = {}  # each GPU read this cycle, with the pod holding it
+        # Kept for the devices read this cycle only: MIG instances a reconfiguration removed go.
+        attributions: dict[tuple[DeviceIdentity, MigLabels | None], _Attribution] = {}
         for device in reading.devices:
-            labels = base_labels.get(device.gpu.uuid) or gpu_labels(device.gpu, self._hostname, driver)
-            if device.mig is not None:
-                mig = device.mig
-                labels = {**labels, "GPU_I_PROFILE": mig.profile, "GPU_I_ID": str(mig.gpu_instance_id)}
-            holders = device_holders(view, device)
-            shared = is_shared(holders)
-            # One pod holding the device, alone on a time-sliced GPU too, is named on its series.
-            owner = sole_holder(holders)
-            device_labels = labels if owner is None else _with_holder(labels, owner)
+            attribution = self._attributions.get((device.gpu, device.mig))
+            if attribution is None:
+                labels = base_labels.get(device.gpu.uuid) or self._gpu_labels_of(device.gpu)
+                attribution = _attribution(view, device, labels)
+            attributions[(device.gpu, device.mig)] = attribution
+            device_labels = attribution.device_labels
 
             for name, value in device.values.items():
                 series[name].append(Series(device_labels, value))
             if device.capabilities is not None:
-                self._add_capabilities(add, labels, device.capabilities)
+                self._add_capabilities(add, attribution.capability_labels, device.capabilities)
             if device.mig is None:
                 whole_gpu_labels[device.uuid] = device_labels
-            if shared:
-                self._add_pod_usage(add, labels, holders, device, pid_uids, view.uid_names)
+            if attribution.shared:
+                self._add_pod_usage(add, attribution, device, pid_uids, view.uid_names)
             if device.samples is not None:
-                key = (
-                    device.uuid,
-                    tuple(device_labels.get(k, "") for k in ("namespace", "pod", "container")),
-                )
+                key = attribution.histogram_key
                 histogram = self._histograms.get(key) or _Histogram()
                 histogram.observe(device.samples)
                 kept_histograms[key] = histogram
                 histograms.append(HistogramSeries(device_labels, histogram.cumulative(), histogram.total))
+
+        self._attributions = attributions
 
         # A GPU that is down, or whose sample buffer could not be read this cycle, keeps its histogram for
         # when it is read again (a counter must not restart); other stale keys (a pod that left) go.
@@ -223,14 +295,14 @@ class SnapshotBuilder:
     @staticmethod
     def _add_pod_usage(
         add: _Add,
-        labels: Labels,
-        holders: tuple[Holder, ...],
+        attribution: _Attribution,
         device: DeviceReading,
         pid_uids: Mapping[int, str],
         uid_names: Mapping[str, PodName],
     ) -> None:
-        for usage in pod_usage(holders, device.processes, device.process_utilization, pid_uids, uid_names):
-            pod_labels = _with_holder(labels, usage.holder)
+        pods = attribution.pods
+        for usage in usage_of_pods(pods, device.processes, device.process_utilization, pid_uids, uid_names):
+            pod_labels = attribution.pod_labels[usage.holder]
             # Own names, not DCGM's: the GPU's series already carry the whole device, so a per-pod
             # DCGM_FI_DEV_GPU_UTIL would make `sum by (gpu)` count the GPU twice.
             if usage.sm_percent is not None:
@@ -239,14 +311,11 @@ class SnapshotBuilder:
                 add(f.POD_MEMORY_USED, pod_labels, float(usage.memory_bytes))
 
     @staticmethod
-    def _add_capabilities(add: _Add, labels: Labels, capabilities: cap.Capabilities) -> None:
-        # Only identifying labels that are snake_case or DCGM's upper case: the exporter's own families
-        # stay lint-clean (modelName is on gpu_up, to join on).
-        gpu = {key: labels[key] for key in ("gpu", "UUID", "Hostname")}
+    def _add_capabilities(add: _Add, labels: Mapping[str, Labels], capabilities: cap.Capabilities) -> None:
         for name in cap.NAMES:
             known = capabilities.get(name)
             if known is not None:
-                add(f.CAPABILITY, {**gpu, "capability": name}, float(known.available))
+                add(f.CAPABILITY, labels[name], float(known.available))
 
     def _add_self_metrics(self, add: _Add, counters: Counters, duration_s: float) -> None:
         add(f.COLLECT_DURATION, {}, duration_s)

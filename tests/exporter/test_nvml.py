@@ -15,6 +15,7 @@ import pynvml
 import pytest
 import yaml
 
+from exporter.capabilities import Capability
 from exporter.fields import NVML_ERRORS
 from exporter.nvml import (
     FIELD_ECC_SBE_VOL,
@@ -26,6 +27,7 @@ from exporter.nvml import (
     Nvml,
     NvmlUnavailable,
     UtilizationRates,
+    UtilizationSamples,
     _handle_key,
     nvml_error,
 )
@@ -200,7 +202,7 @@ def test_non_finite_doubles_are_absent_never_nan(clock: Any) -> None:
     readings = nvml.fields(GPU0)
     assert readings.energy_mj is None and readings.pcie_replays is None
     assert readings.power_instant_mw is None
-    assert nvml.utilization_samples(GPU0, 0) == ()
+    assert nvml.utilization_samples(GPU0, 0) == UtilizationSamples(())  # NaN samples dropped
 
 
 def test_power_usage_is_read_as_dcgm_reads_it_and_instant_power_from_the_field(clock: Any) -> None:
@@ -346,15 +348,17 @@ def test_violation_status_function_not_found_is_counted_once(hot_nvml: Nvml, hot
 
 def test_utilization_samples_since_a_timestamp(nvml: Nvml, clock: Any) -> None:
     first = nvml.utilization_samples(GPU0, 0)
-    assert first  # the buffer so far
-    assert all(s.percent in range(40, 45) for s in first)
-    newest = max(s.timestamp_us for s in first)
-    assert nvml.utilization_samples(GPU0, newest) == ()  # NOT_FOUND: nothing new, not an error
+    assert first is not None and first.percents  # the buffer so far
+    assert all(percent in range(40, 45) for percent in first.percents)
+    assert first.first_us <= first.last_us
+    newest = first.last_us
+    nothing_new = nvml.utilization_samples(GPU0, newest)  # NOT_FOUND: nothing new, not an error
+    assert nothing_new is not None and nothing_new.percents == ()
     clock.advance(1.0)
     later = nvml.utilization_samples(GPU0, newest)
     assert later is not None
-    assert len(later) == 6  # six per second
-    assert all(s.timestamp_us > newest for s in later)
+    assert len(later.percents) == 6  # six per second
+    assert later.first_us > newest
     assert nvml.error_counts() == {}
 
 
@@ -364,6 +368,23 @@ def test_no_utilization_samples_on_mig(fake_gpus: Callable[..., FakeNvmlLibrary]
     nvml.init()
     assert nvml.utilization_samples(FakeHandle(0), 0) is None
     assert nvml.utilization(FakeHandle(0, 0)) is None
+
+
+def test_mig_mode_not_asked_again_of_a_gpu_without_mig_until_reinit(
+    fake_gpus: Callable[..., FakeNvmlLibrary],
+) -> None:
+    # nvml.h: NOT_SUPPORTED from nvmlDeviceGetMigMode means the device does not support MIG mode.
+    library = fake_gpus(FakeGpu(0), FakeGpu(1, mig=(FakeMig(1, 2, 4 * GIB),)))
+    nvml = Nvml(library)
+    nvml.init()
+    for _ in range(3):
+        assert nvml.mig_instances(FakeHandle(0)) == ()
+        assert len(nvml.mig_instances(FakeHandle(1))) == 1
+    assert library.calls_to("nvmlDeviceGetMigMode") == 1 + 3  # GPU 0 once, GPU 1 (MIG on) every time
+    assert nvml.capabilities(FakeHandle(0))["mig"] == Capability(False, "NOT_SUPPORTED")
+    nvml.init()  # a new session asks again
+    assert nvml.mig_instances(FakeHandle(0)) == ()
+    assert library.calls_to("nvmlDeviceGetMigMode") == 5
 
 
 def test_mig_instances_with_profile_names(fake_gpus: Callable[..., FakeNvmlLibrary]) -> None:
