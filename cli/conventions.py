@@ -78,6 +78,10 @@ def add_command(
     parser = commands.add_parser(
         name, help=help, description=help, parents=[_logging_options(None)], **kwargs
     )
+    # After the command too (`gpu-reaper run --version`), as the logging options are: the version
+    # is the tool's, named as the tool.
+    tool = parser.prog.split()[0]
+    parser.add_argument("--version", action="version", version=f"{tool} {tool_version()}")
     parser.set_defaults(_parser=parser)
     return parser
 
@@ -91,7 +95,7 @@ def parse(
     errors (2) or ``--help``/``--version`` (0). ``check`` raises ``BadInputError`` for a usage error,
     reported as argparse reports its own."""
     try:
-        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+        args = _parse_command_line(parser, list(sys.argv[1:] if argv is None else argv))
         command_parser: argparse.ArgumentParser = args._parser
         try:
             if check is not None:
@@ -101,6 +105,43 @@ def parse(
     except SystemExit as e:  # argparse printed the usage error, the help or the version
         return e.code if isinstance(e.code, int) else ExitCode.BAD_INPUT
     return args
+
+
+def _parse_command_line(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """``parse_args``, with usage errors said by the command they concern.
+
+    argparse reports an unknown option with the top parser's usage, and, before the command is
+    named, as a missing command (``gpu-reaper --bogus``: "required: COMMAND"). Commands are parsed
+    as optional here; what is left over is reported by the deepest command reached (its own
+    usage), then a command still missing.
+    """
+    chosen = _commands(parser)
+    for action in chosen:
+        action.required = False
+    try:
+        args, extras = parser.parse_known_args(argv)
+    finally:
+        for action in chosen:
+            action.required = True
+    command_parser: argparse.ArgumentParser = args._parser
+    if extras:
+        command_parser.error(f"unrecognized arguments: {' '.join(extras)}")
+    for action in _commands(command_parser, nested=False):
+        if getattr(args, action.dest, None) is None:
+            command_parser.error(f"the following arguments are required: {action.metavar or action.dest}")
+    return args
+
+
+def _commands(parser: argparse.ArgumentParser, nested: bool = True) -> list[argparse._SubParsersAction[Any]]:
+    """The required subcommand choices of ``parser`` (and, ``nested``, of its commands)."""
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and action.required:
+            found.append(action)
+            if nested:
+                for sub in dict.fromkeys(action.choices.values()):
+                    found += _commands(sub)
+    return found
 
 
 def fail(prog: str, error: GpuToolError) -> int:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from cli import conventions, prometheus_options
-from common.errors import BadInputError, DataUnavailableError
+from common.errors import BadInputError, DataUnavailableError, ExitCode, GpuToolError
 from common.memory import limit_malloc_arenas
 from reaper import names
 from reaper.errors import KubeError, LeaseHeldError, PushgatewayError
@@ -120,6 +120,13 @@ def _build_parser() -> argparse.ArgumentParser:
         "or skip with its reason, its Slack channel, costs)",
     )
     p_run.add_argument("--pushgateway-url", help="push gpu_reaper_* metrics to this Pushgateway")
+    p_run.add_argument(
+        "--metrics-file",
+        type=Path,
+        metavar="FILE",
+        help="write the run's gpu_reaper_* metrics to this file in the text exposition format (a "
+        "node-exporter textfile collector reads it); -v also logs them",
+    )
     prometheus_options.add_prometheus_options(p_run)
     _kube_flags(p_run)
 
@@ -237,7 +244,6 @@ def _cluster(args: argparse.Namespace, policy: Policy) -> str | None:
 class _RunInputs:
     settings: RunSettings
     kube: KubeSettings
-    pushgateway_url: str | None
 
 
 def _run_inputs(args: argparse.Namespace) -> _RunInputs:
@@ -260,17 +266,35 @@ def _run_inputs(args: argparse.Namespace) -> _RunInputs:
         cluster=_cluster(args, policy),
     )
     kube = KubeSettings(kubeconfig=args.kubeconfig, context=args.context, timeout_seconds=args.api_timeout)
-    return _RunInputs(settings, kube, args.pushgateway_url)
+    return _RunInputs(settings, kube)
+
+
+# The summary line's word for a run stopped by an error before it could report on itself.
+_STOPPED = {ExitCode.BAD_INPUT: "bad_input", ExitCode.DATA_UNAVAILABLE: "data_unavailable"}
 
 
 def _cmd_run(args: argparse.Namespace, out: TextIO) -> int:
+    """One run; it ends with its summary line on stdout, whatever stopped it (docs/reaper.md)."""
+    mode = RunMode.APPLY if args.apply else RunMode.DRY_RUN if args.dry_run else None
+    try:
+        inputs = _run_inputs(args)  # policy errors end here: exit 2 before any API call
+        mode = inputs.settings.mode
+        return _run(args, inputs, out)
+    except GpuToolError as e:
+        code = conventions.fail(PROG, e)
+        shown = f"mode={mode.value} " if mode is not None else ""  # no mode it never learned
+        print(f"{PROG}: {shown}error={_STOPPED.get(e.exit_code, 'failed')}", file=out, flush=True)
+        return code
+
+
+def _run(args: argparse.Namespace, inputs: _RunInputs, out: TextIO) -> int:
     from reaper import analysis  # the analyzer (pandas, numpy) loads only for commands that analyse
 
-    inputs = _run_inputs(args)  # policy errors end here: exit 2 before any API call
     settings = inputs.settings
     namespaces = tuple(args.namespaces or ())
-    if args.report is not None:
-        conventions.check_writable(args.report, "--report")  # before the run, not after it
+    for path, flag in ((args.report, "--report"), (args.metrics_file, "--metrics-file")):
+        if path is not None:
+            conventions.check_writable(path, flag)  # before the run, not after it
     metrics = None
     if args.findings is not None:
         source = analysis.file_source(args.findings, namespaces)
@@ -296,7 +320,7 @@ def _cmd_run(args: argparse.Namespace, out: TextIO) -> int:
         client.close()
     if args.report is not None:
         _write_report(args.report, report, settings, metrics, credentials)
-    return _finish(report, inputs.pushgateway_url, out)
+    return _finish(report, args, out)
 
 
 def _write_report(
@@ -338,16 +362,22 @@ def _write_report(
     log.info("wrote the HTML report to %s", path)
 
 
-def _finish(report: RunReport, pushgateway_url: str | None, out: TextIO) -> int:
+def _finish(report: RunReport, args: argparse.Namespace, out: TextIO) -> int:
     metrics = report.metrics()
-    log.info("run metrics:\n%s", exposition(metrics).rstrip())
-    if pushgateway_url:
+    text = exposition(metrics)
+    # Thirty lines every run buried the log's news: shown on request (-v, or debug), or kept in a file.
+    shown = logging.INFO if getattr(args, "verbose", None) else logging.DEBUG
+    log.log(shown, "run metrics:\n%s", text.rstrip())
+    if args.metrics_file is not None:
+        _write_metrics(args.metrics_file, text)
+    if args.pushgateway_url:
         try:
-            push(pushgateway_url, registry_for(metrics))
+            push(args.pushgateway_url, registry_for(metrics))
         except PushgatewayError as e:
             log.warning("%s", e)
-    log.info(
-        "run finished",
+    log.log(
+        logging.INFO if report.exit_code == EXIT_OK else logging.ERROR,
+        _how_it_ended(report),
         extra={
             "mode": report.mode,
             "cluster": report.cluster,
@@ -358,10 +388,35 @@ def _finish(report: RunReport, pushgateway_url: str | None, out: TextIO) -> int:
             "skipped": report.skipped,
             "failed": report.count(Outcome.FAILED),
             "exit_code": report.exit_code,
+            "error": report.failure,
         },
     )
     print(report.summary_line(), file=out, flush=True)
     return report.exit_code
+
+
+def _how_it_ended(report: RunReport) -> str:
+    """The run's last log line: a run that stopped never reads as one that finished."""
+    if report.lease_held:
+        return "run did nothing: another run holds the lease"
+    if report.failure is not None:
+        return f"run stopped ({report.failure}): nothing was done"
+    failed = report.count(Outcome.FAILED)
+    if failed:
+        return f"run finished with {failed} failed action{'s' if failed != 1 else ''}"
+    return "run finished"
+
+
+def _write_metrics(path: Path, text: str) -> None:
+    """The exposition, replaced whole (written aside, then renamed): a textfile collector reading
+    it meanwhile sees the last run's metrics or this one's, never half of them."""
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        partial.write_text(text, encoding="utf-8")
+        partial.replace(path)
+    except OSError as e:
+        # Like a Pushgateway outage: the run is done, its exit code says how it went.
+        log.warning("cannot write --metrics-file %s: %s", path, e.strerror or e)
 
 
 # --- restore ---------------------------------------------------------------------------------------

@@ -128,6 +128,9 @@ class DataloaderStarvationEvidence(UtilizationEvidence):
     stalled_share: float | None = None
     busy_share: float | None = None
     shares_from: Literal["histogram", "samples"] | None = None
+    # The sample interval of the scraped readings the mean, max and quantiles come from, seconds
+    # (the shares come from them too where shares_from is "samples", else from sub-second samples).
+    util_interval_seconds: float | None = None
     cpu_saturation: float | None = None
     cpu_throttled_ratio: float | None = None
     cpu_saturation_of: Literal["limit", "request"] | None = None  # what cpu_saturation divides by
@@ -164,6 +167,18 @@ class UnknownEvidence(Evidence):
     ambiguity: str | None = None  # ambiguous: what in the series' labels cannot be one workload
     request_rate: float | None = None
     request_rate_query: str | None = None
+
+    @property
+    def why(self) -> str:
+        """Why there was too little data, in a few words: the one wording of every report and message."""
+        if self.reason == "too_young":
+            return f"too young: {self.judged_hours or 0:,.1f} h judged"
+        if self.reason == "ambiguous":
+            return f"ambiguous series: {self.ambiguity}" if self.ambiguity else "ambiguous series"
+        if self.coverage is not None:
+            needed = f" of {self.min_coverage * 100:.0f} % needed" if self.min_coverage is not None else ""
+            return f"low coverage: {self.coverage * 100:.1f} % of samples{needed}"
+        return "too little data"
 
 
 AnyEvidence = IdleEndpointEvidence | DataloaderStarvationEvidence | LowUtilizationEvidence | UnknownEvidence

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from common.evidence import (
     AnyEvidence,
@@ -27,6 +27,7 @@ from common.evidence import (
     UtilQuantile,
 )
 from common.timeutil import AwareDatetime, rfc3339
+from common.validation import one_line
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -130,6 +131,9 @@ class Finding(_Frozen):
     # where many clusters are read through one query view; None where the series carry none.
     cluster: str | None = Field(default=None, min_length=1)
     workload: WorkloadRef
+    # The controller above `workload` that the metrics name (a KServe InferenceService, a Kubeflow
+    # Notebook…): what a stop must act on, in the workload's namespace. None where they name none.
+    owner: WorkloadRef | None = None
     pods: tuple[str, ...] = ()
     nodes: tuple[str, ...] = ()
     gpus: tuple[str, ...] = ()
@@ -164,6 +168,15 @@ class Finding(_Frozen):
             )
         return self
 
+    @model_validator(mode="after")
+    def _owner_beside_workload(self) -> Finding:
+        # Owner references never cross namespaces, and the JSON writes one namespace for both.
+        if self.owner is not None and self.owner.namespace != self.workload.namespace:
+            raise ValueError(
+                f"owner {self.owner.key()} is not in the workload's namespace {self.workload.namespace!r}"
+            )
+        return self
+
     @property
     def namespace(self) -> str:
         return self.workload.namespace
@@ -182,11 +195,14 @@ class Finding(_Frozen):
         """The stable JSON shape (see docs/findings.md)."""
         # ``cluster`` only where a query view named one: single-cluster documents keep their shape.
         named = {"cluster": self.cluster} if self.cluster is not None else {}
+        # ``owner`` only where the metrics name one, likewise.
+        owner = {"owner": {"kind": self.owner.kind, "name": self.owner.name}} if self.owner else {}
         return {
             "kind": self.kind.value,
             **named,
             "namespace": self.workload.namespace,
             "workload": {"kind": self.workload.kind, "name": self.workload.name},
+            **owner,
             "pods": list(self.pods),
             "nodes": list(self.nodes),
             "gpus": list(self.gpus),
@@ -206,12 +222,41 @@ class Finding(_Frozen):
         workload = _WorkloadJSON.model_validate(payload.pop("workload", None))
         namespace = payload.pop("namespace", None)
         gpu_count = payload.pop("gpu_count", None)
+        owner = payload.pop("owner", None)
+        if owner is not None:
+            above = _WorkloadJSON.model_validate(owner)
+            payload["owner"] = {"kind": above.kind, "name": above.name, "namespace": namespace}
         finding = cls.model_validate(
             {**payload, "workload": {"kind": workload.kind, "name": workload.name, "namespace": namespace}}
         )
         if gpu_count is not None and gpu_count != finding.gpu_count:
             raise ValueError(f"gpu_count {gpu_count} disagrees with {finding.gpu_count} listed gpus")
         return finding
+
+
+class InvalidFindingsError(ValueError):
+    """A findings document of the right version with a field that is wrong: the message is one
+    line naming where (``findings[3].kind``) and what is wrong."""
+
+
+def _finding_at(index: int, data: Any) -> Finding:
+    at = f"findings[{index}]"
+    if not isinstance(data, Mapping):
+        raise InvalidFindingsError(f"{at}: must be a JSON object")
+    # The workload (and owner) objects are read apart from the finding: checked here first, so
+    # that their problems are placed below them.
+    for part in ("workload", "owner"):
+        if part == "workload" or data.get(part) is not None:
+            try:
+                _WorkloadJSON.model_validate(data.get(part))
+            except ValidationError as e:
+                raise InvalidFindingsError(one_line(e, f"{at}.{part}")) from e
+    try:
+        return Finding.from_dict(data)
+    except ValidationError as e:
+        raise InvalidFindingsError(one_line(e, at)) from e
+    except ValueError as e:
+        raise InvalidFindingsError(f"{at}: {e}") from e
 
 
 EVIDENCE_BY_KIND: dict[FindingKind, type[AnyEvidence]] = {
@@ -251,14 +296,17 @@ class FindingsReport(_Frozen):
         findings = doc.get("findings", [])
         if not isinstance(findings, list):
             raise ValueError("findings: must be a JSON array")
-        return cls.model_validate(
-            {
-                "window": doc.get("window"),
-                "generated_at": doc.get("generated_at"),
-                "source": doc.get("source", ""),
-                "findings": tuple(Finding.from_dict(f) for f in findings),
-            }
-        )
+        try:
+            return cls.model_validate(
+                {
+                    "window": doc.get("window"),
+                    "generated_at": doc.get("generated_at"),
+                    "source": doc.get("source", ""),
+                    "findings": tuple(_finding_at(i, f) for i, f in enumerate(findings)),
+                }
+            )
+        except ValidationError as e:
+            raise InvalidFindingsError(one_line(e)) from e
 
     def by_kind(self, kind: FindingKind) -> tuple[Finding, ...]:
         return tuple(f for f in self.findings if f.kind is kind)

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from reaper import names
 from reaper.cluster import Workload
 from reaper.kinds import KINDS
+from reaper.policy import Action
 
 
 @dataclass(frozen=True)
@@ -26,12 +27,50 @@ class Change:
     spec: Mapping[str, Any]
     annotations: Mapping[str, str | None]
     description: str  # "scale from 3 to 0 replicas", "set kubeflow-resource-stopped"
+    before: Mapping[str, Any] = field(default_factory=dict)  # the spec values it replaces, where known
+
+    def fields(self) -> str:
+        """The fields it writes, as a person reads them: ``replicas 2 → 0``, ``annotation k=v``.
+
+        The reaper's own ``gpu-reaper/`` marks travel in the same patch and are left out: they
+        record the stop, they do not make it.
+        """
+        parts = [
+            f"{key} {_json(self.before[key])} → {_json(value)}"
+            if key in self.before
+            else f"{key}={_json(value)}"
+            for key, value in self.spec.items()
+        ]
+        parts += [
+            f"annotation {key}={value}" if value is not None else f"annotation {key} removed"
+            for key, value in self.annotations.items()
+            if not key.startswith(names.PREFIX)
+        ]
+        return ", ".join(parts)
+
+
+def _json(value: Any) -> str:
+    """A field value as the object spells it (``true``, not ``True``)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "null" if value is None else str(value)
+
+
+def write_line(kind: str, namespace: str | None, name: str, change: Change) -> str:
+    """What one write does, by the object and field: ``Deployment serving/x: replicas 2 → 0``."""
+    where = f"{namespace}/{name}" if namespace else name
+    return f"{kind} {where}: {change.fields()}"
+
+
+# A node's cordon: the executor sends this spec, and the plan names it by the same words.
+CORDON = Change({"unschedulable": True}, {}, "cordon", before={"unschedulable": False})
 
 
 class Actuator(ABC):
     """A root kind's native stop. ``marker`` is the annotation that says the reaper stopped it."""
 
-    verb = "stop"
+    verb = "stop"  # the action's one name in the terminal, the HTML report and Slack
+    past = "stopped"
     log_verb = "stop"  # "scale Deployment a/b from 3 to 0 replicas", "stop Notebook a/b with …"
     done = "Stopped"
     marker = names.REAPED_AT
@@ -53,6 +92,7 @@ class ScaleToZero(Actuator):
     """spec.replicas to 0, the original count in gpu-reaper/original-replicas (Deployment, LWS, Rollout…)."""
 
     verb = "scale to zero"
+    past = "scaled to zero"
     log_verb = "scale"
     done = "ScaledToZero"
     marker = names.ORIGINAL_REPLICAS
@@ -63,7 +103,10 @@ class ScaleToZero(Actuator):
     def stop(self, w: Workload, now: str) -> Change:
         replicas = w.replicas if w.replicas is not None else 1
         return Change(
-            {"replicas": 0}, {names.ORIGINAL_REPLICAS: str(replicas)}, f"from {replicas} to 0 replicas"
+            {"replicas": 0},
+            {names.ORIGINAL_REPLICAS: str(replicas)},
+            f"from {replicas} to 0 replicas",
+            before={"replicas": replicas},
         )
 
     def restore(self, w: Workload) -> Change | str:
@@ -100,9 +143,10 @@ class StopAnnotation(Actuator):
 
 
 class Suspend(Actuator):
-    """spec.suspend: true, which the controller honours by deleting the pods (RayCluster, JobSet, Job)."""
+    """spec.suspend: true, which the controller honours by deleting the pods (RayCluster, JobSet)."""
 
     verb = "suspend"
+    past = "suspended"
     log_verb = "suspend"
     done = "Suspended"
 
@@ -110,10 +154,27 @@ class Suspend(Actuator):
         return "already suspended" if w.suspended else None
 
     def stop(self, w: Workload, now: str) -> Change:
-        return Change({"suspend": True}, {}, "with spec.suspend=true")
+        return Change({"suspend": True}, {}, "with spec.suspend=true", before={"suspend": False})
 
     def restore(self, w: Workload) -> Change | str:
         return Change({"suspend": False}, {}, "set spec.suspend=false")
+
+
+class KueueDeactivate(Suspend):
+    """A Job Kueue manages: Kueue owns its ``spec.suspend`` and would unsuspend it while its Workload
+    stays admitted, so the stop is ``spec.active: false`` on that Workload, which Kueue answers by
+    evicting it and suspending the Job itself; restore sets it back to true and Kueue admits it again.
+
+    ``spec`` of the change is the Workload's; the executor finds the Workload by its ownerReference
+    to the Job and marks the Job with the reaper's annotations (reaper.executor).
+    """
+
+    def stop(self, w: Workload, now: str) -> Change:
+        description = "by deactivating its Kueue Workload (spec.active=false)"
+        return Change({"active": False}, {}, description, before={"active": True})
+
+    def restore(self, w: Workload) -> Change | str:
+        return Change({"active": True}, {}, "reactivated its Kueue Workload (spec.active=true)")
 
 
 class ScaleSubresource(ScaleToZero):
@@ -144,8 +205,20 @@ ACTUATORS: Mapping[str, Actuator] = {
     ),
     "RayCluster": _SUSPEND,
     "JobSet": _SUSPEND,
-    "Job": _SUSPEND,  # only Kueue-managed ones: see actuator_for
+    "Job": KueueDeactivate(),  # only Kueue-managed ones: see actuator_for
 }
+
+
+def verbs(action: Action, kind: str) -> tuple[str, str]:
+    """The one name of what ``action`` does to an object of ``kind``, and its past: the same words in
+    the terminal plan, the HTML report, Slack and the skip details (``scale to zero``, ``stop``,
+    ``suspend``, ``cordon``, ``heads-up``)."""
+    if action is Action.CORDON:
+        return "cordon", "cordoned"
+    if action is Action.NOTIFY:
+        return "heads-up", "heads-up"
+    actuator = actuator_of(kind)
+    return (actuator.verb, actuator.past) if actuator is not None else (_SCALE.verb, _SCALE.past)
 
 
 def actuator_for(root: Workload) -> Actuator | None:

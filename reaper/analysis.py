@@ -20,7 +20,7 @@ from analyzer.sources.dcgm import CLUSTER_LABEL
 from analyzer.sources.metrics_source import MetricsSource
 from analyzer.sources.prometheus_config import PrometheusConfig
 from common.errors import BadInputError
-from common.model import FindingsReport, TimeWindow
+from common.model import FindingsReport, InvalidFindingsError, TimeWindow
 from common.thresholds import Thresholds
 from reaper.runner import FindingsSource
 
@@ -92,6 +92,8 @@ def file_source(path: Path, namespaces: Collection[str] = ()) -> FindingsSource:
         raise BadInputError(f"cannot read findings file {path}: {e.strerror or e}") from e
     try:
         found = scope_report(FindingsReport.from_json(text), namespaces)
+    except InvalidFindingsError as e:  # the right document, with a field that is wrong: name it
+        raise BadInputError(f"{path}: {e}") from e
     except (ValueError, TypeError) as e:  # JSON and pydantic errors derive from ValueError
         raise BadInputError(
             f"{path}: not a findings document from `gpu-analyzer analyze --format json`: {e}"

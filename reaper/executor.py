@@ -10,7 +10,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -20,7 +20,16 @@ from typing import Any, TypeVar
 from common.errors import BadInputError
 from common.timeutil import parse_time, rfc3339
 from reaper import names
-from reaper.actuators import ACTUATORS, SCALE_SUBRESOURCE, Change, ScaleSubresource, actuator_of
+from reaper.actuators import (
+    ACTUATORS,
+    CORDON,
+    SCALE_SUBRESOURCE,
+    Change,
+    KueueDeactivate,
+    ScaleSubresource,
+    actuator_of,
+    write_line,
+)
 from reaper.cluster import with_scale_replicas, workload_from_object
 from reaper.discovery import ScaleDiscovery
 from reaper.errors import (
@@ -36,7 +45,7 @@ from reaper.kinds import KINDS
 from reaper.kube_api import KubeApi
 from reaper.planner import Plan, PlannedAction, opt_out
 from reaper.policy import Action, RunMode
-from reaper.state import ReaperState
+from reaper.state import ReaperState, StoppedObject, StopRecord, stop_key
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +69,9 @@ class ActionResult:
     action: PlannedAction
     outcome: Outcome
     detail: str = ""
+    # What --apply writes (dry-run) or wrote, by object and field: "Deployment a/b: replicas 2 → 0".
+    # Made from the very change the write sends; empty for a notice and where no write was formed.
+    write: str = ""
 
 
 @dataclass(frozen=True)
@@ -90,6 +102,15 @@ def _marked(kind: str, obj: Mapping[str, Any]) -> bool:
 
 class _Changed(Exception):
     """The object changed since planning so that the action no longer applies."""
+
+
+class _Refused(Exception):
+    """The reaper cannot act on this object here (nothing was changed): a failure, not an API outage."""
+
+
+def _record_key(kind: str, namespace: str, name: str) -> str:
+    info = KINDS[kind]
+    return stop_key(info.group, info.api_kind, namespace, name)
 
 
 class Executor:
@@ -155,27 +176,31 @@ class Executor:
                     )
                 )
                 continue
-            result = self._execute_one(action)
-            failures_in_a_row = failures_in_a_row + 1 if result.outcome is Outcome.FAILED else 0
+            result, api_failed = self._execute_one(action)
+            failures_in_a_row = failures_in_a_row + 1 if api_failed else 0
             results.append(result)
         return results
 
-    def _execute_one(self, action: PlannedAction) -> ActionResult:
+    def _execute_one(self, action: PlannedAction) -> tuple[ActionResult, bool]:
+        """The action's result, and whether it failed because the API server did."""
         try:
             if action.action is Action.SCALE_TO_ZERO:
-                return self._stop(action)
-            return self._cordon(action)
+                return self._stop(action), False
+            return self._cordon(action), False
         except _Changed as e:
             log.info("skipped %s: %s", action.key, e)
-            return ActionResult(action, Outcome.SKIPPED, str(e))
+            return ActionResult(action, Outcome.SKIPPED, str(e)), False
+        except _Refused as e:
+            log.error("failed %s: %s", action.key, e)
+            return ActionResult(action, Outcome.FAILED, str(e)), False
         except KubeUnavailableError as e:
             # No answer: the patch may or may not have landed. Either way the object is restorable,
             # because the annotations travel in the same patch as the change.
             log.error("failed %s: %s; the change may have been applied", action.key, e)
-            return ActionResult(action, Outcome.FAILED, f"{e} (the change may have been applied)")
+            return ActionResult(action, Outcome.FAILED, f"{e} (the change may have been applied)"), True
         except KubeError as e:
             log.error("failed %s: %s", action.key, e)
-            return ActionResult(action, Outcome.FAILED, str(e))
+            return ActionResult(action, Outcome.FAILED, str(e)), True
 
     def _reader(
         self, kind: str, namespace: str | None, name: str, first: dict[str, Any] | None = None
@@ -229,13 +254,15 @@ class Executor:
         actuator = actuator_of(ref.kind)
         if actuator is None:
             raise _Changed(f"{ref.kind} has no native stop gpu-reaper can use")  # pragma: no cover
+        if isinstance(actuator, KueueDeactivate):
+            return self._stop_through_kueue(action, actuator)
         through_scale = isinstance(actuator, ScaleSubresource)
         now = rfc3339(self.clock())
         holder = f" (GPUs held by {action.target.kind} {action.target.namespace}/{action.target.name})"
         via = holder if action.root is not None or through_scale else ""
         where = f"{ref.kind} {ref.namespace}/{ref.name}{via}"
 
-        def attempt(obj: dict[str, Any]) -> tuple[dict[str, Any], str] | None:
+        def attempt(obj: dict[str, Any]) -> tuple[dict[str, Any] | None, Change]:
             self._still_wanted(obj, ref.kind.lower())
             live = workload_from_object(ref.kind, obj)
             done = actuator.stopped(live)
@@ -250,6 +277,7 @@ class Executor:
                 what = f"scale {where} through its scale subresource {change.description}"
 
                 def write() -> dict[str, Any]:
+                    self._remember(ref.kind, ref.namespace, ref.name)
                     marked = self.kube.patch(ref.kind, ref.namespace, ref.name, {"metadata": marks})
                     scale = {
                         "metadata": {"resourceVersion": _meta(marked, "resourceVersion")},
@@ -263,10 +291,10 @@ class Executor:
                 body = {"metadata": marks, **({"spec": dict(change.spec)} if change.spec else {})}
 
                 def write() -> dict[str, Any]:
+                    self._remember(ref.kind, ref.namespace, ref.name)
                     return self.kube.patch(ref.kind, ref.namespace, ref.name, body)
 
-            patched = self._write(f"{what} ({action.reason})", write)
-            return None if patched is None else (patched, change.description)
+            return self._write(f"{what} ({action.reason})", write), change
 
         if through_scale:
             read = self._read_with_scale(ref.kind, ref.namespace, ref.name)
@@ -275,20 +303,20 @@ class Executor:
                 action, {"replicas": action.replicas} if action.replicas is not None else {}
             )
             read = self._reader(ref.kind, ref.namespace, ref.name, planned)
-        done = self._with_conflict_retry(read, attempt)
-        if done is None:
-            return ActionResult(action, Outcome.DRY_RUN)
-        patched, change = done
+        patched, change = self._with_conflict_retry(read, attempt)
+        written = write_line(ref.kind, ref.namespace, ref.name, change)
+        if patched is None:
+            return ActionResult(action, Outcome.DRY_RUN, write=written)
         # A custom kind scaled through /scale is found again through the object holding the GPUs.
         again = action.target if through_scale else ref
         self._event(
             patched,
             ref.kind,
             actuator.done,
-            f"gpu-reaper: {actuator.verb}, {change}{via}: {action.reason}. "
+            f"gpu-reaper: {actuator.verb}, {change.description}{via}: {action.reason}. "
             f"Restore: gpu-reaper restore {again.namespace}/{again.name}",
         )
-        return ActionResult(action, Outcome.APPLIED, change)
+        return ActionResult(action, Outcome.APPLIED, change.description, write=written)
 
     def _read_with_scale(self, kind: str, namespace: str, name: str) -> Callable[[], dict[str, Any]]:
         """Reads the object and its ``/scale`` (which carries the object's resourceVersion)."""
@@ -298,6 +326,86 @@ class Executor:
             return with_scale_replicas(obj, self.kube.get_scale(kind, namespace, name))
 
         return read
+
+    def _stop_through_kueue(self, action: PlannedAction, actuator: KueueDeactivate) -> ActionResult:
+        """A Kueue-managed Job: marked, then its Workload deactivated; Kueue then evicts it and
+        suspends the Job. Suspending the Job directly would be undone: Kueue unsuspends a Job whose
+        Workload is still admitted. Both writes are conditional on the versions read; the marks go
+        first, so a run that dies in between leaves a Job that ``restore`` understands.
+        """
+        ref = action.written
+        now = rfc3339(self.clock())
+        where = f"{ref.kind} {ref.namespace}/{ref.name}"
+
+        def attempt(job: dict[str, Any]) -> tuple[dict[str, Any] | None, Change, str]:
+            self._still_wanted(job, "job")
+            live = workload_from_object(ref.kind, job)
+            done = actuator.stopped(live)
+            if done:
+                raise _Changed(done)
+            workload = self._kueue_workload(ref.namespace, ref.name, job)
+            wl_name = _meta(workload, "name")
+            if (workload.get("spec") or {}).get("active") is False:
+                raise _Changed(f"its Kueue Workload {wl_name} is already inactive")
+            change = actuator.stop(live, now)
+            marks = {names.REAPED_AT: now, names.REASON: action.reason}
+
+            def write() -> dict[str, Any]:
+                self._remember(ref.kind, ref.namespace, ref.name)
+                job_marks = {"resourceVersion": _meta(job, "resourceVersion"), "annotations": marks}
+                marked = self.kube.patch(ref.kind, ref.namespace, ref.name, {"metadata": job_marks})
+                body = {
+                    "metadata": {"resourceVersion": _meta(workload, "resourceVersion"), "annotations": marks},
+                    "spec": dict(change.spec),
+                }
+                self.kube.patch("KueueWorkload", ref.namespace, wl_name, body)
+                return marked
+
+            what = f"{actuator.log_verb} {where} {change.description}: Workload {wl_name} ({action.reason})"
+            return self._write(what, write), change, wl_name
+
+        patched, change, wl_name = self._with_conflict_retry(
+            self._reader(ref.kind, ref.namespace, ref.name), attempt
+        )
+        written = write_line("Workload", ref.namespace, wl_name, change)
+        if patched is None:
+            return ActionResult(action, Outcome.DRY_RUN, write=written)
+        detail = f"{change.description}: Workload {wl_name}"
+        self._event(
+            patched,
+            ref.kind,
+            actuator.done,
+            f"gpu-reaper: {actuator.verb}, {detail}: {action.reason}. "
+            f"Restore: gpu-reaper restore {ref.namespace}/{ref.name}",
+        )
+        return ActionResult(action, Outcome.APPLIED, detail, write=written)
+
+    def _kueue_workload(self, namespace: str, name: str, job: Mapping[str, Any]) -> dict[str, Any]:
+        """The Kueue Workload of a Job, found by its ownerReference to the Job's uid (as Kueue finds
+        it), never by guessing its name. Listed from etcd, not the cache: it is about to be written."""
+        try:
+            listed = self.kube.list_objects("KueueWorkload", namespace)
+        except NotFoundError as e:
+            raise _Refused(
+                f"Job {namespace}/{name} is labelled {names.KUEUE_QUEUE_LABEL} but this cluster does not "
+                f"serve Kueue's Workload API ({KINDS['KueueWorkload'].api_version}): gpu-reaper stops such "
+                "a Job only through its Workload (suspending it directly would fight Kueue); nothing changed"
+            ) from e
+        uid = _meta(job, "uid")
+        owned = [
+            w
+            for w in listed
+            if any(
+                r.get("kind") == "Job" and r.get("uid") == uid
+                for r in (w.get("metadata") or {}).get("ownerReferences") or ()
+            )
+        ]
+        if len(owned) != 1:
+            raise _Refused(
+                f"{len(owned)} Kueue Workloads are owned by Job {namespace}/{name} where Kueue keeps "
+                "exactly one (is Kueue running?); nothing changed"
+            )
+        return owned[0]
 
     def _cordon(self, action: PlannedAction) -> ActionResult:
         name = action.target.name
@@ -312,7 +420,7 @@ class Executor:
                     "resourceVersion": _meta(obj, "resourceVersion"),
                     "annotations": {names.CORDONED_AT: now, names.REASON: action.reason},
                 },
-                "spec": {"unschedulable": True},
+                "spec": dict(CORDON.spec),
             }
             return self._write(
                 f"cordon node {name} ({action.reason})", lambda: self.kube.patch("Node", None, name, body)
@@ -320,15 +428,16 @@ class Executor:
 
         planned = self._planned_copy(action, {"unschedulable": False})
         patched = self._with_conflict_retry(self._reader("Node", None, name, planned), attempt)
+        written = f"Node {name}: {CORDON.description} ({CORDON.fields()})"
         if patched is None:
-            return ActionResult(action, Outcome.DRY_RUN)
+            return ActionResult(action, Outcome.DRY_RUN, write=written)
         self._event(
             patched,
             "Node",
             "Cordoned",
             f"gpu-reaper cordoned the node: {action.reason}. Undo: gpu-reaper restore --all",
         )
-        return ActionResult(action, Outcome.APPLIED)
+        return ActionResult(action, Outcome.APPLIED, write=written)
 
     # --- Events ------------------------------------------------------------------------------------
 
@@ -377,28 +486,105 @@ class Executor:
 
         def write() -> None:
             try:
+                # A merge patch of its own key only: the record of stopped objects stays as it is.
                 self.kube.patch("ConfigMap", self.namespace, names.STATE_CONFIGMAP, {"data": data})
             except NotFoundError:
-                self.kube.create(
-                    "ConfigMap",
-                    self.namespace,
-                    {
-                        "apiVersion": "v1",
-                        "kind": "ConfigMap",
-                        "metadata": {
-                            "name": names.STATE_CONFIGMAP,
-                            "namespace": self.namespace,
-                            "labels": {"app.kubernetes.io/managed-by": names.COMPONENT},
-                        },
-                        "data": data,
-                    },
-                )
+                self.kube.create("ConfigMap", self.namespace, self._state_configmap(data))
 
         self._write(
             f"save {len(state.entries)} confirmation streaks to ConfigMap "
             f"{self.namespace}/{names.STATE_CONFIGMAP}",
             write,
         )
+
+    # --- the record of stopped objects ------------------------------------------------------------
+
+    def _read_record(self) -> tuple[StopRecord, dict[str, Any] | None]:
+        cm = self.kube.get_optional("ConfigMap", self.namespace, names.STATE_CONFIGMAP)
+        return StopRecord.from_json(((cm or {}).get("data") or {}).get(names.STOPPED_KEY)), cm
+
+    def _update_record(self, change: Callable[[StopRecord], StopRecord]) -> None:
+        """Read, change and write back the record: conditional on the version read, created if absent."""
+        for n in range(1, self.conflict_attempts + 1):
+            record, cm = self._read_record()
+            updated = change(record)
+            if updated == record:
+                return
+            data = {names.STOPPED_KEY: updated.to_json()}
+            try:
+                if cm is None:
+                    self.kube.create("ConfigMap", self.namespace, self._state_configmap(data))
+                else:
+                    version = {"resourceVersion": _meta(cm, "resourceVersion")}
+                    body = {"metadata": version, "data": data}
+                    self.kube.patch("ConfigMap", self.namespace, names.STATE_CONFIGMAP, body)
+                return
+            except ConflictError:
+                if n == self.conflict_attempts:
+                    raise
+
+    def _remember(self, kind: str, namespace: str, name: str) -> None:
+        """Record an object before stopping it (inside the write): whatever its kind, even one that
+        carries no mark ``restore --all`` could list, it is found again. A stop that then fails
+        leaves an entry that restore drops, finding the object unmarked."""
+        info = KINDS[kind]
+        entry = StoppedObject(
+            api_version=info.api_version,
+            kind=info.api_kind,
+            namespace=namespace,
+            name=name,
+            stopped_at=self.clock(),
+        )
+        self._update_record(lambda r: r if entry.key in r.objects else r.with_object(entry))
+
+    def _recorded(self, namespace: str | None) -> list[StoppedObject]:
+        """The record's objects (in ``namespace``); none, with a warning, where it may not be read."""
+        try:
+            record, _ = self._read_record()
+        except ForbiddenError as e:
+            log.warning(
+                "cannot read ConfigMap %s/%s (%s): restoring only what carries gpu-reaper's annotations",
+                self.namespace,
+                names.STATE_CONFIGMAP,
+                e,
+            )
+            return []
+        return [o for o in record.objects.values() if namespace is None or o.namespace == namespace]
+
+    def _forget(self, keys: Collection[str]) -> None:
+        """Drop restored objects from the record; a failure only leaves entries restore skips later."""
+        try:
+            record, _ = self._read_record()
+            gone = [k for k in keys if k in record.objects]
+            if gone:
+                self._write(
+                    f"drop {len(gone)} restored objects from ConfigMap "
+                    f"{self.namespace}/{names.STATE_CONFIGMAP}",
+                    lambda: self._update_record(lambda r: r.without(gone)),
+                )
+        except KubeError as e:
+            log.warning("could not update the record of stopped objects: %s", e)
+
+    def _recorded_kind(self, entry: StoppedObject) -> str | None:
+        """The reaper's name for a recorded object's kind, when it can still stop (and restore) it."""
+        known = next((k for k in KINDS.values() if k.group == entry.group and k.api_kind == entry.kind), None)
+        if known is not None and actuator_of(known.name) is not None:
+            return known.name
+        # A custom kind stopped through /scale: a new process learns it again from discovery.
+        info = self._discovery.scalable(entry.api_version, entry.kind)
+        return info.name if info is not None else None
+
+    def _state_configmap(self, data: Mapping[str, str]) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": names.STATE_CONFIGMAP,
+                "namespace": self.namespace,
+                "labels": {"app.kubernetes.io/managed-by": names.COMPONENT},
+            },
+            "data": dict(data),
+        }
 
     # --- the Lease ---------------------------------------------------------------------------------
 
@@ -509,19 +695,27 @@ class Executor:
 
     def restore_workload(self, namespace: str, name: str) -> RestoreResult:
         """Undo the reaper's stop on NAMESPACE/NAME, of whichever kind it stopped; a no-op when unmarked."""
+        kind, root, obj = self._what_to_restore(namespace, name)
+        result = self._restore(kind, namespace, root, obj)
+        if result.outcome is not Outcome.FAILED:
+            self._forget([_record_key(kind, namespace, root)])
+        return result
+
+    def _what_to_restore(self, namespace: str, name: str) -> tuple[str, str, dict[str, Any]]:
+        """The kind, name and object that ``restore NAMESPACE/NAME`` acts on."""
         found = self.objects_named(namespace, name)
         for kind, obj in found:
             if _marked(kind, obj):
-                return self._restore(kind, namespace, name, obj)
+                return kind, name, obj
         for kind, obj in found:
             # NAME may be the child that held the GPUs: what was stopped is its root controller.
             root = self._stopped_root(namespace, kind, obj)
             if root is not None:
                 kind, obj = root
-                return self._restore(kind, namespace, _meta(obj, "name"), obj)
+                return kind, _meta(obj, "name"), obj
         if found:
             kind, obj = found[0]
-            return self._restore(kind, namespace, name, obj)
+            return kind, name, obj
         raise BadInputError(
             f"no Deployment or StatefulSet {namespace}/{name}, nor any other kind gpu-reaper stops"
         )
@@ -561,7 +755,7 @@ class Executor:
     ) -> RestoreResult:
         try:
             outcome, detail = self._with_conflict_retry(read, attempt)
-        except KubeError as e:
+        except (KubeError, _Refused) as e:
             log.error("failed to restore %s: %s", target, e)
             return RestoreResult(target, Outcome.FAILED, str(e))
         return RestoreResult(target, outcome, detail)
@@ -575,6 +769,8 @@ class Executor:
             return RestoreResult(target, Outcome.SKIPPED, "gpu-reaper stops no object of this kind")
         if isinstance(actuator, ScaleSubresource):
             return self._restore_through_scale(kind, namespace, name)
+        if isinstance(actuator, KueueDeactivate):
+            return self._restore_through_kueue(actuator, namespace, name, obj)
         now = rfc3339(self.clock())
 
         def attempt(current: dict[str, Any]) -> tuple[Outcome, str]:
@@ -644,9 +840,49 @@ class Executor:
 
         return self._undo(target, self._read_with_scale(kind, namespace, name), attempt)
 
+    def _restore_through_kueue(
+        self, actuator: KueueDeactivate, namespace: str, name: str, obj: dict[str, Any] | None
+    ) -> RestoreResult:
+        """The Job's Workload reactivated (Kueue queues it and, once admitted, unsuspends the Job),
+        then the Job's marks removed: a run that dies in between leaves the Job marked, and a retry
+        finds it."""
+        target = f"Job {namespace}/{name}"
+        now = rfc3339(self.clock())
+
+        def attempt(job: dict[str, Any]) -> tuple[Outcome, str]:
+            if not _marked("Job", job):
+                return Outcome.SKIPPED, f"nothing to restore (no {actuator.marker})"
+            workload = self._kueue_workload(namespace, name, job)
+            wl_name = _meta(workload, "name")
+            change = actuator.restore(workload_from_object("Job", job))
+            if not isinstance(change, Change):
+                return Outcome.FAILED, change  # pragma: no cover (reactivation always applies)
+            unmarked = {names.REAPED_AT: None, names.REASON: None}
+
+            def write() -> dict[str, Any]:
+                version = _meta(workload, "resourceVersion")
+                body = {
+                    "metadata": {"resourceVersion": version, "annotations": unmarked},
+                    "spec": dict(change.spec),
+                }
+                self.kube.patch("KueueWorkload", namespace, wl_name, body)
+                # Not conditional: Kueue unsuspending the Job meanwhile must not make this a conflict.
+                marks = {"metadata": {"annotations": {**unmarked, names.RESTORED_AT: now}}}
+                return self.kube.patch("Job", namespace, name, marks)
+
+            detail = f"{change.description}: Workload {wl_name}"
+            patched = self._write(f"restore {target}: {detail}", write)
+            if patched is not None:
+                self._event(patched, "Job", "Restored", f"gpu-reaper {detail}")
+            return self._done, detail
+
+        return self._undo(target, self._reader("Job", namespace, name, obj), attempt)
+
     def restore_all(self, namespace: str | None = None) -> list[RestoreResult]:
-        """Restore everything the reaper stopped (in one namespace, or everywhere plus its cordons)."""
+        """Restore everything the reaper stopped (in one namespace, or everywhere plus its cordons):
+        every object carrying its mark, and every object in its record of stops, whatever the kind."""
         results: list[RestoreResult] = []
+        settled: dict[str, RestoreResult | None] = {}  # by record key; None: nothing left to restore
         for kind in ACTUATORS:
             try:
                 listed = (
@@ -660,12 +896,35 @@ class Executor:
                 continue  # not granted (rbac.controllers): the reaper cannot have stopped any
             for obj in listed:
                 if _marked(kind, obj):
-                    results.append(self._restore(kind, _meta(obj, "namespace"), _meta(obj, "name"), obj))
+                    ns, name = _meta(obj, "namespace"), _meta(obj, "name")
+                    results.append(self._restore(kind, ns, name, obj))
+                    settled[_record_key(kind, ns, name)] = results[-1]
+        for entry in self._recorded(namespace):
+            if entry.key not in settled:
+                settled[entry.key] = self._restore_recorded(entry)
+                results += [r for r in (settled[entry.key],) if r is not None]
+        self._forget([k for k, r in settled.items() if r is None or r.outcome is not Outcome.FAILED])
         if namespace is None:
             for node in self.kube.list_objects("Node"):
                 if names.CORDONED_AT in _annotations(node):
                     results.append(self.uncordon(_meta(node, "name"), node))
         return results
+
+    def _restore_recorded(self, entry: StoppedObject) -> RestoreResult | None:
+        """Restore one recorded object; None when there is nothing to restore (gone, not installed any
+        more, or brought back some other way): the record then just forgets it."""
+        kind = self._recorded_kind(entry)
+        if kind is None:
+            return None
+        try:
+            obj = self.kube.get_optional(kind, entry.namespace, entry.name)
+        except ForbiddenError as e:
+            target = f"{entry.kind} {entry.namespace}/{entry.name}"
+            log.error("failed to restore %s: %s", target, e)
+            return RestoreResult(target, Outcome.FAILED, str(e))
+        if obj is None or not _marked(kind, obj):
+            return None
+        return self._restore(kind, entry.namespace, entry.name, obj)
 
     def uncordon(self, name: str, obj: dict[str, Any] | None = None) -> RestoreResult:
         """Uncordon a node the reaper cordoned; a node without the reaper's mark is left alone."""

@@ -59,6 +59,8 @@ OTHER_KINDS: tuple[KindInfo, ...] = (
         "HorizontalPodAutoscaler", "HorizontalPodAutoscaler", "autoscaling", "v2", "horizontalpodautoscalers"
     ),
     _crd("ScaledObject", "keda.sh", "v1alpha1", "scaledobjects"),
+    # Kueue's unit of admission, one per Kueue-managed Job: the reaper stops such a Job through it.
+    _crd("KueueWorkload", "kueue.x-k8s.io", "v1beta1", "workloads", api_kind="Workload"),
     KindInfo("Node", "Node", "", "v1", "nodes", namespaced=False),
     KindInfo("Namespace", "Namespace", "", "v1", "namespaces", namespaced=False),
     KindInfo("ConfigMap", "ConfigMap", "", "v1", "configmaps"),

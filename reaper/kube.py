@@ -13,10 +13,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import urllib3
 from kubernetes import client as k8s
@@ -49,6 +52,13 @@ def load_api_client(settings: KubeSettings) -> k8s.ApiClient:
     """In-cluster configuration when running in a pod, else the kubeconfig (--kubeconfig, --context)."""
     configuration = k8s.Configuration()
     explicit = settings.kubeconfig is not None or settings.context is not None
+    if settings.kubeconfig is not None:
+        # The client's own words for a missing file ("No configuration found") do not say which.
+        path = Path(settings.kubeconfig).expanduser()
+        if not path.exists():
+            raise BadInputError(f"--kubeconfig {settings.kubeconfig}: the file does not exist")
+        if not path.is_file():
+            raise BadInputError(f"--kubeconfig {settings.kubeconfig}: not a file")
     try:
         if not explicit and os.environ.get("KUBERNETES_SERVICE_HOST"):
             k8s_config.load_incluster_config(client_configuration=configuration)
@@ -62,6 +72,13 @@ def load_api_client(settings: KubeSettings) -> k8s.ApiClient:
     except (ConfigException, OSError) as e:
         raise BadInputError(f"no usable Kubernetes configuration: {e}") from e
     return k8s.ApiClient(configuration=configuration)
+
+
+def _log_request(what: str, query: list[tuple[str, Any]] | None, outcome: str, started: float) -> None:
+    """One debug line per API request (``-vv``): method, path with its query, outcome, duration."""
+    if log.isEnabledFor(logging.DEBUG):
+        asked = f"{what}?{urlencode(query, safe='=,/')}" if query else what
+        log.debug("%s: %s in %.3fs", asked, outcome, time.monotonic() - started)
 
 
 def _path(kind: str, namespace: str | None = None, name: str | None = None) -> str:
@@ -111,13 +128,17 @@ class KubeClient:
             auth_settings=["BearerToken"],
         )
         what = f"{method} {path}"
+        started = time.monotonic()
         try:
             response = self._api.call_api(*params, _request_timeout=self._timeout)
             data = response.read()
         except ApiException as e:  # the client raises these for TLS failures, with status 0
+            _log_request(what, query, f"failed ({e.reason})", started)
             raise KubeUnavailableError(f"{what}: {e.reason}", status=0) from e
         except urllib3.exceptions.HTTPError as e:
+            _log_request(what, query, f"no answer ({type(e).__name__})", started)
             raise KubeUnavailableError(f"{what}: no answer from the API server ({type(e).__name__})") from e
+        _log_request(what, query, f"{response.status}, {len(data or b'')} bytes", started)
         if not 200 <= response.status <= 299:
             message, reason = _status_message(data)
             raise kube_error_for(response.status, f"{what}: {response.status} {message}".rstrip(), reason)

@@ -12,13 +12,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from common.model import Finding, WorkloadRef
+from common.model import Finding, FindingKind, WorkloadRef
 from common.timeutil import rfc3339
 from reaper import names
-from reaper.actuators import ACTUATORS
+from reaper.actuators import verbs
 from reaper.executor import ActionResult, Outcome
+from reaper.kinds import KINDS, WORKLOAD_KINDS
 from reaper.planner import Plan, PlannedAction, Skip, summarize
 from reaper.policy import Action, Policy, RunMode
+from reaper.wording import outcome_verb
 
 _MAX_TEXT = 2900  # Slack's section text limit is 3000 characters
 
@@ -51,45 +53,26 @@ def _money(hours: float, cost: float | None, currency: str) -> str:
     return text + (f" (≈ {cost:,.0f} {currency}/day)" if cost is not None else "")
 
 
-# The native stop's verb per actuator: (done, would, failed).
-_STOP_VERBS = {
-    "scale to zero": ("Scaled to zero", "Would scale to zero", ":x: Failed to scale to zero"),
-    "stop": ("Stopped", "Would stop", ":x: Failed to stop"),
-    "suspend": ("Suspended", "Would suspend", ":x: Failed to suspend"),
-}
-
-
 def _verb(a: PlannedAction, outcome: Outcome) -> str:
-    if a.action is not Action.SCALE_TO_ZERO or outcome is Outcome.SKIPPED:
-        return _VERB[(a.action, outcome)]
-    actuator = ACTUATORS.get(a.written.kind)
-    done, would, failed = _STOP_VERBS[actuator.verb if actuator else "scale to zero"]
-    return {Outcome.APPLIED: done, Outcome.DRY_RUN: would, Outcome.FAILED: failed}[outcome]
-
-
-_VERB = {
-    (Action.SCALE_TO_ZERO, Outcome.SKIPPED): "Left alone (changed since planning)",
-    (Action.CORDON, Outcome.APPLIED): "Cordoned",
-    (Action.CORDON, Outcome.DRY_RUN): "Would cordon",
-    (Action.CORDON, Outcome.FAILED): ":x: Failed to cordon",
-    (Action.CORDON, Outcome.SKIPPED): "Left alone (changed since planning)",
-}
+    """The action's name, as the terminal plan and the HTML report say it, capitalised."""
+    verb = outcome_verb(a, outcome)
+    return (":x: " if outcome is Outcome.FAILED else "") + verb[0].upper() + verb[1:]
 
 
 def _action_line(result: ActionResult, currency: str) -> str:
     a = result.action
+    verb = _verb(a, result.outcome)
+    line = f"*{verb}* {_target(a.target, a.root)}: {escape(a.reason)}"
     if a.action is Action.NOTIFY:
-        line = f"*Heads-up* {_target(a.target, a.root)}: {escape(a.reason)}"
         if a.finding.recommendation:
             line += f"\n_{escape(a.finding.recommendation)}_"
         return line
-    verb = _verb(a, result.outcome)
-    line = f"*{verb}* {_target(a.target, a.root)}: {escape(a.reason)}"
-    if a.action is Action.SCALE_TO_ZERO and a.replicas:
-        line += f" · {a.replicas} → 0 replicas"
     line += f" · {_money(a.gpu_hours_per_day, a.cost_per_day, currency)}"
     if a.action is Action.CORDON:
         line += " once the node is removed"  # a cordoned node still costs until it is gone
+    if result.write and result.outcome in (Outcome.APPLIED, Outcome.DRY_RUN):
+        # The very change the write sends (or, in a dry-run, would send).
+        line += f"\n{'Writes' if result.outcome is Outcome.DRY_RUN else 'Wrote'} `{escape(result.write)}`"
     if result.outcome in (Outcome.FAILED, Outcome.SKIPPED) and result.detail:
         line += f"\n_{escape(result.detail)}_"
     for flag in a.flags:
@@ -98,7 +81,7 @@ def _action_line(result: ActionResult, currency: str) -> str:
 
 
 def _skip_line(skip: Skip) -> str:
-    wanted = f" ({skip.action.value})" if skip.action else ""
+    wanted = f" (rule wants: {verbs(skip.action, (skip.root or skip.target).kind)[0]})" if skip.action else ""
     line = f"• {_target(skip.target, skip.root)}{wanted}: {escape(skip.detail)}"
     for flag in skip.flags:
         if flag not in skip.detail:
@@ -122,13 +105,23 @@ def _sections(lines: Sequence[str]) -> list[dict[str, Any]]:
 
 
 def _opt_out_command(ref: WorkloadRef) -> str:
-    """How the owner of ``ref`` opts it out: on the object the reaper reads, else on its namespace."""
+    """How the owner of ``ref`` opts it out: on the object itself, where the reaper reads it.
+
+    Never the whole namespace for one workload: that would silence every other workload in it.
+    """
     if ref.kind == "Node":
         return f"`kubectl annotate node {ref.name} {names.EXCLUDE}=true`"
-    if ref.kind in ACTUATORS:
-        return f"`kubectl annotate {ref.kind.lower()} {ref.name} -n {ref.namespace} {names.EXCLUDE}=true`"
-    # Jobs and Pods are not read one by one from the cluster: their opt-out goes on the namespace.
-    return f"`kubectl annotate namespace {ref.namespace} {names.EXCLUDE}=true` (for {ref.kind} {ref.name})"
+    info = KINDS.get(ref.kind)
+    if info is not None and (info in WORKLOAD_KINDS or info.scale):
+        # kubectl's name for the kind; the resource's full name where two groups share a kind.
+        kind = info.api_kind.lower() if info.api_kind == info.name else f"{info.plural}.{info.group}"
+        return f"`kubectl annotate {kind} {ref.name} -n {ref.namespace} {names.EXCLUDE}=true`"
+    # Not read from the cluster (a bare Pod, a CronJob): never stopped, so it only ever gets
+    # heads-ups, and the policy is where they are silenced.
+    return (
+        f"{ref.kind} `{ref.namespace}/{ref.name}` is never stopped, only mentioned: to silence it, add "
+        f"`{ref.namespace}/{ref.name}` to the policy's `exclude.workloads`"
+    )
 
 
 def _how_to(
@@ -144,7 +137,7 @@ def _how_to(
         f"Opt out{where} (`{names.EXCLUDE_UNTIL}=<RFC 3339 time>` for a while; on the namespace for all "
         "its workloads):"
     ]
-    lines += [f"• {escape(_opt_out_command(ref))}" for ref in seen.values()]
+    lines += [f"• {escape(_opt_out_command(ref))}" for ref in seen.values()]  # once per workload
     stopped = {r.key(): r for r in restorable if r.kind != "Node"}
     lines += [f"Restore{where}: `gpu-reaper restore {r.namespace}/{r.name}`" for r in stopped.values()]
     if any(r.kind == "Node" for r in restorable):
@@ -168,18 +161,43 @@ class _Totals:
     freed_cost: float | None
     cordoned_hours: float
     cordoned_cost: float | None
-    targets: int
+    stops: tuple[int, int]  # (done or would be done, planned)
+    cordons: tuple[int, int]
+
+    @property
+    def targets(self) -> int:
+        return self.stops[0] + self.cordons[0]
 
     @classmethod
     def of(cls, results: Iterable[ActionResult]) -> _Totals:
-        done = [
-            r.action
-            for r in results
-            if r.action.action.destructive and r.outcome in (Outcome.APPLIED, Outcome.DRY_RUN)
-        ]
+        planned = [r for r in results if r.action.action.destructive]
+        done = [r.action for r in planned if r.outcome in (Outcome.APPLIED, Outcome.DRY_RUN)]
         stops = [a for a in done if a.action is not Action.CORDON]
         cordons = [a for a in done if a.action is Action.CORDON]
-        return cls(*summarize(stops), *summarize(cordons), targets=len(done))
+        cordons_planned = sum(r.action.action is Action.CORDON for r in planned)
+        return cls(
+            *summarize(stops),
+            *summarize(cordons),
+            stops=(len(stops), len(planned) - cordons_planned),
+            cordons=(len(cordons), cordons_planned),
+        )
+
+    def headline(self, dry_run: bool) -> str:
+        """Stops reclaim GPUs; a cordon reclaims nothing until the node is drained and removed."""
+        parts = []
+        done, planned = self.stops
+        if planned:
+            workloads = "workload" if planned == 1 else "workloads"
+            parts.append(
+                f"{'would reclaim' if dry_run else 'reclaimed'} GPUs from {done} of {planned} {workloads}"
+            )
+        done, planned = self.cordons
+        if planned:
+            nodes = "node" if planned == 1 else "nodes"
+            parts.append(f"{'would cordon' if dry_run else 'cordoned'} {done} of {planned} {nodes}")
+        if not parts:
+            return "nothing to reclaim" if dry_run else "nothing reclaimed"
+        return "; ".join(parts)
 
     def describe(self, dry_run: bool, currency: str) -> str:
         parts = []
@@ -245,20 +263,13 @@ def _message(
     notices = [r for r in results if not r.action.action.destructive]
     totals = _Totals.of(results)
     dry_run = not mode.writes
-    if dry_run:
-        what = (
-            f"would reclaim {totals.targets} of {len(changed)} targets" if changed else "nothing to reclaim"
-        )
-        title = f"GPU reaper (dry-run): {what}"
-    else:
-        what = f"reclaimed {totals.targets} of {len(changed)} targets" if changed else "nothing reclaimed"
-        title = f"GPU reaper: {what}"
+    title = f"GPU reaper{' (dry-run)' if dry_run else ''}: {totals.headline(dry_run)}"
     if cluster is not None:
         title = f"[{cluster}] {title}"
     reclaimed = totals.describe(dry_run, currency)
     summary = (
         f"*Window* {rfc3339(plan.window.start)} → {rfc3339(plan.window.end)}"
-        f" · *Findings* {len(plan.findings)}"
+        f" · *Findings* {len(plan.findings)}{_unknowns(plan.findings)}"
         f" · *Mode* {mode.value}\n{reclaimed}"
     )
     if fleet is not None:
@@ -299,6 +310,12 @@ def _message(
             blocks.append({"type": "context", "elements": [chunk["text"]]})
     # The header is plain text; the notification's fallback text is read as mrkdwn.
     return Message(channel=channel, text=f"{escape(title)}. {reclaimed}.", blocks=tuple(blocks[:50]))
+
+
+def _unknowns(findings: Sequence[Finding]) -> str:
+    """How many findings are ``unknown`` (too little data: never acted on), by the same name everywhere."""
+    unknown = sum(f.kind is FindingKind.UNKNOWN for f in findings)
+    return f" ({unknown} unknown: too little data to judge, never acted on)" if unknown else ""
 
 
 def preview(messages: Sequence[Message]) -> str:

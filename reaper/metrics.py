@@ -16,6 +16,8 @@ from common.model import FindingKind
 
 ACTIONS = ("notify", "scale_to_zero", "cordon")
 OUTCOMES = ("applied", "dry_run", "skipped", "failed")
+# Findings held back before any action was chosen (no rule matched, too little data): only skipped.
+NO_ACTION = ("none", "skipped")
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,7 @@ class RunCollector(Collector):
             labels=["action", "outcome"],
         )
         # Every combination, zeros included, so rate() and alerts see a series from the first run.
-        keys = {(a, o) for a in ACTIONS for o in OUTCOMES} | set(m.actions)
+        keys = {(a, o) for a in ACTIONS for o in OUTCOMES} | {NO_ACTION} | set(m.actions)
         for action, outcome in sorted(keys):
             actions.add_metric([action, outcome], m.actions.get((action, outcome), 0))
         yield actions

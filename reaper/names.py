@@ -28,6 +28,7 @@ LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"  # on a LeaderWorkerSet's St
 LEASE_NAME = "gpu-reaper"
 STATE_CONFIGMAP = "gpu-reaper-state"
 STATE_KEY = "confirmations.json"
+STOPPED_KEY = "stopped.json"  # same ConfigMap: every object a run stopped, for `restore --all`
 
 FIELD_MANAGER = "gpu-reaper"
 COMPONENT = "gpu-reaper"

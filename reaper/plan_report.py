@@ -14,11 +14,13 @@ from markupsafe import Markup
 
 from common.model import WorkloadRef
 from common.timeutil import format_duration, rfc3339
+from reaper.actuators import verbs
 from reaper.executor import ActionResult, Outcome
 from reaper.history import Replay
 from reaper.planner import Plan, PlannedAction, Skip, summarize
 from reaper.policy import Action, Policy, RunMode
 from reaper.runner import RunReport, RunSettings
+from reaper.wording import outcome_verb
 
 _TEMPLATE = """\
 <style>
@@ -45,7 +47,7 @@ _TEMPLATE = """\
   <h3>Actions</h3>
   {% if actions %}
   <table>
-    <thead><tr><th>what</th><th>object</th><th>why</th><th>Slack</th>
+    <thead><tr><th>what</th><th>object</th><th>{{ writes }}</th><th>why</th><th>Slack</th>
       <th>GPU-h/day</th><th>{{ currency }}/day</th></tr></thead>
     <tbody>
     {% for a in actions %}
@@ -53,6 +55,7 @@ _TEMPLATE = """\
         <td><span class="badge" style="--c: {{ a.colour }}">{{ a.verb }}</span></td>
         <td>{{ a.object }}
           {% if a.held_by %}<div class="sub">GPUs held by {{ a.held_by }}</div>{% endif %}</td>
+        <td>{% if a.write %}<code class="write">{{ a.write }}</code>{% else %}–{% endif %}</td>
         <td>{{ a.reason }}{% for flag in a.flags %}<div class="flag">⚠ {{ flag }}</div>{% endfor %}
           {% if a.detail %}<div class="sub">{{ a.detail }}</div>{% endif %}</td>
         <td>{{ a.channel }}</td>
@@ -97,12 +100,6 @@ _ENV = Environment(
 )
 
 _NOT_SENT = "not sent"
-_VERBS = {
-    # action → (dry-run, applied)
-    Action.SCALE_TO_ZERO: ("would stop", "stopped"),
-    Action.CORDON: ("would cordon", "cordoned"),
-    Action.NOTIFY: ("notify", "notified"),
-}
 _COLOURS = {Outcome.APPLIED: "#2e7d32", Outcome.DRY_RUN: "#1565c0", Outcome.FAILED: "#c62828"}
 
 
@@ -123,27 +120,25 @@ class PlanView:
 
 
 def _name(ref: WorkloadRef) -> str:
-    return f"node {ref.name}" if ref.kind == "Node" else f"{ref.kind} {ref.namespace}/{ref.name}"
+    return f"Node {ref.name}" if ref.kind == "Node" else f"{ref.kind} {ref.namespace}/{ref.name}"
 
 
 def _amount(value: float | None) -> str:
     return "–" if value is None else f"{value:,.2f}"
 
 
-def _action_row(result: ActionResult, mode: RunMode, slack: str) -> dict[str, object]:
+def _action_row(result: ActionResult, slack: str) -> dict[str, object]:
     a: PlannedAction = result.action
-    would, done = _VERBS[a.action]
-    verb = {Outcome.APPLIED: done, Outcome.DRY_RUN: would if not mode.writes else done}.get(
-        result.outcome, f"{result.outcome.value}: {would.removeprefix('would ')}"
-    )
     return {
-        "verb": verb,
+        "verb": outcome_verb(a, result.outcome),
+        "write": result.write,
         "colour": _COLOURS.get(result.outcome, "#6d4c41"),
         "object": _name(a.written),
         "held_by": _name(a.target) if a.root is not None else "",
         "reason": a.reason,
         "flags": a.flags,
-        "detail": result.detail,
+        # Why it failed or was left alone; what a success wrote is in "write".
+        "detail": result.detail if result.outcome in (Outcome.FAILED, Outcome.SKIPPED) else "",
         "channel": _channel(a.channel, slack),
         "hours": f"{a.gpu_hours_per_day:,.0f}" if a.action.destructive else "–",
         "cost": _amount(a.cost_per_day),
@@ -157,7 +152,7 @@ def _skip_row(s: Skip, slack: str) -> dict[str, object]:
         "reason": s.reason.value,
         "object": _name(s.root or s.target),
         "held_by": _name(s.target) if s.root is not None else "",
-        "wanted": s.action.value if s.action else "–",
+        "wanted": verbs(s.action, (s.root or s.target).kind)[0] if s.action else "–",
         "detail": s.detail,
         "channel": _channel(s.channel, slack),
     }
@@ -235,7 +230,8 @@ def render_plan_section(view: PlanView) -> Markup:
         cordoned=f"{c_hours:,.0f}" if c_hours else None,
         cordoned_label=f"GPU-hours/day{c_per_day} on cordoned nodes: saved only once the node is "
         "drained and removed",
-        actions=[_action_row(r, view.mode, view.slack) for r in view.results],
+        actions=[_action_row(r, view.slack) for r in view.results],
+        writes="--apply writes" if dry_run else "written",
         skips=[_skip_row(s, view.slack) for s in (plan.skips if plan is not None else ())],
         currency=currency,
     )

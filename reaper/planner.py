@@ -13,10 +13,17 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from common.model import Finding, FindingsReport, TimeWindow, UtilizationEvidence, WorkloadRef
+from common.model import (
+    Finding,
+    FindingsReport,
+    TimeWindow,
+    UnknownEvidence,
+    UtilizationEvidence,
+    WorkloadRef,
+)
 from common.timeutil import format_duration, parse_time, rfc3339
 from reaper import names
-from reaper.actuators import actuator_for, notify_only
+from reaper.actuators import actuator_for, notify_only, verbs
 from reaper.cluster import ClusterSnapshot, Namespace, Node, OwnerRef, Workload
 from reaper.policy import Action, Policy, Rule, glob_match
 from reaper.state import Confirmation, ReaperState
@@ -27,7 +34,7 @@ HOURS_PER_DAY = 24.0
 class SkipReason(StrEnum):
     """Why a finding led to no action. Stable identifiers: they appear in logs, metrics and tests."""
 
-    INSUFFICIENT_DATA = "insufficient_data"
+    UNKNOWN = "unknown"  # an ``unknown`` finding: too little data to judge (the finding kind's name)
     PROTECTED_NAMESPACE = "protected_namespace"
     NO_RULE = "no_rule"
     EXCLUDED_BY_POLICY = "excluded_by_policy"
@@ -131,14 +138,23 @@ def _truthy(value: str | None) -> bool:
 
 
 def describe_finding(finding: Finding) -> str:
-    """One short line: what was seen, on how many GPUs, for how long, with the utilization numbers."""
+    """One short line: what was seen, on how many GPUs, with the utilization numbers.
+
+    No duration: how long it must hold is the rule's ``for:`` (:func:`describe_rule`), counted
+    across runs, not the one window this finding covers."""
     what = finding.kind.value.replace("_", " ")
     gpus = finding.gpu_count
-    text = f"{what} on {gpus} GPU{'s' if gpus != 1 else ''} for {_fmt(finding.window.duration)}"
+    text = f"{what} on {gpus} GPU{'s' if gpus != 1 else ''}" if gpus else f"{what} (no GPU attributed)"
     utilization = _utilization(finding)
     if utilization is not None:
         text += f" (mean {utilization[0]:.1f} %, max {utilization[1]:.1f} % utilization)"
     return text
+
+
+def describe_rule(rule: Rule) -> str:
+    """``rule idle-endpoints, for: 12h``: the rule that decided, and how long it wants the finding held."""
+    held = f", for: {_fmt(rule.match.for_)}" if rule.match.for_ else ""
+    return f"rule {rule.name}{held}"
 
 
 def _utilization(finding: Finding) -> tuple[float, float] | None:
@@ -311,7 +327,9 @@ RuleCheck = Callable[[Candidate, Planning], Hold | None]
 def too_little_data(c: Candidate, p: Planning) -> Hold | None:
     """1. Never act on too little data."""
     if not c.finding.kind.actionable:
-        return Hold(SkipReason.INSUFFICIENT_DATA, "too little data to judge (coverage below threshold)")
+        evidence = c.finding.evidence
+        why = evidence.why if isinstance(evidence, UnknownEvidence) else "too little data"
+        return Hold(SkipReason.UNKNOWN, f"{why}; never acted on")
     return None
 
 
@@ -533,10 +551,17 @@ def confirmed(c: Candidate, p: Planning) -> Hold | None:
     if c.confirmations < required:
         return Hold(
             SkipReason.AWAITING_CONFIRMATION,
-            f"seen on {c.confirmations} of {required} consecutive runs; would {action} "
+            f"seen on {c.confirmations} of {required} consecutive runs; would {_verb(c)} "
             f"after {required - c.confirmations} more",
         )
     return None
+
+
+def _verb(c: Candidate) -> str:
+    """The action's one name for this object (``scale to zero``, ``stop``, ``suspend``, ``cordon``)."""
+    assert c.action is not None
+    obj = c.root or c.workload
+    return verbs(c.action, obj.kind if obj is not None else c.ref.kind)[0]
 
 
 def held_long_enough(c: Candidate, p: Planning) -> Hold | None:
@@ -547,7 +572,7 @@ def held_long_enough(c: Candidate, p: Planning) -> Hold | None:
     if held < c.rule.match.for_:
         return Hold(
             SkipReason.NOT_HELD_LONG_ENOUGH,
-            f"held for {_fmt(held)}; rule {c.rule.name} wants {_fmt(c.rule.match.for_)}",
+            f"held for {_fmt(held)}; {describe_rule(c.rule)}",
         )
     return None
 
@@ -708,7 +733,7 @@ def _action(c: Candidate, p: Planning) -> PlannedAction:
     per_day, cost = _money(c.finding.gpu_equivalents if c.finding.gpu_count else gpus, p.policy)
     p.targets.add(_target_key(c))
     written = c.node if c.is_node else c.root
-    reason = f"{describe_finding(c.finding)} (rule {rule.name})"
+    reason = f"{describe_finding(c.finding)} ({describe_rule(rule)})"
     return PlannedAction(
         action=action,
         target=c.ref,

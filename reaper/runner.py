@@ -17,7 +17,7 @@ from typing import Protocol
 from common.errors import DataUnavailableError
 from common.model import FindingsReport, TimeWindow
 from common.thresholds import Thresholds
-from common.timeutil import format_duration
+from common.timeutil import format_duration, rfc3339
 from reaper.cluster import read_snapshot
 from reaper.clusters import split_by_cluster
 from reaper.errors import KubeError, LeaseHeldError, SlackError
@@ -175,9 +175,7 @@ def _run(
     policy = settings.policy
     now = settings.end or clock()
     window = TimeWindow.ending(now, policy.window)
-    log.info(
-        "analysing %s → %s (mode %s)", window.start.isoformat(), window.end.isoformat(), settings.mode.value
-    )
+    log.info("run as of %s (mode %s)", rfc3339(now), settings.mode.value)
     try:
         findings_report = findings(window, policy.thresholds)
     except DataUnavailableError as e:
@@ -185,9 +183,26 @@ def _run(
         log.error("metrics unavailable, nothing will be done: %s", e)
         report.exit_code, report.error, report.failure = EXIT_DATA_UNAVAILABLE, str(e), "metrics_unavailable"
         return
+    # The findings' own window: a findings file's is not the one asked for.
+    log.info(
+        "findings of %s → %s, %s",
+        rfc3339(findings_report.window.start),
+        rfc3339(findings_report.window.end),
+        findings_report.source or "unnamed source",
+    )
     split = split_by_cluster(findings_report, settings.cluster)
     split.check()  # findings of clusters and no cluster configured: refused before any API call
     report.found = split.own
+    age = now - findings_report.window.end
+    if age > policy.safety.max_data_age:
+        # Said before the cluster is asked anything: stale data is the reason, whatever the cluster.
+        report.exit_code, report.failure = EXIT_DATA_UNAVAILABLE, "stale_findings"
+        report.error = (
+            f"the findings end at {rfc3339(findings_report.window.end)}, {format_duration(age)} before "
+            f"{rfc3339(now)}: older than safety.maxDataAge ({format_duration(policy.safety.max_data_age)})"
+        )
+        log.error("stale findings, nothing will be done: %s", report.error)
+        return
     if settings.cluster is None:
         log.info("%d findings", len(split.own.findings))
     else:

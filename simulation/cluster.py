@@ -105,19 +105,18 @@ def fleet_objects(
 
 def _controlled(w: WorkloadSpec, created: datetime) -> list[dict[str, Any]]:
     """The root and its children for a workload under a custom controller (the holder last); else []."""
-    name = w.controller_name
+    root = w.controller_root or w.name
     match w.kind, w.controller:
         case WorkloadKind.RAYCLUSTER, _:
             return controllers.ray_cluster(
                 w.namespace, w.name, created, workers=w.replicas, gpus=w.gpus_per_pod
             )
         case _, Controller.NOTEBOOK:
-            return controllers.notebook(w.namespace, name or w.name, created, gpus=w.gpus_per_pod)
+            return controllers.notebook(w.namespace, root, created, gpus=w.gpus_per_pod)
         case _, Controller.INFERENCE_SERVICE:
-            root = name or w.name.removesuffix("-predictor")
             return controllers.inference_service(w.namespace, root, created, gpus=w.gpus_per_pod)
         case _, Controller.LEADER_WORKER_SET:
-            return controllers.leader_worker_set(w.namespace, name or w.name, created, replicas=w.replicas)
+            return controllers.leader_worker_set(w.namespace, root, created, replicas=w.replicas)
     return []
 
 

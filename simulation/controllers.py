@@ -398,7 +398,11 @@ def job_set(namespace: str, name: str, created: datetime, gpus: int = 1) -> list
 def kueue_job(
     namespace: str, name: str, created: datetime, queue: str = "team-queue", gpus: int = 1
 ) -> list[Manifest]:
-    """A batch Job submitted to Kueue (its queue-name label); Kueue unsuspended it on admission."""
+    """A batch Job submitted to Kueue (its queue-name label), and the Workload Kueue made for it.
+
+    Kueue names the Workload ``job-<name>-<hash>``, labels it with the Job's uid and makes the Job
+    its controller; the Workload is admitted, so Kueue unsuspended the Job.
+    """
     job = manifest(
         "Job",
         name,
@@ -408,7 +412,21 @@ def kueue_job(
         spec={"suspend": False, "parallelism": 1, "completions": 1, "template": _pod_template(name, gpus)},
         status={"active": 1, "ready": 1, "startTime": _time(created)},
     )
-    return [job]
+    admitted = [
+        {"type": kind, "status": "True", "reason": kind, "lastTransitionTime": _time(created)}
+        for kind in ("QuotaReserved", "Admitted")
+    ]
+    workload = manifest(
+        "KueueWorkload",
+        f"job-{name}-{_hash(namespace, name, n=5)}",
+        namespace,
+        labels={"kueue.x-k8s.io/job-uid": job["metadata"]["uid"]},
+        created=created,
+        spec={"active": True, "queueName": queue, "podSets": [{"name": "main", "count": 1}]},
+        status={"admission": {"clusterQueue": "cluster-queue"}, "conditions": admitted},
+        owner=job,
+    )
+    return [job, workload]
 
 
 def owned_by_unknown_controller(namespace: str, name: str, created: datetime) -> list[Manifest]:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TextIO
 
 from common.errors import BadInputError
-from common.model import FindingsReport
+from common.model import FindingsReport, WorkloadRef
 from common.timeutil import rfc3339
 from reaper import names
 from reaper.analysis import metrics_source, write_html_report
@@ -21,6 +21,7 @@ from reaper.messages import preview
 from reaper.plan_report import run_section
 from reaper.policy import Policy, RunMode, load_policy, parse_policy
 from reaper.runner import RunReport, RunSettings, run
+from reaper.wording import outcome_verb
 from simulation.cluster import InMemoryCluster, fleet_objects
 from simulation.fleet import load_scenario, simulate
 from simulation.fleet.scenario import ScenarioError
@@ -55,7 +56,7 @@ def _print_findings(report: FindingsReport, out: TextIO) -> None:
             (
                 f.kind.value,
                 f.workload.key().lstrip("/"),
-                str(f.gpu_count),
+                str(f.gpu_count) if f.gpu_count else "–",
                 f"{f.wasted_gpu_hours:.1f}",
                 f"{f.confidence:.2f}",
             )
@@ -70,13 +71,18 @@ def _print_plan(report: RunReport, out: TextIO) -> None:
     rows: list[tuple[str, ...]] = []
     for r in report.results:
         a = r.action
-        verb = "notify" if not a.action.destructive else f"would {a.action.value}"
         flags = f"  [{'; '.join(a.flags)}]" if a.flags else ""
-        via = f"  [GPUs held by {a.target.key()}]" if a.root else ""
-        rows.append((verb, a.written.key().lstrip("/"), a.reason + via + flags))
+        via = f"  [GPUs held by {_object(a.target)}]" if a.root else ""
+        # The write --apply would send, formed by the same code that sends it; a notice writes nothing.
+        rows.append((outcome_verb(a, r.outcome), r.write or _object(a.written), a.reason + via + flags))
     _table(rows, out)
     print("\nSkipped, with reasons", file=out)
-    _table([(s.reason.value, (s.root or s.target).key().lstrip("/"), s.detail) for s in p.skips], out)
+    _table([(s.reason.value, _object(s.root or s.target), s.detail) for s in p.skips], out)
+
+
+def _object(ref: WorkloadRef) -> str:
+    """``Deployment serving/x``, ``Node gpu-a``: as the plan's writes name them."""
+    return f"{ref.kind} {ref.namespace}/{ref.name}" if ref.namespace else f"{ref.kind} {ref.name}"
 
 
 def run_demo(scenario: str, policy_path: Path | None, output: Path, out: TextIO) -> int:

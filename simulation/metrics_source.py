@@ -261,7 +261,7 @@ class InMemorySource:
             scheduled=scheduled,
             pending=pending,
             phases_known=caps.pod_phase,
-            groups=[r for r in rows(dcgm.KUBE_POD_LABELS) if r[1].get(dcgm.JOB_GROUP_LABEL)],
+            groups=[r for r in rows(dcgm.KUBE_POD_LABELS) if any(r[1].get(n) for n in dcgm.POD_LABELS_READ)],
         )
 
     def _last_running(self, window: TimeWindow, caps: Capabilities) -> list[KsmRow]:

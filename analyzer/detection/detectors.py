@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from analyzer.detection.controllers import STOPS
 from analyzer.detection.mig import gpu_share
 from analyzer.detection.views import DeviceView, NodeView, WorkloadView
 from analyzer.sources.aggregates import UtilStats
@@ -172,11 +173,13 @@ def _make(
     wasted: float,
     t: Thresholds,
     recommendation: str,
+    owner: WorkloadRef | None = None,
 ) -> Finding:
     cost = None if t.price_per_gpu_hour is None else round(wasted * t.price_per_gpu_hour, 2)
     return Finding(
         kind=kind,
         workload=ref,
+        owner=owner,
         pods=tuple(sorted(view_pods)),
         nodes=tuple(sorted(nodes)),
         gpus=tuple(sorted(gpus)),
@@ -213,7 +216,25 @@ def _workload_finding(
         wasted,
         t,
         recommendation,
+        w.owner,
     )
+
+
+def _child(w: WorkloadView) -> str:
+    """What the owner controls, as the advice names it."""
+    if w.owner is not None and w.owner.kind == "Rollout" and w.ref.kind != "ReplicaSet":
+        # Named from a ReplicaSet's pod-template hash alone (kube_replicaset_owner not collected).
+        return "its ReplicaSets"  # "the 2 GPU(s) of its ReplicaSets", "edits to its ReplicaSets"
+    return f"{w.ref.kind} {w.ref.namespace}/{w.ref.name}"
+
+
+def _change_in_owner(w: WorkloadView) -> str:
+    """A sentence sending changes to the controller above the workload ("" where none is named)."""
+    if w.owner is None:
+        return ""
+    o = w.owner
+    where = f"{o.kind} {o.namespace}/{o.name}"
+    return f" Make the change in {where}: its controller reverts edits to {_child(w)}."
 
 
 def _judged(w: WorkloadView) -> TimeWindow | None:
@@ -364,6 +385,20 @@ def idle_endpoint(w: WorkloadView, t: Thresholds, now: datetime) -> Finding | No
     gpus = len({d.key.device_id for d in w.devices})
     memory = evidence.get("memory_used_mib")
     held = f", holding {memory:,.0f} MiB each" if memory is not None else ""
+    stayed = f"stayed at or below {t.idle_percent:g} % for {format_duration(judged.duration)}{held}"
+    if w.owner is not None:
+        o = w.owner
+        lead = (
+            f"Stop {o.kind} {o.namespace}/{o.name} ({STOPS.get(o.kind, 'with its own stop')}): the "
+            f"{gpus} GPU(s) of {_child(w)} {stayed}, and its controller would undo a scale-down made there."
+        )
+    else:
+        lead = (
+            f"Scale {w.ref.kind} {w.ref.namespace}/{w.ref.name} to zero: its {gpus} GPU(s) {stayed}. "
+            "If a controller owns it (a KServe InferenceService, a Kubeflow Notebook, a "
+            "LeaderWorkerSet, an Argo Rollout…), stop that controller instead: the metrics name "
+            "none, and gpu-reaper finds it through the Kubernetes API before it acts."
+        )
     return _workload_finding(
         FindingKind.IDLE_ENDPOINT,
         w,
@@ -372,9 +407,8 @@ def idle_endpoint(w: WorkloadView, t: Thresholds, now: datetime) -> Finding | No
         wasted=n.wasted_gpu_hours,
         t=t,
         recommendation=(
-            f"Scale {w.ref.kind} {w.ref.namespace}/{w.ref.name} to zero: its {gpus} GPU(s) stayed at or "
-            f"below {t.idle_percent:g} % for {format_duration(judged.duration)}{held}. If it must answer "
-            "rare requests, serve them from a shared or smaller GPU (MIG slice, time-slicing)."
+            f"{lead} If it must answer rare requests, serve them from a shared or smaller GPU "
+            "(MIG slice, time-slicing)."
         ),
     )
 
@@ -463,7 +497,9 @@ def dataloader_starvation(w: WorkloadView, t: Thresholds, now: datetime) -> Find
 
     Evidence: ``pattern``, ``stalled_share``, ``busy_share``, ``shares_from``, ``stall_seconds``,
     ``busy_seconds``, ``cpu_saturation``, ``cpu_saturation_of``, ``cpu_throttled_ratio``, plus
-    the utilization numbers.
+    the utilization numbers and ``util_interval_seconds``, the scrape interval of the readings they
+    come from. The recommendation says which sampling each number it quotes comes from: histogram
+    shares count sub-second samples, which a scraped reading's peak need not reach.
     """
     del now
     if time_sliced(w):
@@ -517,16 +553,33 @@ def dataloader_starvation(w: WorkloadView, t: Thresholds, now: datetime) -> Find
     evidence |= cpu.evidence()
     if stall_s is not None and busy_s is not None:
         evidence |= {"stall_seconds": _r(stall_s), "busy_seconds": _r(busy_s)}
+    interval = max((d.interval_s for d in w.devices if d.interval_s), default=None)
+    if interval is not None:
+        evidence["util_interval_seconds"] = _r(interval)
+    # The readings the mean and peak come from, one per scrape: not the sub-second samples a
+    # histogram counts, which see the stalls those readings fall between.
+    readings = (
+        f"the readings scraped every {format_duration(timedelta(seconds=round(interval)))}"
+        if interval is not None
+        else "the scraped readings"
+    )
 
     if bimodal and pooled is not None:
         strength = min(1.0, min(pooled[0], pooled[1]) / 0.4)
-        what = (
-            f"its GPUs sit at or below {t.starvation_idle_percent:g} % for {pooled[0]:.0%} of samples and "
-            f"above {t.starvation_busy_percent:g} % for {pooled[1]:.0%}: they wait for data between batches"
+        split = (
+            f"its GPUs sit at or below {t.starvation_idle_percent:g} % in {pooled[0]:.0%} and above "
+            f"{t.starvation_busy_percent:g} % in {pooled[1]:.0%} of "
         )
+        if pooled[2] == "histogram":
+            what = (
+                f"{split}the exporter's sub-second utilization samples, while {readings} peak at "
+                f"{n.max:.0f} %: they wait for data between batches"
+            )
+        else:
+            what = f"{split}{readings}: they wait for data between batches"
     else:
         strength = min(1.0, cpu.pressure(t))
-        what = f"its GPUs hold a flat {n.mean:.0f} % while the pod {cpu.text()}"
+        what = f"its GPUs hold a flat {n.mean:.0f} % (mean of {readings}) while the pod {cpu.text()}"
     cpu_first = "" if bimodal else "give the pod more CPU (raise or remove its limit, raise its request), "
     return _workload_finding(
         FindingKind.DATALOADER_STARVATION,
@@ -539,7 +592,7 @@ def dataloader_starvation(w: WorkloadView, t: Thresholds, now: datetime) -> Find
             f"The input pipeline sets the pace of {w.ref.kind} {w.ref.namespace}/{w.ref.name}: {what}. "
             f"Usual fixes: {cpu_first}more DataLoader workers (num_workers), pin_memory=True, a larger "
             "prefetch_factor, decoding/augmenting on the GPU, and faster or local storage (cache the "
-            "dataset on node-local NVMe)."
+            f"dataset on node-local NVMe).{_change_in_owner(w)}"
         ),
     )
 
@@ -624,7 +677,7 @@ def low_utilization(w: WorkloadView, t: Thresholds, now: datetime) -> Finding | 
         confidence=confidence,
         wasted=n.wasted_gpu_hours,
         t=t,
-        recommendation=subject + advice + unloaded,
+        recommendation=subject + advice + unloaded + _change_in_owner(w),
     )
 
 

@@ -21,6 +21,7 @@ class DeviceView:
     shares: Shares | None = None  # stalled / busy shares, when known
     memory_used_mib: float | None = None
     phases: Phases | None = None  # how long stalls and busy stretches last, from raw samples
+    interval_s: float | None = None  # the utilization series' sample interval (the scrape's), seconds
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,9 @@ class WorkloadView:
     judged_seconds: float = 0.0  # length of the union of the holders' judged spans
     missing_devices: int = 0  # GPUs its scheduled pods requested that never reported
     request_rate: RequestRate | None = None  # None: no request-rate query configured
+    # The controller above `ref` that its pods' labels name (analyzer.detection.controllers): what a
+    # stop must act on. None: the metrics do not say (the reaper finds it through the API).
+    owner: WorkloadRef | None = None
 
     @property
     def judged_hours(self) -> float:

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
+from analyzer.detection.controllers import owner_above
 from analyzer.detection.detectors import LONG_RUNNING_KINDS, stayed_idle
 from analyzer.detection.ownership import resolve_all
 from analyzer.detection.views import DeviceView, NodeView, PodView, RequestRate, WorkloadView
@@ -371,6 +372,7 @@ def finalize(
                 ),
                 judged_seconds=union_seconds(spans),
                 missing_devices=draft.missing_devices,
+                owner=owner_above(draft.ref, draft.pods),
             )
         )
     nodes = [
@@ -419,6 +421,7 @@ def _device_view(
         shares=shares,
         memory_used_mib=dev.memory_used_mib,
         phases=phases,
+        interval_s=dev.interval_s,
     )
 
 

@@ -14,7 +14,7 @@ from markupsafe import Markup
 from analyzer.pipeline import OffenderSeries
 from analyzer.report import plots, units
 from analyzer.report.summaries import by_cluster, cluster_prefix, detail, mean_util, spans_clusters
-from common.model import Finding, FindingKind, FindingsReport, UtilQuantile
+from common.model import Finding, FindingKind, FindingsReport, UnknownEvidence, UtilQuantile
 from common.thresholds import Thresholds
 from common.timeutil import format_duration, to_the_second
 
@@ -53,6 +53,9 @@ def _workload_name(f: Finding) -> str:
     ref = f.workload
     return f"{ref.namespace}/{ref.name}" if ref.namespace else ref.name
 
+
+# The finding kind's own name first, everywhere: "unknown" is what the table and the reaper say too.
+_CARD_LABELS = {FindingKind.UNKNOWN: "unknown (too little data to judge)"}
 
 _LABELS = {
     "judged_hours": "judged for",
@@ -99,10 +102,27 @@ def _caption(o: OffenderSeries, t: Thresholds) -> str:
     return f"GPU utilization against {line}, one panel per GPU."
 
 
+def _gpus(f: Finding) -> str:
+    """``2 GPUs``; nothing where no GPU is attributed (never "0 GPUs")."""
+    return f"{f.gpu_count} GPU{'s' if f.gpu_count != 1 else ''}" if f.gpu_count else ""
+
+
+def _subtitle(f: Finding) -> str:
+    parts = [
+        f.kind.value.replace("_", " "),
+        _gpus(f),
+        f"{f.wasted_gpu_hours:,.1f} GPU-h wasted",
+        detail(f),
+    ]
+    return " · ".join(p for p in parts if p)
+
+
 def _row(f: Finding) -> dict[str, object]:
     return {
         "kind": f.kind.value,
         "kind_label": f.kind.value.replace("_", " "),
+        # An unknown finding says why there was too little data, in the reaper's words too.
+        "why": f.evidence.why if isinstance(f.evidence, UnknownEvidence) else "",
         "workload_kind": f.workload.kind,
         "name": _workload_name(f),
         "namespace": f.workload.namespace or "–",
@@ -138,10 +158,7 @@ def render_html(
     offender_plots = [
         _Plot(
             title=_title(o.finding, grouped),
-            subtitle=(
-                f"{o.finding.kind.value.replace('_', ' ')} · {o.finding.gpu_count} GPU(s) · "
-                f"{o.finding.wasted_gpu_hours:,.1f} GPU-h wasted · {detail(o.finding)}"
-            ),
+            subtitle=_subtitle(o.finding),
             kind=o.finding.kind.value,
             data_uri=_data_uri(plots.offender(o, thresholds)),
             caption=_caption(o, thresholds),
@@ -161,7 +178,11 @@ def render_html(
         for group in (by_cluster(report.findings) if grouped else ())
     ]
     cards = [
-        {"kind": kind.value, "label": kind.value.replace("_", " "), "count": counts.get(kind, 0)}
+        {
+            "kind": kind.value,
+            "label": _CARD_LABELS.get(kind, kind.value.replace("_", " ")),
+            "count": counts.get(kind, 0),
+        }
         for kind in FindingKind
     ]
     return _ENV.get_template(TEMPLATE).render(

@@ -84,7 +84,8 @@ def waste_by_namespace(findings: Sequence[Finding]) -> bytes | None:
         ax.text(total, y, f" {total:,.1f}", va="center", fontsize=9, color="#333333")
     ax.set_xlabel("wasted GPU-hours in the window")
     ax.spines[["top", "right"]].set_visible(False)
-    ax.legend(frameon=False, loc="lower right", fontsize=9)
+    # Above the axes, never inside: with one or two bars every corner of the axes is bar.
+    ax.legend(frameon=False, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=3, fontsize=9)
     ax.margins(x=0.12)
     return _png(fig)
 

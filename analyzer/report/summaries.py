@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from analyzer.report.units import hours, mebibytes, percent, share
+from analyzer.report.units import mebibytes, percent, share
 from common.model import (
     DataloaderStarvationEvidence,
     Finding,
@@ -47,9 +47,7 @@ def detail(f: Finding) -> str:
     if isinstance(e, LowUtilizationEvidence) and e.near_miss:
         return f"near miss: mean {percent(e.mean_util_percent or 0)}"
     if isinstance(e, UnknownEvidence):
-        if e.reason == "too_young":
-            return f"too young: {hours(e.judged_hours or 0)} judged"
-        return f"coverage {share(e.coverage or 0)}"
+        return e.why  # the same words as the reaper's plan and messages
     text = f"max {percent(e.max_util_percent or 0)}"
     if isinstance(e, IdleEndpointEvidence) and e.memory_used_mib is not None:
         text += f", {mebibytes(e.memory_used_mib)} held per GPU"

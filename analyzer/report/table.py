@@ -45,7 +45,7 @@ def _table(findings: Sequence[Finding], priced: bool, currency: str) -> Table:
         row: list[Text | str] = [
             Text(f.kind.value, style=KIND_STYLE[f.kind]),
             Text(name),  # cluster-chosen names are text, never rich markup
-            str(f.gpu_count),
+            str(f.gpu_count) if f.gpu_count else "–",  # no GPU attributed: never "0"
             mean_text(f),
             Text(detail(f)),
             f"{f.wasted_gpu_hours:.1f}",

@@ -17,7 +17,7 @@ from typing import Literal, NamedTuple
 
 import numpy as np
 
-from analyzer.sources.dcgm import Capabilities
+from analyzer.sources.dcgm import JOB_GROUP_LABEL, POD_LABELS_READ, Capabilities
 from common.model import TimeWindow
 from common.timeutil import format_duration
 
@@ -135,6 +135,9 @@ class PodRecord:
     pending: bool = False  # phase Pending at its last report
     finished: bool = False  # reported, but never Running in the window: ended before it (a done Job's pod)
     group: str | None = None  # its app.kubernetes.io/name label, where kube-state-metrics exports it
+    # The other pod labels read (``dcgm.POD_LABELS_READ``) it carries, by their exported names
+    # (``label_…``), sorted: the custom controller above its workload (analyzer.detection.controllers).
+    labels: tuple[tuple[str, str], ...] = ()
     # Why its series cannot be one pod's (two incarnations of the name alive at once); None: they can.
     ambiguity: str | None = None
 
@@ -208,9 +211,17 @@ def pod_records(
     started: dict[PodId, dict[str, float]] = defaultdict(dict)
     for pid, labels, value in starts:
         started[pid][labels.get("uid", "")] = value
-    group_of = {
-        pid: name for pid, labels, _ in groups if (name := labels.get("label_app_kubernetes_io_name"))
-    }
+    group_of: dict[PodId, str] = {}
+    labels_of: dict[PodId, dict[str, str]] = defaultdict(dict)
+    for pid, labels, _ in groups:
+        # Several rows of one pod (kube-state-metrics rolled out with a new allowlist): every
+        # label any of them exports.
+        for name in POD_LABELS_READ:
+            if found := labels.get(name):
+                if name == JOB_GROUP_LABEL:
+                    group_of[pid] = found
+                else:
+                    labels_of[pid][name] = found
     scheduled_of = {pid: value >= 1 for pid, _, value in scheduled}
     pending_of = {pid for pid, _, value in pending if value >= 1}
     return {
@@ -228,6 +239,7 @@ def pod_records(
             pending=pid in pending_of,
             finished=phases_known and pid not in seen_at and pid not in pending_of,
             group=group_of.get(pid),
+            labels=tuple(sorted(labels_of[pid].items())) if pid in labels_of else (),
             ambiguity=overlapping_lives(
                 pid, started.get(pid, {}), seen_of.get(pid, {}), node_of_uid.get(pid, {})
             ),

@@ -49,6 +49,14 @@ KUBE_POD_LABELS = "kube_pod_labels"
 # The label that groups ownerless Jobs into one workload (a sweep's runs), as kube-state-metrics
 # exports it when allowed (--metric-labels-allowlist=pods=[app.kubernetes.io/name]).
 JOB_GROUP_LABEL = "label_app_kubernetes_io_name"
+# Labels custom controllers put on the pods they make, as kube-state-metrics exports them when
+# allowed (``label_`` and the key with every character outside [a-zA-Z0-9_] made ``_``): they name
+# the controller a stop must act on (analyzer.detection.controllers).
+KSERVE_LABEL = "label_serving_kserve_io_inferenceservice"  # serving.kserve.io/inferenceservice
+NOTEBOOK_LABEL = "label_notebook_name"  # notebook-name (Kubeflow's notebook controller)
+LWS_LABEL = "label_leaderworkerset_sigs_k8s_io_name"  # leaderworkerset.sigs.k8s.io/name
+ROLLOUT_HASH_LABEL = "label_rollouts_pod_template_hash"  # rollouts-pod-template-hash (Argo Rollouts)
+POD_LABELS_READ = (JOB_GROUP_LABEL, KSERVE_LABEL, NOTEBOOK_LABEL, LWS_LABEL, ROLLOUT_HASH_LABEL)
 CPU_USAGE = "container_cpu_usage_seconds_total"
 CPU_PERIODS = "container_cpu_cfs_periods_total"
 CPU_THROTTLED = "container_cpu_cfs_throttled_periods_total"

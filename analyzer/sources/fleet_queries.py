@@ -346,10 +346,12 @@ class FleetQueries:
         return f"({promql.aggregate('max', labels, above)}) and on (namespace, job_name) ({gpu_jobs})"
 
     def pod_groups(self) -> str:
-        """The ``app.kubernetes.io/name`` label of GPU pods, where kube-state-metrics exports it."""
-        labelled = self._sel(dcgm.KUBE_POD_LABELS, [ne(dcgm.JOB_GROUP_LABEL, "")])
-        labels = (*CANONICAL.names, dcgm.JOB_GROUP_LABEL)
-        return self._ksm("max", labels, self._last(labelled))
+        """The pod labels the analyzer reads (``app.kubernetes.io/name`` and the labels custom
+        controllers write, ``dcgm.POD_LABELS_READ``) of GPU pods, where kube-state-metrics exports
+        them: one row per GPU pod, its labels empty where not exported. A selector cannot ask for
+        any of several labels, and one row per GPU pod is what ``pod_owners`` returns anyway."""
+        labels = (*CANONICAL.names, *dcgm.POD_LABELS_READ)
+        return self._ksm("max", labels, self._last(self._sel(dcgm.KUBE_POD_LABELS)))
 
     def cpu_usage(self) -> str:
         return self._gpu_only(self._per_pod_cadvisor("rate", dcgm.CPU_USAGE))

@@ -26,6 +26,7 @@ from __future__ import annotations
 import gzip
 import logging
 import threading
+import time
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
@@ -40,6 +41,7 @@ from urllib.parse import parse_qs, urlsplit
 import msgspec
 import numpy as np
 import requests
+import urllib3
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
 from urllib3 import BaseHTTPResponse
 from urllib3.connectionpool import ConnectionPool
@@ -48,6 +50,7 @@ from urllib3.util.retry import Retry
 from analyzer.sources.errors import BadResponseError, QueryError, SourceUnreachableError
 from analyzer.sources.pacing import AdaptiveLimit, run_all, submit_all
 from analyzer.sources.prometheus_config import PrometheusConfig
+from common.errors import DataUnavailableError, GpuToolError
 from common.memory import collector_paused
 
 log = logging.getLogger(__name__)
@@ -189,6 +192,9 @@ class PrometheusClient:
         self.stats = QueryStats()
         self._stats_lock = threading.Lock()
         self.limit = AdaptiveLimit(config.concurrency)
+        # Set once a request ran out of time on every attempt before the server had answered any:
+        # see _timed_out.
+        self._unresponsive: DataUnavailableError | None = None
         self.session.hooks["response"].extend([self._count, self._check])
         retry = _PacedRetry(
             total=config.retries,
@@ -278,12 +284,13 @@ class PrometheusClient:
 
     def label_names(self, match: str, start: datetime, end: datetime) -> list[str]:
         params = {"match[]": match, "start": _ts(start), "end": _ts(end)}
-        return _strings(self._ask("/api/v1/labels", self.connect.get_label_names, params), "/api/v1/labels")
+        path = "/api/v1/labels"
+        return _strings(self._ask(f"{path} {match}", self.connect.get_label_names, params), path)
 
     def label_values(self, label: str, match: str, start: datetime, end: datetime) -> list[str]:
         path = f"/api/v1/label/{label}/values"
         params = {"match[]": match, "start": _ts(start), "end": _ts(end)}
-        return _strings(self._ask(path, self.connect.get_label_values, label, params), path)
+        return _strings(self._ask(f"{path} {match}", self.connect.get_label_values, label, params), path)
 
     def build_info(self) -> dict[str, Any]:
         """``/api/v1/status/buildinfo``'s data: which engine answers (empty where it says nothing)."""
@@ -313,26 +320,71 @@ class PrometheusClient:
     def _ask(self, what: str, call: Callable[..., T], *args: Any) -> T:
         """Run one prometheus-api-client call; transport failures become the analyzer's errors.
 
-        Answers are judged by ``_check`` before the library reads them.
+        Answers are judged by ``_check`` before the library reads them. Each request is logged at
+        debug level with what it asked, how long it took and how many series (or names) came back.
         """
+        if self._unresponsive is not None:
+            raise SourceUnreachableError(str(self._unresponsive))
+        started = time.monotonic()
         try:
             with self.limit.slot():  # requests from this thread count against the pool's bound
-                return call(*args)
+                answer = call(*args)
+        except GpuToolError as e:  # raised by _check, on an answer
+            log.debug("%s: failed after %.3fs: %s", _asked(what), time.monotonic() - started, e)
+            raise
         except requests.exceptions.SSLError as e:
-            raise SourceUnreachableError(f"{self._where()}: TLS handshake failed: {e}") from e
+            raise self._failed(what, started, f"TLS handshake failed: {e}") from e
+        except requests.exceptions.ConnectTimeout as e:
+            raise self._timed_out(what, started, "cannot connect") from e
         except requests.exceptions.Timeout as e:
-            raise SourceUnreachableError(
-                f"{self._where()}: no answer within {self.config.timeout_s:g}s "
-                f"after {self.config.retries} retries ({what!r})"
-            ) from e
+            raise self._timed_out(what, started, "no answer") from e
         except requests.exceptions.ConnectionError as e:
-            raise SourceUnreachableError(
-                f"{self._where()}: cannot connect ({_root_cause(e)}) after {self.config.retries} retries"
-            ) from e
+            # urllib3 reports a read timeout whose retries ran out as a connection error: the server
+            # was reached, and did not answer in time.
+            if isinstance(_reason(e), urllib3.exceptions.ReadTimeoutError):
+                raise self._timed_out(what, started, "no answer") from e
+            raise self._failed(what, started, f"cannot connect ({_root_cause(e)}){self._after()}") from e
         except requests.exceptions.RequestException as e:
-            raise SourceUnreachableError(f"{self._where()}: request failed: {e}") from e
+            raise self._failed(what, started, f"request failed: {e}") from e
         except PrometheusApiClientException as e:  # only if an answer slipped past _check
-            raise BadResponseError(f"{self._where()}: unexpected answer for {what!r}") from e
+            reason = f"unexpected answer for {_short(what)!r}"
+            raise self._failed(what, started, reason, BadResponseError) from e
+        if log.isEnabledFor(logging.DEBUG):
+            size = len(answer) if isinstance(answer, list) else None
+            unit = "series" if not what.startswith("/") else "values"
+            got = f"{size} {unit}" if size is not None else "answered"
+            log.debug("%s: %s in %.3fs", _asked(what), got, time.monotonic() - started)
+        return answer
+
+    def _after(self) -> str:
+        n = self.config.retries
+        return f" after {n} {'retry' if n == 1 else 'retries'}" if n else ""
+
+    def _failed(
+        self,
+        what: str,
+        started: float,
+        reason: str,
+        kind: type[DataUnavailableError] = SourceUnreachableError,
+    ) -> DataUnavailableError:
+        error = kind(f"{self._where()}: {reason}")
+        log.debug("%s: failed after %.3fs: %s", _asked(what), time.monotonic() - started, error)
+        return error
+
+    def _timed_out(self, what: str, started: float, reason: str) -> DataUnavailableError:
+        """A request whose every attempt ran out of time. Where the server has answered nothing
+        yet in this run, it is taken as unresponsive: the requests still to come fail at once
+        rather than each waiting out its own timeouts (a run would otherwise wait many times
+        the timeout before giving up)."""
+        error = self._failed(
+            what,
+            started,
+            f"{reason} within {self.config.timeout_s:g}s{self._after()} ({_short(what)!r})",
+        )
+        with self._stats_lock:
+            if self.stats.requests == 0 and self._unresponsive is None:
+                self._unresponsive = error
+        return error
 
     def _checked(self, body: dict[str, Any], path: str, what: str) -> dict[str, Any]:
         """A success's envelope, refused if partial; a query's result decoded into our types."""
@@ -367,7 +419,7 @@ class PrometheusClient:
             if samples is not None:
                 envelope = {"status": "success", "data": {"resultType": "vector", "result": samples}}
                 return _CheckedResponse(response, envelope)
-            body = _json_body(response)
+            body = _json_body(response, self._where())
             if status == 200 and isinstance(body, dict) and body.get("status") == "success":
                 checked = _CheckedResponse(response, self._checked(body, path, what))
                 del body  # the parsed tree goes while the collector is still paused
@@ -389,9 +441,7 @@ class PrometheusClient:
                 "(Thanos/Mimir/VictoriaMetrics cluster URLs often need a path prefix such as /prometheus)"
             )
         if status >= 500:
-            raise BadResponseError(
-                f"{self._where()}: HTTP {status} after {self.config.retries} retries: {detail}"
-            )
+            raise BadResponseError(f"{self._where()}: HTTP {status}{self._after()}: {detail}")
         raise BadResponseError(f"{self._where()}: unexpected answer (HTTP {status}): {detail}")
 
 
@@ -433,7 +483,8 @@ def _ts(at: datetime) -> str:
 
 
 def _snippet(response: requests.Response) -> str:
-    text = response.text.strip().replace("\n", " ")
+    """The body's first characters on one line (an HTML error page's lines run together)."""
+    text = " ".join(response.text.split())
     return text[:200] + ("…" if len(text) > 200 else "")
 
 
@@ -475,13 +526,18 @@ def _plain_vector(content: bytes) -> _Result | None:
     return _Result(samples_of(map(_metric_of, items), map(_second, map(_value_pair, items))), "vector")
 
 
-def _json_body(response: requests.Response) -> Any:
+def _json_body(response: requests.Response, where: str) -> Any:
+    """The parsed body; None for an error status whose body is not JSON (said by the caller).
+
+    A success that is not JSON is named by the server, not by its URL: a query's URL carries the
+    whole encoded selector, hundreds of characters that say nothing about what went wrong.
+    """
     try:
         return msgspec.json.decode(response.content)
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as e:
         if response.status_code == 200:
             raise BadResponseError(
-                f"{response.url}: HTTP 200 but not JSON ({response.headers.get('Content-Type', '?')}): "
+                f"{where}: HTTP 200 but not JSON ({response.headers.get('Content-Type', '?')}): "
                 f"{_snippet(response)}"
             ) from e
         return None
@@ -587,6 +643,21 @@ def _strings(data: Any, path: str) -> list[str]:
     if not isinstance(data, list) or not all(isinstance(x, str) for x in data):
         raise BadResponseError(f"{path}: expected a list of strings, got {str(data)[:200]}")
     return list(data)
+
+
+def _reason(error: BaseException) -> object:
+    """What urllib3's retry wrapper (``MaxRetryError``, inside requests' error) says went wrong."""
+    inner: object = error.args[0] if error.args else error
+    return getattr(inner, "reason", inner)
+
+
+def _short(what: str, limit: int = 80) -> str:
+    """A query or request, cut for an error message (the debug log has it whole)."""
+    return what if len(what) <= limit else what[: limit - 1] + "…"
+
+
+def _asked(what: str) -> str:
+    return what if what.startswith("/") else f"query {what}"
 
 
 def _root_cause(error: BaseException) -> str:

@@ -110,7 +110,8 @@ class WorkloadKind(StrEnum):
 
 
 class Controller(StrEnum):
-    """A custom controller above the workload (the cluster objects only: the metrics do not change)."""
+    """A custom controller above the workload: the cluster objects, and the label it writes on the
+    pods (exported as kube_pod_labels where ``pod_labels_allowed`` allows it)."""
 
     NOTEBOOK = "Notebook"  # Kubeflow: owns a StatefulSet of the same name
     INFERENCE_SERVICE = "InferenceService"  # KServe raw deployment: owns the NAME-predictor Deployment
@@ -154,6 +155,17 @@ class WorkloadSpec(_Spec):
     annotations: dict[str, str] = Field(default_factory=dict)
     controller: Controller | None = None
     controller_name: str | None = None  # default: the workload's name (InferenceService: without -predictor)
+
+    @property
+    def controller_root(self) -> str | None:
+        """The name of the custom controller's object above the workload (None: no controller)."""
+        if self.controller is None:
+            return None
+        if self.controller_name:
+            return self.controller_name
+        if self.controller is Controller.INFERENCE_SERVICE:
+            return self.name.removesuffix("-predictor")  # KServe names it <isvc>-predictor
+        return self.name
 
     @model_validator(mode="after")
     def _checks(self) -> WorkloadSpec:
@@ -215,6 +227,17 @@ class Delivery(_Spec):
         return self
 
 
+# The pod labels kube-state-metrics exports by default in the simulated clusters, as docs/analyzer.md
+# tells operators to allow them (--metric-labels-allowlist=pods=[...]).
+DEFAULT_POD_LABELS_ALLOWED = (
+    "app.kubernetes.io/name",
+    "serving.kserve.io/inferenceservice",
+    "notebook-name",
+    "leaderworkerset.sigs.k8s.io/name",
+    "rollouts-pod-template-hash",
+)
+
+
 class Scenario(_Spec):
     name: str
     seed: int = 0
@@ -230,6 +253,8 @@ class Scenario(_Spec):
     nodes: tuple[NodeSpec, ...] = Field(min_length=1)
     workloads: tuple[WorkloadSpec, ...] = ()
     delivery: Delivery = Delivery()
+    # Pod label keys kube-state-metrics exports as kube_pod_labels{label_<key>} (its allowlist).
+    pod_labels_allowed: tuple[str, ...] = DEFAULT_POD_LABELS_ALLOWED
 
     @model_validator(mode="after")
     def _checks(self) -> Scenario:

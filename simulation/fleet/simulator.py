@@ -21,7 +21,14 @@ import numpy as np
 from common.model import WorkloadRef
 from simulation.fleet import behaviours
 from simulation.fleet.delivery import deliver
-from simulation.fleet.scenario import NodeSpec, Scenario, ScenarioError, WorkloadKind, WorkloadSpec
+from simulation.fleet.scenario import (
+    Controller,
+    NodeSpec,
+    Scenario,
+    ScenarioError,
+    WorkloadKind,
+    WorkloadSpec,
+)
 from simulation.fleet.series import Series as Series  # re-exported: where the simulator's users find it
 
 UTIL_BUCKETS = (5.0, 10.0, 25.0, 50.0, 75.0, 90.0, 95.0)
@@ -122,6 +129,25 @@ def _pod_names(w: WorkloadSpec, replicas: int, generation: int = 0) -> list[tupl
 
 
 GROUP_LABEL = "app.kubernetes.io/name"
+# The label each custom controller writes on the pods it makes, named by its object's name.
+_CONTROLLER_POD_LABEL = {
+    Controller.INFERENCE_SERVICE: "serving.kserve.io/inferenceservice",
+    Controller.NOTEBOOK: "notebook-name",
+    Controller.LEADER_WORKER_SET: "leaderworkerset.sigs.k8s.io/name",
+}
+
+
+def pod_labels(w: WorkloadSpec) -> dict[str, str]:
+    """The labels of the workload's pods: the scenario's, and its custom controller's."""
+    root = w.controller_root
+    if w.controller is None or root is None:
+        return dict(w.labels)
+    return w.labels | {_CONTROLLER_POD_LABEL[w.controller]: root}
+
+
+def exported_label(key: str) -> str:
+    """kube-state-metrics' name for a pod label: ``label_`` and the key, [^a-zA-Z0-9_] made ``_``."""
+    return "label_" + "".join(c if c.isascii() and (c.isalnum() or c == "_") else "_" for c in key)
 
 
 def workload_ref(w: WorkloadSpec) -> WorkloadRef:
@@ -474,10 +500,12 @@ def _kube_state_series(scenario: Scenario, times: np.ndarray, pods: list[Pod]) -
             t,
             ones,
         )
-        if GROUP_LABEL in pod.spec.labels:
-            # kube-state-metrics exports a pod label only when allowed (--metric-labels-allowlist).
-            labelled = common | {"label_app_kubernetes_io_name": pod.spec.labels[GROUP_LABEL]}
-            yield Series("kube_pod_labels", _sorted(labelled), t, ones)
+        # kube-state-metrics exports a pod label only when allowed (--metric-labels-allowlist).
+        allowed = {
+            exported_label(k): v for k, v in pod_labels(pod.spec).items() if k in scenario.pod_labels_allowed
+        }
+        if allowed:
+            yield Series("kube_pod_labels", _sorted(common | allowed), t, ones)
         if not pod.pending:  # status.startTime is set by the kubelet, so never for an unscheduled pod
             yield Series("kube_pod_start_time", _sorted(common), t, np.full(t.size, pod.start))
         is_running = running[alive]

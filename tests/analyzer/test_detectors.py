@@ -28,7 +28,7 @@ from analyzer.sources.aggregates import (
     sample_shares,
     util_stats,
 )
-from common.model import FindingKind, TimeWindow, WorkloadRef
+from common.model import DataloaderStarvationEvidence, FindingKind, TimeWindow, WorkloadRef
 from common.thresholds import Thresholds
 
 END = datetime(2026, 1, 5, tzinfo=UTC)
@@ -85,6 +85,7 @@ class Case:
     missing_devices: int = 0
     request_rate: RequestRate | None = None
     evidence: dict[str, object] = field(default_factory=dict)
+    owner: WorkloadRef | None = None  # the controller the pods' labels name
 
 
 def view(case: Case, t: Thresholds = T, now: datetime = END) -> WorkloadView:
@@ -113,6 +114,7 @@ def view(case: Case, t: Thresholds = T, now: datetime = END) -> WorkloadView:
                 phases=phase_lengths(
                     times[in_span][finite], present, t.starvation_idle_percent, t.starvation_busy_percent
                 ),
+                interval_s=STEP_S,
             )
         )
     return WorkloadView(
@@ -124,6 +126,7 @@ def view(case: Case, t: Thresholds = T, now: datetime = END) -> WorkloadView:
         judged_seconds=0.0 if span is None else span.duration.total_seconds(),
         missing_devices=case.missing_devices,
         request_rate=case.request_rate,
+        owner=case.owner,
     )
 
 
@@ -560,3 +563,59 @@ def test_every_detector_states_its_rule_and_evidence() -> None:
         doc = detector.__doc__ or ""
         assert "Rule" in doc, detector.__name__
         assert "Evidence" in doc, detector.__name__
+
+
+def test_starvation_says_which_sampling_each_number_comes_from() -> None:
+    """Readings scraped every minute hover at 49 % while half the sub-second samples are above 75 %:
+    the advice quotes both, each with its sampling, so the two numbers do not read as a contradiction."""
+    from_histogram = detectors.classify(
+        view(Case((Gpu(noisy(49, 2), histogram=BIMODAL_HISTOGRAM),), None, kind="Job")), T, END
+    )
+    assert from_histogram is not None
+    evidence = from_histogram.evidence
+    assert isinstance(evidence, DataloaderStarvationEvidence)
+    assert evidence.util_interval_seconds == STEP_S
+    # The scraped peak stays under the busy line the sub-second samples cross half the time.
+    assert evidence.max_util_percent < T.starvation_busy_percent and evidence.busy_share == 0.5
+    assert (
+        "at or below 10 % in 48% and above 75 % in 50% of the exporter's sub-second utilization samples, "
+        f"while the readings scraped every 1m peak at {evidence.max_util_percent:.0f} %"
+    ) in from_histogram.recommendation
+    from_scrapes = detectors.classify(view(Case((Gpu(series(sawtooth)),), None, kind="Job")), T, END)
+    assert from_scrapes is not None and from_scrapes.evidence.to_json()["shares_from"] == "samples"
+    assert "above 75 % in 50% of the readings scraped every 1m: they wait" in from_scrapes.recommendation
+
+
+INFERENCE_SERVICE = WorkloadRef(kind="InferenceService", name="app", namespace="ns")
+
+
+def test_an_idle_endpoint_under_a_controller_names_the_controller_to_stop() -> None:
+    """Scaling a KServe predictor's Deployment is undone by KServe: the advice names what to stop,
+    the finding stays the Deployment's (the workload the GPUs were measured on)."""
+    owned = detectors.classify(view(Case((Gpu(idle()),), None, owner=INFERENCE_SERVICE)), T, END)
+    assert owned is not None and owned.kind is FindingKind.IDLE_ENDPOINT
+    assert owned.workload == WorkloadRef(kind="Deployment", name="app", namespace="ns")
+    assert owned.owner == INFERENCE_SERVICE
+    assert owned.recommendation.startswith(
+        'Stop InferenceService ns/app (set its serving.kserve.io/stop annotation to "true"): '
+        "the 1 GPU(s) of Deployment ns/app stayed at or below"
+    )
+    assert "Scale Deployment" not in owned.recommendation
+
+
+def test_an_idle_endpoint_without_a_named_controller_says_the_reaper_resolves_it() -> None:
+    plain = detectors.classify(view(Case((Gpu(idle()),), None)), T, END)
+    assert plain is not None and plain.owner is None
+    assert plain.recommendation.startswith("Scale Deployment ns/app to zero")
+    assert "gpu-reaper finds it through the Kubernetes API before it acts" in plain.recommendation
+
+
+def test_right_sizing_advice_sends_the_change_to_the_controller() -> None:
+    notebook = WorkloadRef(kind="Notebook", name="app", namespace="ns")
+    low = detectors.classify(
+        view(Case((Gpu(noisy(8, 2)),), None, kind="StatefulSet", owner=notebook)), T, END
+    )
+    assert low is not None and low.kind is FindingKind.LOW_UTILIZATION and low.owner == notebook
+    assert low.recommendation.endswith(
+        "Make the change in Notebook ns/app: its controller reverts edits to StatefulSet ns/app."
+    )

@@ -18,6 +18,7 @@ from analyzer.report.table import render_table
 from common.model import DataloaderStarvationEvidence, FindingKind, FindingsReport
 from common.thresholds import Thresholds
 from harness.browser import pixels_near, screenshot
+from harness.findings import finding, report
 from simulation.fleet import Fleet
 from simulation.fleet.truth import window_of
 from simulation.metrics_source import SimulatedSource
@@ -150,3 +151,66 @@ def test_terminal_table_shows_human_units(simulated_analysis: Analysis) -> None:
     assert not re.search(r"\d\d:\d\d:\d\d\.\d", text)
     assert re.search(r"max \d+\.\d %, \d+\.\d GiB held per GPU", text)
     assert re.search(r"bimodal: \d+\.\d % stalled / \d+\.\d % busy", text)
+
+
+# --- what a reader trips on ---------------------------------------------------------------------------
+
+
+def _mask(image: np.ndarray, hex_colour: str, tolerance: float = 0.03) -> np.ndarray:
+    rgb = np.array([int(hex_colour[i : i + 2], 16) / 255 for i in (1, 3, 5)])
+    return np.asarray((np.abs(image[..., :3] - rgb) < tolerance).all(-1))
+
+
+@pytest.mark.chromium
+def test_a_one_bar_waste_chart_keeps_its_legend_off_the_bar(tmp_path: Path) -> None:
+    page = tmp_path / "report.html"
+    page.write_text(render_html(report(finding(name="ranker", wasted=12.0)), Thresholds()), encoding="utf-8")
+    image = screenshot(page, tmp_path / "report.png", tmp_path / "profile")
+    bar = _mask(image, plots.KIND_COLOURS[FindingKind.IDLE_ENDPOINT])
+    # The bar is the only wide run of its colour (cards and badges are narrow): its rows and columns.
+    rows = np.flatnonzero(bar.sum(axis=1) > 300)
+    assert rows.size > 20, "no bar drawn"
+    cols = np.flatnonzero(bar[rows].any(axis=0) & (bar[rows].sum(axis=0) > rows.size // 2))
+    # Inside its edges nothing is drawn over it: a legend's label would leave holes of another colour.
+    inside = bar[rows.min() + 2 : rows.max() - 1, cols.min() + 2 : cols.max() - 1]
+    covered = int(inside.size - inside.sum())
+    assert covered < 10, f"{covered} pixels of the bar are covered"
+
+
+def test_a_workload_with_no_gpu_attributed_shows_no_zero_and_no_dangling_separator() -> None:
+    nothing = finding(
+        FindingKind.UNKNOWN,
+        name="new-model",
+        gpus=0,
+        wasted=0.0,
+        evidence={"reason": "too_young", "judged_hours": 0.0},
+    ).model_copy(update={"nodes": ()})
+    html = render_html(report(nothing), Thresholds())
+    row = html[html.index("<strong>serving/new-model</strong>") :]
+    row = row[: row.index("</tr>")]
+    assert re.search(r'<span class="empty">Deployment</span>', row), row
+    assert not re.search(r"·\s*<", row)
+    assert '<td class="num">0</td>' not in row
+    console = Console(record=True, width=200)
+    render_table(report(nothing), console)
+    assert not re.search(r"new-model +0 ", console.export_text())
+
+
+def test_unknown_findings_go_by_one_name_with_their_reason(tmp_path: Path) -> None:
+    young = finding(
+        FindingKind.UNKNOWN, name="fresh", wasted=0.0, evidence={"reason": "too_young", "judged_hours": 1.5}
+    )
+    gappy = finding(
+        FindingKind.UNKNOWN,
+        name="gappy",
+        wasted=0.0,
+        evidence={"reason": "low_coverage", "coverage": 0.4, "min_coverage": 0.9},
+    )
+    html = render_html(report(young, gappy), Thresholds())
+    assert "unknown (too little data to judge)" in html  # the card
+    assert '<div class="why">too young: 1.5 h judged</div>' in html
+    assert '<div class="why">low coverage: 40.0 % of samples of 90 % needed</div>' in html
+    console = Console(record=True, width=200)
+    render_table(report(young, gappy), console)
+    text = console.export_text()
+    assert "too young: 1.5 h judged" in text and "low coverage: 40.0 % of samples" in text

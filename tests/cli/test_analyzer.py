@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -351,3 +357,107 @@ def test_older_spellings_still_work_with_a_warning(
         err = capsys.readouterr().err
         assert (f"{old[0]} is deprecated; use {new[0]}" in err) is (argv[0] == old[0])
     assert sent[0] == sent[1]
+
+
+@contextmanager
+def local_server(answer: Callable[[BaseHTTPRequestHandler], None]) -> Iterator[str]:
+    """A real HTTP server on 127.0.0.1 answering every request with ``answer``; its URL."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            with suppress(OSError):  # the client may have given up and closed the connection
+                answer(self)
+
+        do_POST = do_GET
+
+        def log_message(self, format: str, *args: object) -> None:
+            del format, args
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def reply(handler: BaseHTTPRequestHandler, status: int, body: str, content_type: str) -> None:
+    data = body.encode()
+    handler.send_response(status)
+    handler.send_header("Content-Type", content_type)
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
+def test_a_server_that_never_answers_is_given_up_on_within_about_twice_the_timeout(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Two attempts (one retry) of 2 s each, once: the calls still to come fail at once rather than
+    each waiting out their own attempts. A read timeout is not a failure to connect."""
+    released, asked = threading.Event(), threading.Event()
+
+    def stall(handler: BaseHTTPRequestHandler) -> None:
+        asked.set()
+        released.wait(timeout=60)
+
+    with local_server(stall) as url:
+        started = time.monotonic()
+        argv = ["analyze", "--prometheus-url", url, "--end", END, "--prometheus-timeout", "2s"]
+        code = main([*argv, "--prometheus-retries", "1"])
+        elapsed = time.monotonic() - started
+        released.set()
+    assert code == 3 and asked.is_set()
+    assert 2 * 2.0 <= elapsed < 3 * 2.0  # before: 12 s, three rounds of calls each timing out twice
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert line.startswith(
+        f"gpu-analyzer: error: data source unavailable: {url}: no answer within 2s after 1 retry"
+    )
+    assert "cannot connect" not in line and len(line) < 250
+
+
+@pytest.mark.parametrize("status", [502, 200])
+def test_an_answer_that_is_not_json_is_one_line_naming_the_server_status_and_body(
+    status: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    page = "\r\n".join(
+        [
+            "<html>",
+            "<head><title>502 Bad Gateway</title></head>",
+            "<body>",
+            "<center>nginx</center>",
+            "</body>",
+            "</html>",
+        ]
+    )
+    with local_server(lambda handler: reply(handler, status, page, "text/html")) as url:
+        code = main(["analyze", "--prometheus-url", url, "--end", END, "--prometheus-retries", "0"])
+    assert code == 3
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert line.startswith(f"gpu-analyzer: error: data source unavailable: {url}: HTTP {status}")
+    assert "<html> <head><title>502 Bad Gateway</title></head> <body> <center>nginx</center>" in line
+    # The server, not a request URL carrying the whole encoded selector.
+    assert "/api/v1" not in line and "%7B" not in line and len(line) < 300
+
+
+@pytest.mark.prometheus
+def test_debug_logs_each_query_with_its_promql_series_and_duration(
+    prometheus_standard: PrometheusServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["analyze", "--prometheus-url", prometheus_standard.url, "--end", END, "--format", "json", "-vv"]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    queries = re.findall(
+        r"DEBUG +analyzer\.sources\.prometheus_api: query (.+): (\d+) series in (\d+\.\d{3})s$",
+        err,
+        re.MULTILINE,
+    )
+    assert any("DCGM_FI_DEV_GPU_UTIL" in promql and int(n) > 0 for promql, n, _ in queries)
+    labels = re.findall(
+        r"prometheus_api: /api/v1/label/__name__/values \{.+\}: (\d+) values in \d+\.\d{3}s$", err, re.M
+    )
+    assert labels and int(labels[0]) > 0

@@ -41,18 +41,74 @@ def test_version(prog: str, capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.parametrize(
-    ("prog", "argv"),
+    ("prog", "argv", "command"),
     [
-        pytest.param("gpu-exporter", ["--frobnicate"], id="exporter"),
-        pytest.param("gpu-analyzer", ["analyze", "--simulate", "standard", "--frobnicate"], id="analyzer"),
-        pytest.param("gpu-reaper", ["policy", "check", str(POLICY), "--frobnicate"], id="reaper"),
+        pytest.param("gpu-exporter", ["--frobnicate"], "gpu-exporter", id="exporter"),
+        pytest.param(
+            "gpu-analyzer",
+            ["analyze", "--simulate", "standard", "--frobnicate"],
+            "gpu-analyzer analyze",
+            id="analyzer",
+        ),
+        pytest.param(
+            "gpu-reaper",
+            ["policy", "check", str(POLICY), "--frobnicate"],
+            "gpu-reaper policy check",
+            id="reaper",
+        ),
+        # Before any command: the flag is named, not reported as a missing command.
+        pytest.param("gpu-reaper", ["--frobnicate"], "gpu-reaper", id="reaper-before-the-command"),
+        # Before a command that is given: said with that command's usage, the deepest reached.
+        pytest.param(
+            "gpu-analyzer",
+            ["--frobnicate", "analyze"],
+            "gpu-analyzer analyze",
+            id="analyzer-before-the-command",
+        ),
+        pytest.param("gpu-reaper", ["policy", "--frobnicate"], "gpu-reaper policy", id="reaper-policy"),
     ],
 )
-def test_usage_errors_look_the_same(prog: str, argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+def test_usage_errors_name_the_flag_with_the_usage_of_their_command(
+    prog: str, argv: list[str], command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert MAINS[prog](argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[0].startswith(f"usage: {prog} ")
-    assert err[-1] == f"{prog}: error: unrecognized arguments: --frobnicate"
+    assert err[0].startswith(f"usage: {command} ")
+    assert err[-1] == f"{command}: error: unrecognized arguments: --frobnicate"
+
+
+@pytest.mark.parametrize(
+    ("prog", "argv"),
+    [
+        pytest.param("gpu-reaper", [], id="reaper"),
+        pytest.param("gpu-reaper", ["policy"], id="reaper-policy"),
+        pytest.param("gpu-analyzer", ["-v"], id="analyzer"),
+    ],
+)
+def test_a_missing_command_is_still_said(
+    prog: str, argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert MAINS[prog](argv) == 2
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .splitlines()[-1]
+        .endswith("error: the following arguments are required: COMMAND")
+    )
+
+
+@pytest.mark.parametrize(
+    ("prog", "argv"),
+    [
+        pytest.param("gpu-reaper", ["run", "--version"], id="reaper-run"),
+        pytest.param("gpu-reaper", ["policy", "check", "--version"], id="reaper-policy-check"),
+        pytest.param("gpu-analyzer", ["analyze", "--version"], id="analyzer"),
+    ],
+)
+def test_version_after_the_command(prog: str, argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """As the README says: --version before or after a command (which needs nothing else then)."""
+    assert MAINS[prog](argv) == 0
+    assert capsys.readouterr().out == f"{prog} {version('kube-gpu-reaper')}\n"
 
 
 @pytest.mark.parametrize(

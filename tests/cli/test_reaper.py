@@ -10,6 +10,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from pytest_httpserver import HTTPServer
 
 from cli.reaper import main
@@ -87,8 +88,30 @@ def test_run_apply_prints_the_summary_line_and_exits_0(
     )
     assert seeded.obj("Deployment", "serving", "ranker")["spec"]["replicas"] == 0
     logged = capsys.readouterr().err
+    assert logged.strip().splitlines()[-1].endswith("INFO    cli.reaper: run finished")
+    assert "gpu_reaper_" not in logged  # the self-metrics only on request: see the next test
+
+
+def test_the_run_metrics_are_logged_with_v_and_written_with_metrics_file(
+    seeded: EmulatedCluster, findings_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy = write(tmp_path, "p.yaml", GOOD_POLICY)
+    code, _ = cli("-v", *run_args(seeded.kubeconfig, policy, findings_file, "--apply"))
+    assert code == 0
+    logged = capsys.readouterr().err
     assert 'gpu_reaper_actions_total{action="scale_to_zero",outcome="applied"} 1.0' in logged
     assert "gpu_reaper_last_success_timestamp_seconds" in logged
+
+    metrics = tmp_path / "textfile" / "gpu_reaper.prom"
+    metrics.parent.mkdir()
+    code, _ = cli(*run_args(seeded.kubeconfig, policy, findings_file, "--metrics-file", str(metrics)))
+    assert code == 0
+    assert "gpu_reaper_" not in capsys.readouterr().err
+    families = {f.name: f for f in text_string_to_metric_families(metrics.read_text(encoding="utf-8"))}
+    (found,) = [x for x in families["gpu_reaper_findings"].samples if x.labels["kind"] == "idle_endpoint"]
+    assert found.value == 1
+    assert "gpu_reaper_actions" in families and "gpu_reaper_run_duration_seconds" in families
+    assert list(metrics.parent.iterdir()) == [metrics]  # replaced whole: nothing left aside
 
 
 def test_policy_mode_apply_applies_unless_dry_run_flag(
@@ -185,10 +208,11 @@ def test_broken_policy_exits_2_naming_the_field_with_zero_api_calls(
 ) -> None:
     policy = write(tmp_path, "broken.yaml", text)
     before = seeded.requests()
-    code, _ = cli(*run_args(seeded.kubeconfig, policy, findings_file, "--apply"))
+    code, out = cli(*run_args(seeded.kubeconfig, policy, findings_file, "--apply"))
     err = capsys.readouterr().err
     assert code == 2
     assert f"{policy}: " in err and message in err
+    assert out == "gpu-reaper: mode=apply error=bad_input\n"  # every run ends with its summary line
     assert seeded.requests() == before == []
     code, _ = cli("policy", "check", str(policy))
     assert code == 2
@@ -226,10 +250,28 @@ def test_bad_flags_exit_2(argv: list[str], tmp_path: Path, monkeypatch: pytest.M
     assert cli(*argv)[0] == 2
 
 
-def test_bad_kubeconfig_exits_2(findings_file: Path, tmp_path: Path) -> None:
+def test_bad_kubeconfig_exits_2(
+    findings_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     policy = write(tmp_path, "p.yaml", GOOD_POLICY)
-    code, _ = cli(*run_args(tmp_path / "missing-kubeconfig", policy, findings_file))
+    code, out = cli(*run_args(tmp_path / "missing-kubeconfig", policy, findings_file))
     assert code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"gpu-reaper: error: --kubeconfig {tmp_path / 'missing-kubeconfig'}: the file does not exist"
+    )
+    assert out == "gpu-reaper: mode=dry-run error=bad_input\n"
+    code, _ = cli(*run_args(tmp_path, policy, findings_file))
+    assert code == 2
+    assert capsys.readouterr().err.strip().endswith(f"--kubeconfig {tmp_path}: not a file")
+
+
+def test_a_policy_that_does_not_load_ends_with_a_summary_line_without_a_mode(
+    findings_file: Path, tmp_path: Path
+) -> None:
+    """The mode comes from the policy when no flag gives it: a run that never read one names none."""
+    code, out = cli(*run_args(tmp_path / "kubeconfig", tmp_path / "no-policy.yaml", findings_file))
+    assert code == 2
+    assert out == "gpu-reaper: error=bad_input\n"
 
 
 def closed_port() -> int:
@@ -253,8 +295,13 @@ def test_prometheus_down_exits_3_says_so_and_touches_nothing(
     assert code == 3
     # No "findings=0 planned=0": that would read as a clean bill of health.
     assert out.strip().splitlines()[-1] == "gpu-reaper: mode=apply error=metrics_unavailable"
-    assert "Connection refused" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "Connection refused" in err
     assert seeded.requests() == []
+    # The log ends saying the run stopped, not as a run that finished; no metrics dump without -v.
+    last = err.strip().splitlines()[-1]
+    assert "ERROR   cli.reaper: run stopped (metrics_unavailable): nothing was done" in last
+    assert "run finished" not in err and "gpu_reaper_" not in err
 
 
 def test_kubeconfig_is_checked_before_the_analysis(
@@ -265,21 +312,42 @@ def test_kubeconfig_is_checked_before_the_analysis(
     argv = apply_from_prometheus(f"http://127.0.0.1:{closed_port()}", policy, tmp_path / "no-kubeconfig")
     code, out = cli(*argv)
     assert code == 2
-    assert "gpu-reaper: error: no usable Kubernetes configuration" in capsys.readouterr().err
-    assert out == ""
+    assert "gpu-reaper: error: --kubeconfig " in capsys.readouterr().err
+    assert out == "gpu-reaper: mode=apply error=bad_input\n"
 
 
-def test_stale_findings_exit_3_and_change_nothing(seeded: EmulatedCluster, tmp_path: Path) -> None:
+def stale_findings(tmp_path: Path) -> Path:
     old = TimeWindow.ending(NOW - timedelta(hours=3), timedelta(hours=6))
-    stale = write(
+    return write(
         tmp_path,
         "old.json",
         report(finding(FindingKind.IDLE_ENDPOINT, name="ranker", window=old), window=old).to_json(),
     )
+
+
+def test_stale_findings_exit_3_before_any_api_call_and_log_their_own_window(
+    seeded: EmulatedCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stale = stale_findings(tmp_path)
     code, out = cli(*run_args(seeded.kubeconfig, write(tmp_path, "p.yaml", GOOD_POLICY), stale, "--apply"))
     assert code == 3
-    assert out.strip().splitlines()[-1] == "gpu-reaper: mode=apply error=plan_blocked findings=1"
-    assert [m for m, p in seeded.mutations() if "/deployments/" in p] == []
+    assert out.strip().splitlines()[-1] == "gpu-reaper: mode=apply error=stale_findings findings=1"
+    assert seeded.requests() == []
+    err = capsys.readouterr().err
+    # The file's window (ending 3 h before --end), not the policy's window ending at --end.
+    assert "findings of 2026-01-04T15:00:00Z → 2026-01-04T21:00:00Z" in err
+    assert "2026-01-04T18:00:00Z" not in err
+    assert "the findings end at 2026-01-04T21:00:00Z, 3h before 2026-01-05T00:00:00Z" in err
+    last = err.strip().splitlines()[-1]
+    assert "run stopped (stale_findings): nothing was done" in last and "run finished" not in last
+
+
+def test_stale_findings_are_called_stale_even_with_the_cluster_down(tmp_path: Path) -> None:
+    kubeconfig = write_kubeconfig(tmp_path / "kc", f"http://127.0.0.1:{closed_port()}")
+    policy = write(tmp_path, "p.yaml", GOOD_POLICY)
+    code, out = cli(*run_args(kubeconfig, policy, stale_findings(tmp_path), "--api-timeout", "2"))
+    assert code == 3
+    assert out.strip().splitlines()[-1] == "gpu-reaper: mode=dry-run error=stale_findings findings=1"
 
 
 @pytest.mark.parametrize(
@@ -297,7 +365,62 @@ def test_malformed_findings_file_is_bad_input(
     code, out = cli(*run_args(seeded.kubeconfig, write(tmp_path, "p.yaml", GOOD_POLICY), findings))
     assert code == 2
     assert f"gpu-reaper: error: {findings}: not a findings document" in capsys.readouterr().err
-    assert out == ""
+    assert out == "gpu-reaper: mode=dry-run error=bad_input\n"
+    assert seeded.requests() == []
+
+
+@pytest.mark.parametrize(
+    ("index", "change", "problem"),
+    [
+        pytest.param(
+            1,
+            {"kind": "bogus"},
+            "findings[1].kind: 'bogus' is not one of 'idle_endpoint', 'low_utilization', "
+            "'dataloader_starvation' or 'unknown'",
+            id="unknown-kind",
+        ),
+        pytest.param(
+            0,
+            {"workload": {"kind": "Deployment"}},
+            "findings[0].workload.name: required field is missing",
+            id="no-name",
+        ),
+        pytest.param(
+            1, {"workload": None}, "findings[1].workload: must be a JSON object", id="workload-null"
+        ),
+        pytest.param(
+            1,
+            {"confidence": "high"},
+            "findings[1].confidence: Input should be a valid number",
+            id="wrong-type",
+        ),
+        pytest.param(
+            0, {"gpu_count": 7}, "findings[0]: gpu_count 7 disagrees with 1 listed gpus", id="inconsistent"
+        ),
+    ],
+)
+def test_a_bad_finding_is_one_line_naming_its_index_and_field(
+    seeded: EmulatedCluster,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    index: int,
+    change: dict[str, object],
+    problem: str,
+) -> None:
+    doc = json.loads(
+        report(finding(FindingKind.IDLE_ENDPOINT, name="a"), finding(FindingKind.IDLE_ENDPOINT)).to_json()
+    )
+    doc["findings"][index].update(change)
+    findings = write(tmp_path, "f.json", json.dumps(doc))
+    code, _ = cli(
+        "--log-level",
+        "warning",
+        *run_args(seeded.kubeconfig, write(tmp_path, "p.yaml", GOOD_POLICY), findings),
+    )
+    assert code == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"gpu-reaper: error: {findings}: {problem}")
+    assert "pydantic" not in line and "http" not in line and "validation error" not in line
     assert seeded.requests() == []
 
 
@@ -575,7 +698,7 @@ def test_findings_naming_clusters_without_a_cluster_exit_2_before_any_api_call(
     findings = write(tmp_path, "fleet.json", found.to_json())
     code, out = cli(*run_args(seeded.kubeconfig, write(tmp_path, "p.yaml", GOOD_POLICY), findings, "--apply"))
     assert code == 2
-    assert out == ""
+    assert out == "gpu-reaper: mode=apply error=bad_input\n"
     (line,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("gpu-reaper: error:")]
     named = "clusters a (1 finding), b (1 finding)" if len(clusters) == 2 else "cluster b (1 finding)"
     assert line.startswith(f"gpu-reaper: error: the findings are of {named}, and no cluster is configured")
@@ -591,3 +714,57 @@ def test_a_blank_cluster_in_the_environment_is_bad_input(
     code, _ = cli(*run_args(seeded.kubeconfig, write(tmp_path, "p.yaml", GOOD_POLICY), two_clusters))
     assert code == 2
     assert seeded.requests() == []
+
+
+def test_debug_logs_each_api_request(
+    seeded: EmulatedCluster, findings_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy = write(tmp_path, "p.yaml", GOOD_POLICY)
+    code, _ = cli(*run_args(seeded.kubeconfig, policy, findings_file, "--apply", "-vv"))
+    assert code == 0
+    logged = re.findall(
+        r"DEBUG +reaper\.kube: ([A-Z]+) (/[^?:\s]*)\S*: (\d{3}), \d+ bytes in \d+\.\d{3}s$",
+        capsys.readouterr().err,
+        re.MULTILINE,
+    )
+    served = seeded.requests()
+    assert ("PATCH", "/apis/apps/v1/namespaces/serving/deployments/ranker") in served
+    assert sorted((method, path) for method, path, _ in logged) == sorted(served)
+
+
+def test_findings_no_rule_matches_are_counted_as_action_none(
+    seeded: EmulatedCluster, tmp_path: Path, httpserver: HTTPServer
+) -> None:
+    """`action="none"` is always there (zero included), and counts the findings held back before
+    an action was chosen."""
+    httpserver.expect_request("/metrics/job/gpu-reaper", method="POST").respond_with_data("", status=200)
+    pushed = []
+    for kinds in ([FindingKind.IDLE_ENDPOINT], [FindingKind.IDLE_ENDPOINT, FindingKind.LOW_UTILIZATION]):
+        found = report(*(finding(kind, name=f"w{i}") for i, kind in enumerate(kinds)))
+        findings = write(tmp_path, "f.json", found.to_json())
+        argv = run_args(seeded.kubeconfig, write(tmp_path, "p.yaml", GOOD_POLICY), findings)
+        assert cli(*argv, "--pushgateway-url", httpserver.url_for("/"))[0] == 0
+        body = httpserver.log[-1][0].get_data().decode()
+        pushed.append({f.name: f for f in text_string_to_metric_families(body)}["gpu_reaper_actions"])
+    none = [[s.value for s in f.samples if s.labels["action"] == "none"] for f in pushed]
+    assert none == [[0.0], [1.0]]  # outcome skipped only: the no_rule skip of the low_utilization finding
+    assert {s.labels["outcome"] for f in pushed for s in f.samples if s.labels["action"] == "none"} == {
+        "skipped"
+    }
+
+
+def test_every_environment_variable_the_reaper_doc_names_is_read() -> None:
+    """docs/reaper.md promises no variable the code does not read (nor a family of them by a `*`)."""
+    root = Path(__file__).resolve().parents[2]
+    doc = (root / "docs" / "reaper.md").read_text(encoding="utf-8")
+    named = set(re.findall(r"\$(GPU_[A-Z0-9_]*\*?)", doc)) | set(
+        re.findall(r"`(GPU_REAPER_[A-Z0-9_]*\*?)`", doc)
+    )
+    assert "GPU_REAPER_PROMETHEUS_TOKEN" in named
+    code = "\n".join(
+        path.read_text(encoding="utf-8")
+        for package in ("cli", "reaper", "analyzer", "common")
+        for path in (root / package).rglob("*.py")
+    )
+    unread = sorted(name for name in named if name.endswith("*") or f'"{name}"' not in code)
+    assert unread == []

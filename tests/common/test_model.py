@@ -207,3 +207,14 @@ def test_times_parse_rfc3339_and_unix_seconds() -> None:
         parse_time("2026-01-05T00:00:00")
     with pytest.raises(ValueError, match="RFC 3339"):
         parse_time("yesterday")
+
+
+def test_the_owner_is_written_only_where_the_metrics_name_one() -> None:
+    owner = WorkloadRef(kind="InferenceService", name="legacy", namespace="serving")
+    doc = _finding(owner=owner).to_dict()
+    assert list(doc)[:4] == ["kind", "namespace", "workload", "owner"]
+    assert doc["owner"] == {"kind": "InferenceService", "name": "legacy"}
+    assert Finding.from_dict(doc).owner == owner
+    assert "owner" not in _finding().to_dict()
+    with pytest.raises(pydantic.ValidationError, match="not in the workload's namespace"):
+        _finding(owner=owner.model_copy(update={"namespace": "elsewhere"}))

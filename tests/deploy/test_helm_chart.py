@@ -11,6 +11,7 @@ import json
 import re
 import subprocess
 import textwrap
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+from helm_python.errors import HelmRenderError
 
 from cli.exporter import from_args as exporter_args
 from cli.reaper import _build_parser as reaper_parser
@@ -199,6 +201,35 @@ def test_cluster_name_becomes_the_reapers_cluster() -> None:
     assert parsed.command == "run" and parsed.cluster == "prod-eu-1"
     all_enabled = _reaper(RENDERED["all-enabled"])["args"]
     assert all_enabled[all_enabled.index("--cluster") + 1] == "prod-eu-1"
+
+
+@pytest.mark.parametrize(
+    ("schedule", "interval"),
+    [
+        pytest.param("0 * * * *", None, id="hourly"),
+        pytest.param("@hourly", None, id="at-hourly"),
+        pytest.param("*/30 * * * *", timedelta(minutes=30), id="every-30-minutes"),
+        pytest.param("0 */6 * * *", timedelta(hours=6), id="every-6-hours"),
+        pytest.param("15 3 * * *", timedelta(days=1), id="daily"),
+    ],
+)
+def test_a_schedule_other_than_hourly_is_passed_as_the_run_interval(
+    schedule: str, interval: timedelta | None
+) -> None:
+    """A dry-run replays the runs apply would have made: at the schedule's interval, not at 1 h."""
+    args = _reaper(render({"reaper": {"schedule": schedule}}))["args"]
+    assert ("--run-interval" in args) is (interval is not None)
+    assert reaper_parser().parse_args(args[1:]).run_interval == (interval or timedelta(hours=1))
+
+
+def test_a_schedule_without_an_even_interval_needs_run_interval() -> None:
+    with pytest.raises(HelmRenderError, match=r"reaper\.schedule .*0 9-17 .*set reaper\.runInterval"):
+        render({"reaper": {"schedule": "0 9-17 * * 1-5"}})
+    args = _reaper(render({"reaper": {"schedule": "0 9-17 * * 1-5", "runInterval": "2h"}}))["args"]
+    assert reaper_parser().parse_args(args[1:]).run_interval == timedelta(hours=2)
+    # Set, it wins over what a simple schedule says.
+    args = _reaper(render({"reaper": {"schedule": "*/30 * * * *", "runInterval": "1h"}}))["args"]
+    assert "--run-interval" not in args
 
 
 @pytest.mark.parametrize("values", VALUE_SETS.keys())

@@ -6,7 +6,8 @@ reaper writes only roots), and they honour the native stop the reaper sets on th
 - Kubeflow Notebook: StatefulSet at 0 replicas while ``kubeflow-resource-stopped`` is set, else 1;
 - KServe InferenceService: the predictor Deployment at 0 while ``serving.kserve.io/stop`` is "true";
 - LeaderWorkerSet, Argo Rollout: the leader StatefulSet / ReplicaSet follow ``spec.replicas``;
-- JobSet: its Jobs follow ``spec.suspend``.
+- JobSet: its Jobs follow ``spec.suspend``;
+- Kueue: a Job follows its Workload's admission, whoever wrote the Job's ``spec.suspend``.
 """
 
 from __future__ import annotations
@@ -73,10 +74,56 @@ def _jobset(server: ApiServer) -> None:
             server.controller_patch("Job", meta["namespace"], meta["name"], {"spec": {"suspend": suspend}})
 
 
+def _kueue_conditions(active: bool, before: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """A Workload's conditions once Kueue has reconciled it, as pkg/controller/core/workload_controller.go
+    sets them: deactivated, it is evicted (reason InactiveWorkload); active, it is admitted (quota is
+    always there here), and requeued with reason Reactivated when it was evicted by deactivation."""
+
+    def cond(kind: str, status: bool, reason: str, message: str = "") -> dict[str, Any]:
+        return {"type": kind, "status": "True" if status else "False", "reason": reason, "message": message}
+
+    if not active:
+        deactivated = "The workload is deactivated"
+        return [
+            cond("QuotaReserved", False, "Pending", deactivated),
+            cond("Admitted", False, "NoReservation"),
+            cond("Evicted", True, "InactiveWorkload", deactivated),
+            cond("Requeued", False, "InactiveWorkload", deactivated),
+        ]
+    admitted = [cond("QuotaReserved", True, "QuotaReserved"), cond("Admitted", True, "Admitted")]
+    evicted = before.get("Evicted", {})
+    if evicted.get("status") == "True" and evicted.get("reason") == "InactiveWorkload":
+        return [*admitted, cond("Requeued", True, "Reactivated", "The workload was reactivated")]
+    return admitted + [c for t, c in before.items() if t == "Requeued"]
+
+
+def _kueue(server: ApiServer) -> None:
+    """Kueue's workload and job reconcilers, reduced to admission: a Job runs while its Workload is
+    admitted and is suspended while it is not. So a Job someone else suspends while its Workload is
+    admitted is unsuspended again (the job reconciler's "job admitted, unsuspending"), and a Workload
+    set ``spec.active: false`` is evicted and its Job suspended until it is set active again."""
+    for workload, job in _children(server, "KueueWorkload"):
+        if job["kind"] != "Job":
+            continue
+        active = (workload.get("spec") or {}).get("active") is not False
+        before = {c["type"]: c for c in (workload.get("status") or {}).get("conditions") or ()}
+        after = _kueue_conditions(active, before)
+        seen = {(c["type"], c["status"], c["reason"]) for c in before.values()}
+        meta = workload["metadata"]
+        if seen != {(c["type"], c["status"], c["reason"]) for c in after}:
+            status = {"conditions": after}
+            server.controller_patch("KueueWorkload", meta["namespace"], meta["name"], {"status": status})
+        if bool((job.get("spec") or {}).get("suspend")) == active:
+            server.controller_patch(
+                "Job", meta["namespace"], job["metadata"]["name"], {"spec": {"suspend": not active}}
+            )
+
+
 CONTROLLERS: tuple[Controller, ...] = (
     _replicas_from("Notebook", "StatefulSet", _annotated(names.KUBEFLOW_STOPPED, lambda v: True)),
     _replicas_from("InferenceService", "Deployment", _annotated(names.KSERVE_STOP, lambda v: v == "true")),
     _replicas_from("LeaderWorkerSet", "StatefulSet", lambda root: int(root["spec"]["replicas"])),
     _replicas_from("Rollout", "ReplicaSet", lambda root: int(root["spec"]["replicas"])),
     _jobset,
+    _kueue,
 )

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import kmock
@@ -27,9 +28,10 @@ def _emulator_loop() -> Iterator[asyncio.AbstractEventLoop]:
     loop.close()
 
 
-@pytest.fixture
-def cluster(_emulator_loop: asyncio.AbstractEventLoop, tmp_path: Path) -> Iterator[EmulatedCluster]:
-    """A fresh, empty emulated API server on 127.0.0.1 with a kubeconfig pointing at it."""
+@contextmanager
+def emulated_cluster(loop: asyncio.AbstractEventLoop, directory: Path) -> Iterator[EmulatedCluster]:
+    """A fresh, empty emulated API server on 127.0.0.1, run on ``loop``, with a kubeconfig pointing at
+    it written into ``directory``."""
     server = ApiServer()
     http = kmock.Server(server)
 
@@ -42,8 +44,8 @@ def cluster(_emulator_loop: asyncio.AbstractEventLoop, tmp_path: Path) -> Iterat
         await http.__aexit__(None, None, None)
         await server.__aexit__(None, None, None)
 
-    url = asyncio.run_coroutine_threadsafe(start(), _emulator_loop).result(timeout=30)
-    emulated = EmulatedCluster(server, url, write_kubeconfig(tmp_path / "kubeconfig", url), _emulator_loop)
+    url = asyncio.run_coroutine_threadsafe(start(), loop).result(timeout=30)
+    emulated = EmulatedCluster(server, url, write_kubeconfig(directory / "kubeconfig", url), loop)
     emulated.declare(
         "HorizontalPodAutoscaler",
         "ConfigMap",
@@ -58,4 +60,11 @@ def cluster(_emulator_loop: asyncio.AbstractEventLoop, tmp_path: Path) -> Iterat
     try:
         yield emulated
     finally:
-        asyncio.run_coroutine_threadsafe(stop(), _emulator_loop).result(timeout=30)
+        asyncio.run_coroutine_threadsafe(stop(), loop).result(timeout=30)
+
+
+@pytest.fixture
+def cluster(_emulator_loop: asyncio.AbstractEventLoop, tmp_path: Path) -> Iterator[EmulatedCluster]:
+    """A fresh, empty emulated API server per test (see :func:`emulated_cluster`)."""
+    with emulated_cluster(_emulator_loop, tmp_path) as emulated:
+        yield emulated

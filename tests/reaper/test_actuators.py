@@ -166,8 +166,8 @@ CASES = {
 
 @pytest.fixture
 def installed(cluster: EmulatedCluster) -> EmulatedCluster:
-    """Every custom kind served, the emulated controllers running, and the reaper's namespaces."""
-    cluster.declare(*(k.name for k in WORKLOAD_KINDS))
+    """Every custom kind served (Kueue too), the emulated controllers running, and the reaper's namespaces."""
+    cluster.declare(*(k.name for k in WORKLOAD_KINDS), "KueueWorkload")
     cluster.call(lambda: cluster.server.controllers.extend(CONTROLLERS))
     cluster.seed([manifest("Namespace", n) for n in (NS, "gpu-reaper")])
     return cluster

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from datetime import UTC, datetime, timedelta
@@ -108,7 +109,7 @@ def test_scale_to_zero_is_one_patch_recording_the_original_replicas(cluster: Emu
     ann = obj["metadata"]["annotations"]
     assert ann[names.ORIGINAL_REPLICAS] == "3"
     assert ann[names.REAPED_AT] == "2026-01-05T00:00:00Z"
-    assert ann[names.REASON].startswith("idle endpoint on 1 GPU for 6h")
+    assert ann[names.REASON].startswith("idle endpoint on 1 GPU (mean")
     # No version of the object ever had 0 replicas without the record of what to restore.
     versions = cluster.history("Deployment", "serving", "ranker")
     assert len(versions) == 2
@@ -436,3 +437,22 @@ def test_unknown_workload_to_restore_is_bad_input(cluster: EmulatedCluster) -> N
         Executor(cluster.client(), mode=RunMode.APPLY, namespace="gpu-reaper").restore_workload(
             "serving", "ghost"
         )
+
+
+def test_every_stop_is_recorded_beside_the_confirmations_until_it_is_restored(
+    cluster: EmulatedCluster,
+) -> None:
+    seed(cluster, deployment("a"), deployment("b"))
+    assert reaper_run(cluster, idle("a", "b")).count(Outcome.APPLIED) == 2
+
+    def recorded() -> list[str]:
+        data = cluster.obj("ConfigMap", "gpu-reaper", names.STATE_CONFIGMAP)["data"]
+        assert '"serving/Deployment/a"' in data[names.STATE_KEY]  # the streaks kept beside it
+        return sorted(json.loads(data[names.STOPPED_KEY])["objects"])
+
+    assert recorded() == ["Deployment.apps serving/a", "Deployment.apps serving/b"]
+    executor = Executor(cluster.client(), mode=RunMode.APPLY, namespace="gpu-reaper")
+    assert executor.restore_workload("serving", "a").outcome is Outcome.APPLIED
+    assert recorded() == ["Deployment.apps serving/b"]
+    assert [r.target for r in executor.restore_all()] == ["Deployment serving/b"]
+    assert recorded() == []

@@ -18,7 +18,7 @@ from harness.kube_emulator import EmulatedCluster
 from harness.servers import PrometheusServer
 from reaper import names
 from reaper.cluster import read_snapshot
-from reaper.executor import ActionResult, Outcome
+from reaper.executor import Executor
 from reaper.plan_report import PlanView, render_plan_section
 from reaper.planner import plan
 from reaper.policy import Policy, RunMode
@@ -96,14 +96,18 @@ def test_run_writes_its_plan_into_the_html_report(
     # One row per action and per skip, under the two header rows.
     assert section.count("<tr>") == 2 + int(counts["planned"]) + int(counts["skipped"])
     # Actions with their reasons and channels; the dry-run replayed the previous hour to confirm them.
-    assert re.search(r"would stop</span></td>\s*<td>Deployment serving/legacy-ranker", section)
-    assert "idle endpoint on 2 GPUs for 6h" in section and "#serving-oncall" in section
-    assert re.search(r"would cordon</span></td>\s*<td>node gpu-spare", section)
+    assert re.search(r"would scale to zero</span></td>\s*<td>Deployment serving/legacy-ranker", section)
+    # What --apply would write, by object and field, with no -v needed.
+    assert "<th>--apply writes</th>" in section
+    assert '<code class="write">Deployment serving/legacy-ranker: replicas 2 → 0</code>' in section
+    assert "idle endpoint on 2 GPUs (mean" in section and "#serving-oncall" in section
+    assert re.search(r"would cordon</span></td>\s*<td>Node gpu-spare", section)
+    assert '<code class="write">Node gpu-spare: cordon (unschedulable false → true)</code>' in section
     assert "saved only once the node is drained and removed" in section
     assert "streaks from 1 replayed run every 1h" in section
     # Skips with their reason ids and details.
     assert "<code>excluded_by_annotation</code>" in section and "deployment is annotated" in section
-    assert "<code>insufficient_data</code>" in section
+    assert "<code>unknown</code>" in section and "never acted on" in section
     # Costs in the policy's currency, in the plan and in the analyzer's part of the report.
     assert "EUR/day" in section and "<th>cost (EUR)</th>" in html
     assert "Slack not configured" in section
@@ -134,10 +138,10 @@ def small_plan(apply: bool, **annotations: str) -> tuple[Policy, PlanView]:
         )
     )
     found = report(finding(FindingKind.IDLE_ENDPOINT, name="ranker", gpus=2), finding(name="odd"))
-    the_plan = plan(found, read_snapshot(InMemoryCluster(objects), "gpu-reaper"), policy, NOW)
+    memory = InMemoryCluster(objects)
+    the_plan = plan(found, read_snapshot(memory, "gpu-reaper"), policy, NOW)
     mode = RunMode.APPLY if apply else RunMode.DRY_RUN
-    outcome = Outcome.APPLIED if apply else Outcome.DRY_RUN
-    results = [ActionResult(a, outcome) for a in the_plan.actions]
+    results = Executor(memory, mode=mode, namespace="gpu-reaper", clock=lambda: NOW).execute(the_plan)
     return policy, PlanView(mode=mode, policy=policy, plan=the_plan, results=results, slack="webhook")
 
 
@@ -145,7 +149,9 @@ def test_apply_says_what_was_done_with_its_currency_and_webhook() -> None:
     _, view = small_plan(apply=True)
     section = str(render_plan_section(view))
     assert "What gpu-reaper did" in section
-    assert re.search(r"stopped</span></td>\s*<td>Deployment serving/ranker", section)
+    assert re.search(r"scaled to zero</span></td>\s*<td>Deployment serving/ranker", section)
+    assert "<th>written</th>" in section
+    assert '<code class="write">Deployment serving/ranker: replicas 2 → 0</code>' in section
     assert "72 GPU-hours/day reclaimed (≈ 144 CHF/day)" in section.replace('</div><div class="l">', " ")
     assert "#gpu-waste (via the webhook)" in section
     assert "streaks read from the state ConfigMap" in section

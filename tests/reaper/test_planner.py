@@ -173,7 +173,7 @@ HELD_12H = {
 
 CASES = [
     Case("idle-endpoint-is-scaled-to-zero", (finding(IDLE),), actions=(SCALE_API,)),
-    Case("unknown-finding-is-never-acted-on", (finding(UNKNOWN),), skips={API: SkipReason.INSUFFICIENT_DATA}),
+    Case("unknown-finding-is-never-acted-on", (finding(UNKNOWN),), skips={API: SkipReason.UNKNOWN}),
     Case(
         "kube-system-is-never-touched",
         (finding(IDLE, namespace="kube-system"),),
@@ -567,8 +567,23 @@ def test_planned_action_carries_what_the_executor_needs() -> None:
     assert a.action is Action.SCALE_TO_ZERO
     assert a.replicas == 2 and a.resource_version == "1"
     assert a.gpu_count == 2 and a.gpu_hours_per_day == 48.0 and a.cost_per_day == 96.0
-    assert a.reason.startswith("idle endpoint on 2 GPUs for 6h (mean 0.2 %, max 0.9 %")
+    assert a.reason == "idle endpoint on 2 GPUs (mean 0.2 %, max 0.9 % utilization) (rule idle)"
     assert a.rule == "idle"
+
+
+def test_reasons_give_the_rules_hold_time_not_the_window() -> None:
+    """A 6h window, a rule that wants 12h: the reason says what the rule held it for."""
+    held = Case(
+        "x", (finding(IDLE),), policy=HELD_12H, state={API: streak(6, since=NOW - timedelta(hours=13))}
+    )
+    (a,) = run_case(held).actions
+    assert a.reason == "idle endpoint on 1 GPU (mean 0.2 %, max 0.9 % utilization) (rule r, for: 12h)"
+    assert "6h" not in a.reason
+    (skip,) = run_case(Case("y", (finding(IDLE),), policy=HELD_12H)).skips
+    assert skip.detail == "held for 6h; rule r, for: 12h"
+    awaiting = Case("z", (finding(IDLE),), policy={"safety": {"consecutiveRuns": 2}})
+    (skip,) = run_case(awaiting).skips
+    assert skip.detail == "seen on 1 of 2 consecutive runs; would scale to zero after 1 more"
 
 
 def test_mig_slices_reclaim_their_share_of_a_gpu_per_day() -> None:

@@ -15,7 +15,9 @@ until it is removed.
 
 from __future__ import annotations
 
+import asyncio
 import io
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,7 @@ from harness.chart import NAMESPACE, Manifest, only, render, values_file
 from harness.controllers import CONTROLLERS
 from harness.findings import NOW, finding, report
 from harness.kube_emulator import EmulatedCluster, Fault
+from harness.kube_fixtures import emulated_cluster
 from harness.rbac import NAMED_VERBS, READ_VERBS, Access, Grant, access_of, grants
 from reaper.kinds import WORKLOAD_KINDS
 from simulation import controllers
@@ -87,6 +90,7 @@ def _seed(cluster: EmulatedCluster) -> None:
 
     cluster.declare("ScaledObject")  # KEDA installed: its list answers rather than 404
     cluster.declare(*(k.name for k in WORKLOAD_KINDS))  # every controller the reaper knows is installed
+    cluster.declare("KueueWorkload")  # and Kueue, which admits the Kueue Job
     cluster.call(lambda: cluster.server.controllers.extend(CONTROLLERS))
     cluster.seed(
         [
@@ -133,9 +137,18 @@ def _cli(*argv: str) -> str:
     return out.getvalue().strip().splitlines()[-1]
 
 
-@pytest.fixture
-def reaper_requests(cluster: EmulatedCluster, tmp_path: Path) -> dict[str, list[Access]]:
-    """The authorization attributes of every request of each step, by step."""
+@pytest.fixture(scope="module")
+def reaper_requests(
+    _emulator_loop: asyncio.AbstractEventLoop, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, list[Access]]]:
+    """The authorization attributes of every request of each step, by step: one run of every step,
+    which each test of this module reads (none changes it)."""
+    tmp_path = tmp_path_factory.mktemp("rbac")
+    with emulated_cluster(_emulator_loop, tmp_path) as cluster:
+        yield _requests_of_every_step(cluster, tmp_path)
+
+
+def _requests_of_every_step(cluster: EmulatedCluster, tmp_path: Path) -> dict[str, list[Access]]:
     _seed(cluster)
     policy = tmp_path / "policy.yaml"
     policy.write_text(POLICY, encoding="utf-8")
@@ -392,7 +405,16 @@ def test_grants_follow_rbac_scoping_and_resource_names() -> None:
             {("list", "serving.knative.dev", r) for r in ("services", "configurations", "revisions")},
             id="knative",
         ),
-        pytest.param("kueueJobs", {("get", "batch", "jobs"), ("patch", "batch", "jobs")}, id="kueue"),
+        pytest.param(
+            "kueueJobs",
+            {
+                ("get", "batch", "jobs"),
+                ("patch", "batch", "jobs"),
+                ("list", "kueue.x-k8s.io", "workloads"),
+                ("patch", "kueue.x-k8s.io", "workloads"),
+            },
+            id="kueue",
+        ),
     ],
 )
 def test_a_controller_switched_off_refuses_only_its_own_requests(

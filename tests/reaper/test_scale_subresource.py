@@ -3,7 +3,8 @@
 The API server's discovery document (``GET /apis/<group>/<version>``) says which kinds serve
 ``<plural>/scale``; the reaper asks it only for owners it meets in ownerReferences. Such a root is
 scaled to zero through ``/scale``, its original count recorded in the reaper's annotations on the
-object; ``restore`` (by the name of the object holding the GPUs) writes it back through ``/scale``.
+object; ``restore`` (by the name of the object holding the GPUs) writes it back through ``/scale``,
+and so does ``restore --all``, from the record of stopped objects in the reaper's ConfigMap.
 Against the emulator with the real client, an emulated controller keeping the child at the root's
 replicas.
 """
@@ -11,6 +12,7 @@ replicas.
 from __future__ import annotations
 
 import io
+import json
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -252,3 +254,61 @@ def test_the_charts_scale_grant_is_exactly_what_the_reaper_uses(
 
     by_default = _granted(render({}))
     assert not any(g.allows(a) for a in mine for g in by_default)
+
+
+def _record(cluster: EmulatedCluster) -> dict[str, Any]:
+    """The record of stopped objects in the reaper's ConfigMap, by key."""
+    state = cluster.obj("ConfigMap", "gpu-reaper", names.STATE_CONFIGMAP)
+    return dict(json.loads(state["data"][names.STOPPED_KEY])["objects"])
+
+
+def test_restore_all_brings_back_a_root_scaled_through_its_scale_subresource(
+    served: EmulatedCluster, tmp_path: Path
+) -> None:
+    """Scaled through /scale, the root carries no mark restore --all could list: the record finds it."""
+    cluster = served
+    cluster.seed(_model_server(replicas=3))
+    assert _run(cluster, tmp_path, "--apply").endswith("applied=1 skipped=0 failed=0")
+    assert [(o["kind"], o["name"]) for o in _record(cluster).values()] == [("ModelServer", "llm")]
+
+    seen = len(cluster.requests())
+    assert _cli(cluster, "restore", "--all").endswith("restored=1 unchanged=0 failed=0")
+    assert _writes(cluster, seen) == [f"PATCH {ROOT}/scale", f"PATCH {ROOT}"]
+    assert cluster.obj("ModelServer", NS, "llm")["spec"]["replicas"] == 3
+    assert cluster.obj("Deployment", NS, "llm-predictor")["spec"]["replicas"] == 3
+    assert _record(cluster) == {}  # restored: forgotten
+    assert _cli(cluster, "restore", "--all").endswith("restored=0 unchanged=0 failed=0")
+
+
+def test_restore_all_learns_a_recorded_kind_from_discovery(served: EmulatedCluster) -> None:
+    """A restore in a new process, of a kind it has never met: discovery says it serves /scale."""
+    cluster = served
+    api_version, plural = "training.example.com/v1", "trainingservers"
+    cluster.install_crd(api_version, "TrainingServer", plural, scale=True)
+    stopped = {names.ORIGINAL_REPLICAS: "2", names.REAPED_AT: rfc3339(NOW), names.REASON: "idle"}
+    server = {
+        "apiVersion": api_version,
+        "kind": "TrainingServer",
+        "metadata": {"name": "tune", "namespace": NS, "resourceVersion": "5", "annotations": stopped},
+        "spec": {"replicas": 0},
+    }
+
+    def entry(name: str) -> dict[str, str]:
+        return {
+            "api_version": api_version,
+            "kind": "TrainingServer",
+            "namespace": NS,
+            "name": name,
+            "stopped_at": rfc3339(NOW),
+        }
+
+    objects = {f"TrainingServer.training.example.com {NS}/{n}": entry(n) for n in ("tune", "deleted-since")}
+    record = {"version": 1, "objects": objects}
+    state = manifest("ConfigMap", names.STATE_CONFIGMAP, "gpu-reaper")
+    state["data"] = {names.STOPPED_KEY: json.dumps(record)}
+    cluster.seed([server, state])
+
+    assert _cli(cluster, "restore", "--all").endswith("restored=1 unchanged=0 failed=0")
+    assert cluster.obj("TrainingServer", NS, "tune")["spec"]["replicas"] == 2
+    assert f"/apis/{api_version}" in [p for _, p in cluster.requests()]
+    assert _record(cluster) == {}  # the one restored, and the one that is gone

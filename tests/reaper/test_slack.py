@@ -17,9 +17,9 @@ from common.model import FindingKind
 from harness.findings import NOW, finding, report
 from reaper.cluster import read_snapshot
 from reaper.errors import SlackError
-from reaper.executor import ActionResult, Outcome
+from reaper.executor import ActionResult, Executor, Outcome
 from reaper.messages import Message, build_messages, preview
-from reaper.planner import plan
+from reaper.planner import Plan, plan
 from reaper.policy import Policy, RunMode
 from reaper.runner import EXIT_OK, RunSettings, run
 from reaper.slack import SlackCredentials, SlackNotifier, load_credentials
@@ -53,14 +53,17 @@ FINDINGS = report(
 )
 
 
+def executed(the_plan: Plan, memory: InMemoryCluster, mode: RunMode) -> list[ActionResult]:
+    """The plan through the real executor: the results carry the writes it formed (and, in apply, sent)."""
+    return Executor(memory, mode=mode, namespace="gpu-reaper", clock=lambda: NOW).execute(the_plan)
+
+
 def messages_for(apply: bool, policy: dict[str, Any] | None = None, single: bool = False) -> list[Message]:
     p = Policy.model_validate(policy or POLICY)
-    the_plan = plan(FINDINGS, read_snapshot(cluster(), "gpu-reaper"), p, NOW)
-    outcome = Outcome.APPLIED if apply else Outcome.DRY_RUN
-    results = [ActionResult(a, outcome) for a in the_plan.actions]
-    return build_messages(
-        the_plan, results, p, mode=RunMode.APPLY if apply else RunMode.DRY_RUN, single=single
-    )
+    memory = cluster()
+    the_plan = plan(FINDINGS, read_snapshot(memory, "gpu-reaper"), p, NOW)
+    mode = RunMode.APPLY if apply else RunMode.DRY_RUN
+    return build_messages(the_plan, executed(the_plan, memory, mode), p, mode=mode, single=single)
 
 
 def text_of(message: Message) -> str:
@@ -71,7 +74,10 @@ def test_one_message_per_owner_channel() -> None:
     by_channel = {m.channel: text_of(m) for m in messages_for(apply=True)}
     assert set(by_channel) == {"#gpu-waste", "#research", "#team-b"}
     assert "*Scaled to zero* `serving/ranker` (Deployment)" in by_channel["#gpu-waste"]
-    assert "2 → 0 replicas · 48 GPU-hours/day (≈ 96 USD/day)" in by_channel["#gpu-waste"]
+    assert (
+        "48 GPU-hours/day (≈ 96 USD/day)\nWrote `Deployment serving/ranker: replicas 2 → 0`"
+        in by_channel["#gpu-waste"]
+    )
     assert "*Heads-up* `research/notebook` (Deployment)" in by_channel["#research"]
     assert "`team-b/mig`" in by_channel["#team-b"]  # the namespace annotation routes it
 
@@ -79,36 +85,49 @@ def test_one_message_per_owner_channel() -> None:
 def test_message_says_what_was_done_and_how_to_opt_out_and_restore() -> None:
     (m,) = [m for m in messages_for(apply=True) if m.channel == "#gpu-waste"]
     header = m.blocks[0]
-    assert header["type"] == "header" and header["text"]["text"] == "GPU reaper: reclaimed 1 of 1 targets"
+    assert (
+        header["type"] == "header"
+        and header["text"]["text"] == "GPU reaper: reclaimed GPUs from 1 of 1 workload"
+    )
     text = text_of(m)
     assert "Reclaimed 48 GPU-hours/day (≈ 96 USD/day)" in text
     assert "kubectl annotate deployment ranker -n serving gpu-reaper/exclude=true" in text
     assert "Restore: `gpu-reaper restore serving/ranker`" in text
-    assert m.text.startswith("GPU reaper: reclaimed 1 of 1 targets")
+    assert m.text.startswith("GPU reaper: reclaimed GPUs from 1 of 1 workload")
 
 
 def test_dry_run_message_says_would_and_offers_no_restore() -> None:
     (m,) = [m for m in messages_for(apply=False) if m.channel == "#gpu-waste"]
     text = text_of(m)
     assert "*Would scale to zero* `serving/ranker`" in text
+    assert "Writes `Deployment serving/ranker: replicas 2 → 0`" in text
     assert "Reclaimable 48 GPU-hours/day" in text
     assert "Restore:" not in text
 
 
-def test_each_workload_in_a_message_gets_its_own_opt_out_line() -> None:
+def test_each_workload_in_a_message_gets_one_opt_out_line_and_never_the_whole_namespace() -> None:
     findings = report(
         finding(FindingKind.IDLE_ENDPOINT, name="ranker", gpus=2),
         finding(FindingKind.LOW_UTILIZATION, name="mig", namespace="team-b"),
         finding(FindingKind.LOW_UTILIZATION, name="trainer", namespace="team-b", workload_kind="Pod"),
+        finding(FindingKind.LOW_UTILIZATION, name="shell", namespace="team-b", workload_kind="Pod"),
+        finding(FindingKind.LOW_UTILIZATION, name="nightly", namespace="team-b", workload_kind="CronJob"),
+        finding(FindingKind.LOW_UTILIZATION, name="train", namespace="team-b", workload_kind="JobSet"),
     )
     p = Policy.model_validate({**POLICY, "slack": {"channel": "#gpu-waste"}})
     the_plan = plan(findings, read_snapshot(cluster(), "gpu-reaper"), p, NOW)
     results = [ActionResult(a, Outcome.APPLIED) for a in the_plan.actions]
     (m,) = [m for m in build_messages(the_plan, results, p, mode=RunMode.APPLY) if m.channel == "#team-b"]
     text = text_of(m)
-    assert "kubectl annotate deployment mig -n team-b gpu-reaper/exclude=true" in text
-    # A bare Pod is not read from the cluster: its owner opts out on the namespace.
-    assert "kubectl annotate namespace team-b gpu-reaper/exclude=true` (for Pod trainer)" in text
+    opt_outs = [line for line in text.splitlines() if line.startswith("• ")]
+    assert len(opt_outs) == 5  # once per workload
+    assert "• `kubectl annotate deployment mig -n team-b gpu-reaper/exclude=true`" in opt_outs
+    # The reaper reads a JobSet: its own annotation opts it out.
+    assert "• `kubectl annotate jobset train -n team-b gpu-reaper/exclude=true`" in opt_outs
+    # A bare Pod or a CronJob is never read, never stopped: the policy silences it, not the namespace.
+    for name in ("trainer", "shell", "nightly"):
+        assert any(f"`team-b/{name}` to the policy's `exclude.workloads`" in line for line in opt_outs), name
+    assert "annotate namespace" not in text
     assert "ranker" not in text  # another channel's workload
 
 
@@ -145,6 +164,58 @@ def test_every_channel_sees_the_fleet_wide_total_and_cordons_are_not_counted_as_
     assert "Reclaimed 24 GPU-hours/day (≈ 48 USD/day)\n" in by_channel["#team-b"]
     assert "*Cordoned* `node/gpu-a`" in by_channel["#gpu-waste"]
     assert "96 GPU-hours/day (≈ 192 USD/day) once the node is removed" in by_channel["#gpu-waste"]
+
+
+def test_a_lone_cordon_is_not_counted_as_reclaimed_in_the_headline() -> None:
+    """A cordon saves nothing until the node is drained and removed: the headline says "cordon"."""
+    node = manifest("Node", "gpu-a", created=LONG_AGO)
+    node["status"] = {"allocatable": {"nvidia.com/gpu": "4"}}
+    policy = {
+        **POLICY,
+        "slack": {"channel": "#gpu-waste"},
+        "rules": [{"name": "nodes", "match": {"findings": ["low_utilization"]}, "action": "cordon"}],
+    }
+    p = Policy.model_validate(policy)
+    memory = InMemoryCluster([*cluster().list_objects("Namespace"), node])
+    found = report(finding(FindingKind.LOW_UTILIZATION, name="gpu-a", workload_kind="Node", gpus=4))
+    the_plan = plan(found, read_snapshot(memory, "gpu-reaper"), p, NOW)
+    for mode, headline in (
+        (RunMode.DRY_RUN, "GPU reaper (dry-run): would cordon 1 of 1 node"),
+        (RunMode.APPLY, "GPU reaper: cordoned 1 of 1 node"),
+    ):
+        (m,) = build_messages(the_plan, executed(the_plan, memory, mode), p, mode=mode)
+        assert m.blocks[0]["text"]["text"] == headline
+        assert "reclaim" not in m.text.split(".")[0].lower()
+        assert "saved only once the node is drained and removed" in text_of(m)
+    # Next to a stop, each is counted as what it is.
+    both = report(*FINDINGS.findings, *found.findings)
+    mixed = {**policy, "rules": [*policy["rules"], *POLICY["rules"]]}
+    p = Policy.model_validate(mixed)
+    memory = InMemoryCluster(
+        [*cluster().list_objects("Namespace"), *cluster().list_objects("Deployment"), node]
+    )
+    the_plan = plan(both, read_snapshot(memory, "gpu-reaper"), p, NOW)
+    results = executed(the_plan, memory, RunMode.DRY_RUN)
+    (m,) = build_messages(the_plan, results, p, mode=RunMode.DRY_RUN, single=True)
+    assert m.blocks[0]["text"]["text"] == (
+        "GPU reaper (dry-run): would reclaim GPUs from 2 of 2 workloads; would cordon 1 of 1 node"
+    )
+
+
+def test_the_findings_line_names_unknown_findings_as_such() -> None:
+    p = Policy.model_validate(POLICY)
+    found = report(
+        *FINDINGS.findings,
+        finding(FindingKind.UNKNOWN, name="fresh", evidence={"reason": "too_young", "judged_hours": 1.0}),
+    )
+    memory = cluster()
+    the_plan = plan(found, read_snapshot(memory, "gpu-reaper"), p, NOW)
+    (skip,) = the_plan.skips
+    assert skip.reason.value == "unknown" and skip.detail == "too young: 1.0 h judged; never acted on"
+    messages = build_messages(the_plan, executed(the_plan, memory, RunMode.DRY_RUN), p, mode=RunMode.DRY_RUN)
+    assert all(
+        "*Findings* 4 (1 unknown: too little data to judge, never acted on)" in text_of(m) for m in messages
+    )
 
 
 def test_webhook_gets_one_message_with_everything() -> None:
@@ -268,14 +339,14 @@ def test_messages_name_the_cluster_in_the_headline_and_where_the_commands_apply(
         for m in build_messages(the_plan, results, p, mode=RunMode.APPLY, cluster="prod-eu-1")
         if m.channel == "#gpu-waste"
     ]
-    assert m.blocks[0]["text"]["text"] == "[prod-eu-1] GPU reaper: reclaimed 1 of 1 targets"
-    assert m.text.startswith("[prod-eu-1] GPU reaper: reclaimed 1 of 1 targets.")
+    assert m.blocks[0]["text"]["text"] == "[prod-eu-1] GPU reaper: reclaimed GPUs from 1 of 1 workload"
+    assert m.text.startswith("[prod-eu-1] GPU reaper: reclaimed GPUs from 1 of 1 workload.")
     text = text_of(m)
     assert "Opt out in cluster `prod-eu-1` (" in text
     assert "Restore in cluster `prod-eu-1`: `gpu-reaper restore serving/ranker`" in text
     # Without a cluster, nothing changes.
     (plain,) = [m for m in messages_for(apply=True) if m.channel == "#gpu-waste"]
-    assert plain.blocks[0]["text"]["text"] == "GPU reaper: reclaimed 1 of 1 targets"
+    assert plain.blocks[0]["text"]["text"] == "GPU reaper: reclaimed GPUs from 1 of 1 workload"
     assert "in cluster" not in text_of(plain)
 
 
@@ -310,8 +381,8 @@ def test_slack_hears_only_about_the_reapers_own_cluster(httpserver: HTTPServer) 
     assert result.exit_code == EXIT_OK and result.slack_sent == 1 and result.other_clusters == 1
     (body,) = posted(httpserver)
     assert body["channel"] == "#gpu-waste"
-    assert body["blocks"][0]["text"]["text"] == "[a] GPU reaper: reclaimed 1 of 1 targets"
-    assert body["text"].startswith("[a] GPU reaper: reclaimed 1 of 1 targets.")
+    assert body["blocks"][0]["text"]["text"] == "[a] GPU reaper: reclaimed GPUs from 1 of 1 workload"
+    assert body["text"].startswith("[a] GPU reaper: reclaimed GPUs from 1 of 1 workload.")
     assert "Restore in cluster `a`: `gpu-reaper restore serving/ranker`" in json.dumps(body["blocks"])
     assert "mig" not in json.dumps(body)
     assert memory.get("Deployment", "team-b", "mig")["spec"]["replicas"] == 2

@@ -23,9 +23,12 @@ def test_demo_prints_findings_dry_run_plan_slack_preview_and_writes_the_report(
     assert "Findings over 2026-01-04T18:00:00Z → 2026-01-05T00:00:00Z: 15" in text
     assert re.search(r"idle_endpoint +serving/Deployment/legacy-ranker +2 +12\.0 +1\.00", text)
     # The dry-run plan: the real planner's decisions, with reasons.
-    assert re.search(r"would scale_to_zero +serving/Deployment/legacy-ranker +idle endpoint on 2 GPUs", text)
-    assert re.search(r"would cordon +Node/gpu-spare", text)
-    assert re.search(r"insufficient_data +ml-platform/Deployment/gap-service", text)
+    assert re.search(
+        r"would scale to zero +Deployment serving/legacy-ranker: replicas 2 → 0 +idle endpoint on 2 GPUs",
+        text,
+    )
+    assert re.search(r"would cordon +Node gpu-spare: cordon", text)
+    assert re.search(r"unknown +Deployment ml-platform/gap-service +low coverage: ", text)
     # The Slack preview: routed per owner channel, with money and the opt-out.
     assert "── Slack message to #serving-oncall" in text
     assert "── Slack message to #team-b" in text  # routed by the namespace annotation
@@ -47,16 +50,16 @@ def test_the_default_demo_reclaims_through_notebook_inferenceservice_and_rayclus
     assert 'scenario "demo"' in text
     # The plan names the root it would stop and the child holding the GPUs.
     assert re.search(
-        r"would scale_to_zero +research/Notebook/alice +idle endpoint .*"
-        r"\[GPUs held by research/StatefulSet/alice\]",
+        r"would stop +Notebook research/alice: annotation kubeflow-resource-stopped=2026-01-05T00:00:00Z +"
+        r"idle endpoint .*\[GPUs held by StatefulSet research/alice\]",
         text,
     )
     assert re.search(
-        r"would scale_to_zero +serving/InferenceService/summarizer +idle endpoint .*"
-        r"\[GPUs held by serving/Deployment/summarizer-predictor\]",
+        r"would stop +InferenceService serving/summarizer: annotation serving.kserve.io/stop=true +"
+        r"idle endpoint .*\[GPUs held by Deployment serving/summarizer-predictor\]",
         text,
     )
-    assert re.search(r"notify +research/RayCluster/ray-tune +low utilization on 4 GPUs", text)
+    assert re.search(r"heads-up +RayCluster research/ray-tune +low utilization on 4 GPUs", text)
     # Slack says what it would do to each root, in its own terms.
     assert "*Would stop* `research/alice` (Notebook; GPUs held by StatefulSet research/alice)" in text
     assert "*Would stop* `serving/summarizer` (InferenceService; GPUs held by Deployment" in text
@@ -64,6 +67,43 @@ def test_the_default_demo_reclaims_through_notebook_inferenceservice_and_rayclus
     assert text.rstrip().endswith(
         "gpu-reaper: mode=dry-run findings=18 planned=13 applied=0 skipped=5 failed=0"
     )
+
+
+def test_each_action_has_one_name_and_its_exact_write_in_terminal_html_and_slack(tmp_path: Path) -> None:
+    """Without -v: the plan says what --apply writes, and every surface names each action alike."""
+    out = io.StringIO()
+    page = tmp_path / "r.html"
+    assert main(["demo", "--output", str(page)], stdout=out) == 0
+    text = out.getvalue()
+    terminal = text[text.index("Plan (dry-run") : text.index("Skipped, with reasons")]
+    slack = text[text.index("Slack messages (preview)") :]
+    html = page.read_text(encoding="utf-8")
+    plan = html[html.index('<section class="plan"') :]
+    plan = plan[: plan.index("</section>")]
+    for verb, write in (
+        ("would stop", "InferenceService serving/summarizer: annotation serving.kserve.io/stop=true"),
+        ("would stop", "Notebook research/alice: annotation kubeflow-resource-stopped=2026-01-05T00:00:00Z"),
+        ("would scale to zero", "Deployment serving/legacy-ranker: replicas 2 → 0"),
+        ("would scale to zero", "StatefulSet serving/embeddings: replicas 1 → 0"),
+        ("would cordon", "Node gpu-spare: cordon (unschedulable false → true)"),
+    ):
+        assert re.search(rf"{verb} +{re.escape(write)}", terminal), write
+        assert f"Writes `{write}`" in slack, write
+        assert re.search(
+            rf'{verb}</span></td>\s*<td>{re.escape(write.split(":")[0])}.*?<code class="write">'
+            rf"{re.escape(write)}</code>",
+            plan,
+            re.S,
+        ), write
+        assert f"*{verb[0].upper()}{verb[1:]}* " in slack
+    # The policy's action name is the rule's, never a name for what is done.
+    for surface in (terminal, slack, plan):
+        assert "scale_to_zero" not in surface
+        assert "notify" not in surface.replace("heads-up", "")
+    # Too little data goes by the finding kind's name, with its reason, in the held-back list too.
+    assert re.search(r"unknown +Deployment team-a/fresh-api +too young: 1\.5 h judged; never acted on", text)
+    assert "<code>unknown</code>" in plan and "too young: 1.5 h judged; never acted on" in plan
+    assert "*Findings* 18 (5 unknown: too little data to judge, never acted on)" in slack
 
 
 def test_demo_output_path_and_policy(tmp_path: Path) -> None:
@@ -74,8 +114,8 @@ def test_demo_output_path_and_policy(tmp_path: Path) -> None:
     )
     out = io.StringIO()
     assert main(["demo", "--policy", str(policy), "--output", str(tmp_path / "r.html")], stdout=out) == 0
-    assert "would scale_to_zero" not in out.getvalue()
-    assert re.search(r"notify +serving/Deployment/legacy-ranker", out.getvalue())
+    assert "would scale to zero" not in out.getvalue()
+    assert re.search(r"heads-up +Deployment serving/legacy-ranker", out.getvalue())
     assert (tmp_path / "r.html").stat().st_size > 10_000
 
 

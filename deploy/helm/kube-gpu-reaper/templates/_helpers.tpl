@@ -77,3 +77,26 @@ app.kubernetes.io/component: {{ .component }}
 
 {{/* Where the policy is mounted; the CronJob's --policy points here. */}}
 {{- define "kgr.reaper.policyDir" -}}/etc/gpu-reaper{{- end }}
+
+{{/*
+How often the CronJob runs, as `gpu-reaper run --run-interval` takes it: a dry-run replays the
+runs apply would have made at this interval. reaper.runInterval when set; otherwise read from the
+simple schedules, which run at even intervals: once an hour, every N minutes or every N hours
+(N dividing an hour or a day), once a day, @hourly, @daily. Any other needs reaper.runInterval.
+(No cron step syntax here: it would end this comment.)
+*/}}
+{{- define "kgr.reaper.runInterval" -}}
+{{- $r := .Values.reaper }}
+{{- $cron := regexReplaceAll "\\s+" (trim $r.schedule) " " }}
+{{- $n := int (regexFind "[0-9]+" (regexFind "/[0-9]+" $cron)) }}
+{{- if $r.runInterval }}
+{{- $r.runInterval }}
+{{- else if or (eq $cron "@hourly") (regexMatch "^[0-9]+ \\* \\* \\* \\*$" $cron) }}1h
+{{- else if or (has $cron (list "@daily" "@midnight")) (regexMatch "^[0-9]+ [0-9]+ \\* \\* \\*$" $cron) }}24h
+{{- else if and (regexMatch "^\\*/[0-9]+ \\* \\* \\* \\*$" $cron) (gt $n 0) (eq (mod 60 $n) 0) }}
+{{- if eq $n 60 }}1h{{ else }}{{ $n }}m{{ end }}
+{{- else if and (regexMatch "^[0-9]+ \\*/[0-9]+ \\* \\* \\*$" $cron) (gt $n 0) (eq (mod 24 $n) 0) }}{{ $n }}h
+{{- else }}
+{{- fail (printf "reaper.schedule %q: the interval between runs cannot be read from it; set reaper.runInterval (e.g. 30m, 2h)" $r.schedule) }}
+{{- end }}
+{{- end }}
