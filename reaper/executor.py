@@ -144,6 +144,7 @@ class Executor:
         # cluster (an event exporter, a central log) still says which one it is about.
         self.cluster = cluster
         self._discovery = ScaleDiscovery(kube)
+        self._stopped_now: set[str] = set()  # record keys of what this executor stopped
 
     # --- the single write point ------------------------------------------------------------------
 
@@ -535,7 +536,39 @@ class Executor:
             name=name,
             stopped_at=self.clock(),
         )
-        self._update_record(lambda r: r if entry.key in r.objects else r.with_object(entry))
+        self._stopped_now.add(entry.key)
+        try:
+            self._update_record(lambda r: r if entry.key in r.objects else r.with_object(entry))
+        except KubeError as e:
+            if kind not in ACTUATORS:
+                raise  # a kind restore --all cannot find by its mark: unrecorded, it could not come back
+            # restore --all also finds this object by the mark the stop writes: a warning, not a failure.
+            log.warning("could not record %s %s/%s among the stopped objects: %s", kind, namespace, name, e)
+
+    def prune_record(self) -> None:
+        """Drop from the record what is no longer stopped (restored by hand, deleted, its kind gone), so
+        the record holds what is still stopped and not every stop ever made. One read per entry,
+        in apply runs only; a failure leaves the entries for the next run."""
+        try:
+            record, _ = self._read_record()
+            # What this run stopped is stopped: only older entries are read again.
+            older = [entry for key, entry in record.objects.items() if key not in self._stopped_now]
+            stale = [entry.key for entry in older if not self._still_stopped(entry)]
+            if stale:
+                self._write(
+                    f"drop {len(stale)} objects no longer stopped from ConfigMap "
+                    f"{self.namespace}/{names.STATE_CONFIGMAP}",
+                    lambda: self._update_record(lambda r: r.without(stale)),
+                )
+        except KubeError as e:
+            log.warning("could not prune the record of stopped objects: %s", e)
+
+    def _still_stopped(self, entry: StoppedObject) -> bool:
+        kind = self._recorded_kind(entry)
+        if kind is None:
+            return False
+        obj = self.kube.get_optional(kind, entry.namespace, entry.name)
+        return obj is not None and _marked(kind, obj)
 
     def _recorded(self, namespace: str | None) -> list[StoppedObject]:
         """The record's objects (in ``namespace``); none, with a warning, where it may not be read."""
@@ -854,10 +887,21 @@ class Executor:
                 return Outcome.SKIPPED, f"nothing to restore (no {actuator.marker})"
             workload = self._kueue_workload(namespace, name, job)
             wl_name = _meta(workload, "name")
+            unmarked = {names.REAPED_AT: None, names.REASON: None}
+            deactivated = (workload.get("spec") or {}).get("active") is False
+            if not deactivated or names.REAPED_AT not in _annotations(workload):
+                # The stop never reached the Workload (or Kueue or an admin deactivated it): it is not
+                # the reaper's to reactivate; only the Job's marks go.
+                detail = f"Workload {wl_name} was not deactivated by gpu-reaper; left as it is"
+                marks = {"metadata": {"annotations": {**unmarked, names.RESTORED_AT: now}}}
+                self._write(
+                    f"clear the marks of {target}: {detail}",
+                    lambda: self.kube.patch("Job", namespace, name, marks),
+                )
+                return self._done, detail
             change = actuator.restore(workload_from_object("Job", job))
             if not isinstance(change, Change):
                 return Outcome.FAILED, change  # pragma: no cover (reactivation always applies)
-            unmarked = {names.REAPED_AT: None, names.REASON: None}
 
             def write() -> dict[str, Any]:
                 version = _meta(workload, "resourceVersion")
@@ -901,7 +945,12 @@ class Executor:
                     settled[_record_key(kind, ns, name)] = results[-1]
         for entry in self._recorded(namespace):
             if entry.key not in settled:
-                settled[entry.key] = self._restore_recorded(entry)
+                try:
+                    settled[entry.key] = self._restore_recorded(entry)
+                except KubeError as e:  # one object's failure, not the whole restore's
+                    target = f"{entry.kind} {entry.namespace}/{entry.name}"
+                    log.error("failed to restore %s: %s", target, e)
+                    settled[entry.key] = RestoreResult(target, Outcome.FAILED, str(e))
                 results += [r for r in (settled[entry.key],) if r is not None]
         self._forget([k for k, r in settled.items() if r is None or r.outcome is not Outcome.FAILED])
         if namespace is None:

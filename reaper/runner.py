@@ -266,6 +266,8 @@ def _run(
             except KubeError as e:
                 # Streaks restart next run: actions are delayed, never hastened. A warning, not a failure.
                 log.warning("could not save confirmation state: %s", e)
+            if executor.mode.writes:
+                executor.prune_record()
     except LeaseHeldError as e:
         log.warning("%s; this run does nothing", e)
         report.lease_held, report.error, report.failure = True, str(e), "lease_held"

@@ -232,6 +232,12 @@ def test_a_schedule_without_an_even_interval_needs_run_interval() -> None:
     assert "--run-interval" not in args
 
 
+def test_an_apply_install_needs_no_interval_whatever_its_schedule() -> None:
+    """Only a dry run replays runs at an interval: an apply install on a working-hours schedule renders."""
+    args = _reaper(render({"reaper": {"schedule": "0 9-17 * * 1-5", "apply": True}}))["args"]
+    assert "--apply" in args and "--run-interval" not in args
+
+
 @pytest.mark.parametrize("values", VALUE_SETS.keys())
 def test_policy_comes_from_a_configmap_mounted_where_the_args_point(values: str) -> None:
     manifests = RENDERED[values]

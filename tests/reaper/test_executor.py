@@ -456,3 +456,22 @@ def test_every_stop_is_recorded_beside_the_confirmations_until_it_is_restored(
     assert recorded() == ["Deployment.apps serving/b"]
     assert [r.target for r in executor.restore_all()] == ["Deployment serving/b"]
     assert recorded() == []
+
+
+def test_apply_runs_drop_from_the_record_what_is_no_longer_stopped(cluster: EmulatedCluster) -> None:
+    """Objects restored by hand (or deleted) leave the record at the next apply run, so it holds what
+    is still stopped rather than growing with every stop ever made; a dry run writes nothing."""
+    seed(cluster, deployment("a"), deployment("b"))
+    assert reaper_run(cluster, idle("a", "b")).count(Outcome.APPLIED) == 2
+
+    def recorded() -> list[str]:
+        data = cluster.obj("ConfigMap", "gpu-reaper", names.STATE_CONFIGMAP)["data"]
+        return sorted(json.loads(data[names.STOPPED_KEY])["objects"])
+
+    marks = {names.REAPED_AT: None, names.REASON: None, names.ORIGINAL_REPLICAS: None}
+    by_hand = {"metadata": {"annotations": marks}, "spec": {"replicas": 1}}
+    cluster.client().patch("Deployment", "serving", "a", by_hand)
+    reaper_run(cluster, idle(), apply=False)
+    assert recorded() == ["Deployment.apps serving/a", "Deployment.apps serving/b"]
+    reaper_run(cluster, idle())
+    assert recorded() == ["Deployment.apps serving/b"]

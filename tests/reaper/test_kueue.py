@@ -22,7 +22,7 @@ from common.model import FindingKind
 from common.timeutil import rfc3339
 from harness.controllers import CONTROLLERS
 from harness.findings import NOW, finding, report
-from harness.kube_emulator import EmulatedCluster
+from harness.kube_emulator import EmulatedCluster, Fault
 from reaper import names
 from simulation import controllers as objects
 from simulation.cluster import manifest
@@ -164,3 +164,21 @@ def test_without_kueue_a_kueue_labelled_job_is_left_alone_and_the_run_says_why(
         "does not serve Kueue's Workload API (kueue.x-k8s.io/v1beta1)" in m and "nothing changed" in m
         for m in said
     )
+
+
+def test_restore_leaves_alone_a_workload_the_reaper_never_deactivated(
+    kueue: EmulatedCluster, tmp_path: Path
+) -> None:
+    """A stop whose Workload write failed leaves the Job marked; when Kueue or an admin deactivates
+    the Workload later, restore must not reactivate it: only the Job's marks go."""
+    cluster = kueue
+    name = _workload(cluster)["metadata"]["name"]
+    cluster.fail(Fault("PATCH", "KueueWorkload", status=500))
+    _run(cluster, tmp_path, "--apply", code=1)
+    assert names.REAPED_AT in cluster.obj("Job", NS, "sweep")["metadata"]["annotations"]
+    assert _workload(cluster)["spec"]["active"] is True
+
+    cluster.client().patch("KueueWorkload", NS, name, {"spec": {"active": False}})  # not the reaper
+    assert _cli(cluster, "restore", "--all").endswith("failed=0")
+    assert _workload(cluster)["spec"]["active"] is False
+    assert names.REAPED_AT not in cluster.obj("Job", NS, "sweep")["metadata"]["annotations"]
