@@ -553,13 +553,7 @@ class Executor:
             record, _ = self._read_record()
             # What this run stopped is stopped: only older entries are read again.
             older = [entry for key, entry in record.objects.items() if key not in self._stopped_now]
-            stale = [entry.key for entry in older if not self._still_stopped(entry)]
-            if stale:
-                self._write(
-                    f"drop {len(stale)} objects no longer stopped from ConfigMap "
-                    f"{self.namespace}/{names.STATE_CONFIGMAP}",
-                    lambda: self._update_record(lambda r: r.without(stale)),
-                )
+            self._drop_from_record([e.key for e in older if not self._still_stopped(e)], "no longer stopped")
         except KubeError as e:
             log.warning("could not prune the record of stopped objects: %s", e)
 
@@ -588,15 +582,16 @@ class Executor:
         """Drop restored objects from the record; a failure only leaves entries restore skips later."""
         try:
             record, _ = self._read_record()
-            gone = [k for k in keys if k in record.objects]
-            if gone:
-                self._write(
-                    f"drop {len(gone)} restored objects from ConfigMap "
-                    f"{self.namespace}/{names.STATE_CONFIGMAP}",
-                    lambda: self._update_record(lambda r: r.without(gone)),
-                )
+            self._drop_from_record([k for k in keys if k in record.objects], "restored")
         except KubeError as e:
             log.warning("could not update the record of stopped objects: %s", e)
+
+    def _drop_from_record(self, keys: list[str], why: str) -> None:
+        if keys:
+            self._write(
+                f"drop {len(keys)} {why} objects from ConfigMap {self.namespace}/{names.STATE_CONFIGMAP}",
+                lambda: self._update_record(lambda r: r.without(keys)),
+            )
 
     def _recorded_kind(self, entry: StoppedObject) -> str | None:
         """The reaper's name for a recorded object's kind, when it can still stop (and restore) it."""
