@@ -128,6 +128,10 @@ class EncodedSnapshot:
         self._variants: dict[bool, bytes] = {}
         self._lock = threading.RLock()  # the gzip variant builds the plain one under the same lock
 
+    def encoded(self, *, compressed: bool) -> bool:
+        """Whether this variant is built already (a scrape of it only writes bytes)."""
+        return compressed in self._variants
+
     def body(self, *, compressed: bool) -> bytes:
         body = self._variants.get(compressed)
         if body is None:

@@ -28,7 +28,7 @@ from werkzeug import Request, Response
 
 from exporter import fields
 from harness.binaries import require_binary
-from harness.live import HEALTHY_POD, LiveFleet
+from harness.live import HEALTHY_POD, LiveFleet, exposition_line
 from harness.rules import (
     ALERTS_DIR,
     CLUSTER_LABEL,
@@ -180,11 +180,6 @@ def test_alert_text_names_its_cluster(rule: AlertRule) -> None:
     assert IN_CLUSTER in annotations["description"]
 
 
-def _line(name: str, labels: dict[str, str], value: float) -> str:
-    inner = ",".join(f'{k}="{v}"' for k, v in labels.items())
-    return f"{name}{{{inner}}} {value:.17g}\n"
-
-
 class _Fleet(Protocol):
     def exposition(self) -> str: ...
 
@@ -213,47 +208,51 @@ class HealthyFleet:
         for i, (namespace, pod, uuid) in enumerate(self.PODS):
             gpu = {"UUID": uuid, "gpu": str(i), "Hostname": "node-a", "modelName": self.MODEL}
             owner = {"namespace": namespace, "pod": pod, "container": "main"}
-            add(_line("DCGM_FI_DEV_GPU_UTIL", gpu | owner, 60))
-            add(_line("DCGM_FI_DEV_FB_USED", gpu | owner, 30000))
-            add(_line("DCGM_FI_DEV_GPU_TEMP", gpu, 55))
-            add(_line(fields.GPU_UP, gpu, 1))
-            add(_line("kube_pod_start_time", {"namespace": namespace, "pod": pod}, now - 7 * 3600))
-            add(_line("container_cpu_cfs_periods_total", owner, 10 * n))
-            add(_line("container_cpu_cfs_throttled_periods_total", owner, 0))
+            add(exposition_line("DCGM_FI_DEV_GPU_UTIL", gpu | owner, 60))
+            add(exposition_line("DCGM_FI_DEV_FB_USED", gpu | owner, 30000))
+            add(exposition_line("DCGM_FI_DEV_GPU_TEMP", gpu, 55))
+            add(exposition_line(fields.GPU_UP, gpu, 1))
+            add(exposition_line("kube_pod_start_time", {"namespace": namespace, "pod": pod}, now - 7 * 3600))
+            add(exposition_line("container_cpu_cfs_periods_total", owner, 10 * n))
+            add(exposition_line("container_cpu_cfs_throttled_periods_total", owner, 0))
             if pod == "tokenizer-0":  # its sub-second samples: all between 50 % and 75 %
                 samples = fields.UTILIZATION_SAMPLES
                 for le in ("5.0", "10.0", "25.0", "50.0", "75.0", "90.0", "95.0", "+Inf"):
                     add(
-                        _line(
+                        exposition_line(
                             f"{samples}_bucket", gpu | owner | {"le": le}, 0 if float(le) <= 50 else 360 * n
                         )
                     )
-                add(_line(f"{samples}_count", gpu | owner, 360 * n))
-                add(_line(f"{samples}_sum", gpu | owner, 360 * 60 * n))
+                add(exposition_line(f"{samples}_count", gpu | owner, 360 * n))
+                add(exposition_line(f"{samples}_sum", gpu | owner, 360 * 60 * n))
         add(
-            _line(
+            exposition_line(
                 fields.GPU_UP, {"UUID": "GPU-8", "gpu": "7", "Hostname": "node-a", "modelName": self.MODEL}, 1
             )
         )
         for uuid, gpu_index in (("GPU-6", "0"), ("GPU-7", "1")):
             labels = {"UUID": uuid, "gpu": gpu_index, "hostname": "node-b", "modelName": self.MODEL}
-            add(_line("DCGM_FI_DEV_GPU_TEMP", labels, 60))
-            add(_line("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", labels, 0))
-            add(_line("DCGM_FI_DEV_XID_ERRORS", labels, 0))
+            add(exposition_line("DCGM_FI_DEV_GPU_TEMP", labels, 60))
+            add(exposition_line("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", labels, 0))
+            add(exposition_line("DCGM_FI_DEV_XID_ERRORS", labels, 0))
             # Here gpu-exporter serves node-b as well: a join on the GPU alone would let this
             # cluster's gpu_up hide the other clusters' dcgm-exporter XIDs.
-            add(_line(fields.GPU_UP, labels, 1))
-        add(_line(fields.LAST_COLLECT, {}, now))
-        add(_line(fields.NVML_ERRORS, {"call": "nvmlDeviceGetUtilizationRates", "code": "UNKNOWN"}, 0))
-        add(_line(fields.KUBELET_ERRORS, {}, 0))
+            add(exposition_line(fields.GPU_UP, labels, 1))
+        add(exposition_line(fields.LAST_COLLECT, {}, now))
+        add(
+            exposition_line(
+                fields.NVML_ERRORS, {"call": "nvmlDeviceGetUtilizationRates", "code": "UNKNOWN"}, 0
+            )
+        )
+        add(exposition_line(fields.KUBELET_ERRORS, {}, 0))
         for family in registry_for(RunMetrics(success_timestamp=now - 600)).collect():
             for sample in family.samples:
-                add(_line(sample.name, sample.labels, sample.value))
+                add(exposition_line(sample.name, sample.labels, sample.value))
         job = {"namespace": "gpu-reaper", "job_name": "gpu-reaper-29471230"}
-        add(_line("kube_job_status_failed", job, 0))
-        add(_line("kube_job_status_start_time", job, now - 600))
+        add(exposition_line("kube_job_status_failed", job, 0))
+        add(exposition_line("kube_job_status_start_time", job, now - 600))
         cronjob = {"namespace": "gpu-reaper", "cronjob": "gpu-reaper"}
-        add(_line("kube_cronjob_status_last_successful_time", cronjob, now - 600))
+        add(exposition_line("kube_cronjob_status_last_successful_time", cronjob, now - 600))
         return "".join(out)
 
 

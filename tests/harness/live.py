@@ -18,7 +18,8 @@ from harness.servers import _Server
 HEALTHY_POD = "chat-api-0"
 
 
-def _line(name: str, labels: dict[str, str], value: float) -> str:
+def exposition_line(name: str, labels: dict[str, str], value: float) -> str:
+    """One sample in the Prometheus text format."""
     inner = ",".join(f'{k}="{v}"' for k, v in labels.items())
     return f"{name}{{{inner}}} {value:.17g}\n"
 
@@ -53,55 +54,59 @@ class LiveFleet:
         )
         for i, (namespace, pod, uuid, util, age) in enumerate(pods):
             labels = _gpu(uuid, i, "node-a") | _pod(namespace, pod)
-            add(_line("DCGM_FI_DEV_GPU_UTIL", labels, util))
-            add(_line("DCGM_FI_DEV_FB_USED", labels, 30000))
-            add(_line("DCGM_FI_DEV_GPU_TEMP", _gpu(uuid, i, "node-a"), 55))
-            add(_line(fields.GPU_UP, _gpu(uuid, i, "node-a"), 1))
-            add(_line("kube_pod_start_time", {"namespace": namespace, "pod": pod}, now - age))
+            add(exposition_line("DCGM_FI_DEV_GPU_UTIL", labels, util))
+            add(exposition_line("DCGM_FI_DEV_FB_USED", labels, 30000))
+            add(exposition_line("DCGM_FI_DEV_GPU_TEMP", _gpu(uuid, i, "node-a"), 55))
+            add(exposition_line(fields.GPU_UP, _gpu(uuid, i, "node-a"), 1))
+            add(exposition_line("kube_pod_start_time", {"namespace": namespace, "pod": pod}, now - age))
             throttled = 7 if pod == "audio-0" else 0
-            add(_line("container_cpu_cfs_periods_total", _pod(namespace, pod), 10 * n))
-            add(_line("container_cpu_cfs_throttled_periods_total", _pod(namespace, pod), throttled * n))
+            add(exposition_line("container_cpu_cfs_periods_total", _pod(namespace, pod), 10 * n))
+            add(
+                exposition_line(
+                    "container_cpu_cfs_throttled_periods_total", _pod(namespace, pod), throttled * n
+                )
+            )
         # tokenizer-0's sub-second samples: half stalled at or below 5 %, half busy above 95 %.
         tokenizer = _gpu("GPU-3", 2, "node-a") | _pod("research", "tokenizer-0")
         samples = fields.UTILIZATION_SAMPLES
         for le, per_scrape in (("5.0", 150), ("10.0", 180), ("25.0", 180), ("50.0", 180), ("75.0", 180)):
-            add(_line(f"{samples}_bucket", tokenizer | {"le": le}, per_scrape * n))
+            add(exposition_line(f"{samples}_bucket", tokenizer | {"le": le}, per_scrape * n))
         for le, per_scrape in (("90.0", 190), ("95.0", 250), ("+Inf", 360)):
-            add(_line(f"{samples}_bucket", tokenizer | {"le": le}, per_scrape * n))
-        add(_line(f"{samples}_count", tokenizer, 360 * n))
-        add(_line(f"{samples}_sum", tokenizer, 360 * 49 * n))
+            add(exposition_line(f"{samples}_bucket", tokenizer | {"le": le}, per_scrape * n))
+        add(exposition_line(f"{samples}_count", tokenizer, 360 * n))
+        add(exposition_line(f"{samples}_sum", tokenizer, 360 * 49 * n))
 
         # node-a: a GPU lost after XID 79, and an application XID 13 on tokenizer-0's GPU.
-        add(_line(fields.GPU_UP, _gpu("GPU-8", 7, "node-a"), 0))
-        add(_line(fields.XID_TOTAL, _gpu("GPU-8", 7, "node-a") | {"xid": "79"}, 1))
-        add(_line(fields.XID_TOTAL, _gpu("GPU-3", 2, "node-a") | {"xid": "13"}, 1))
+        add(exposition_line(fields.GPU_UP, _gpu("GPU-8", 7, "node-a"), 0))
+        add(exposition_line(fields.XID_TOTAL, _gpu("GPU-8", 7, "node-a") | {"xid": "79"}, 1))
+        add(exposition_line(fields.XID_TOTAL, _gpu("GPU-3", 2, "node-a") | {"xid": "13"}, 1))
         # node-b (dcgm-exporter, relabelled to `hostname`): a hot, braked GPU with XID 48; XID 43 next door.
         for uuid, gpu, temp, reasons, xid in (("GPU-6", 0, 91, 0x40 | 0x80, 48), ("GPU-7", 1, 60, 0x4, 43)):
             labels = _gpu(uuid, gpu, "node-b", label="hostname")
-            add(_line("DCGM_FI_DEV_GPU_TEMP", labels, temp))
-            add(_line("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", labels, reasons))
-            add(_line("DCGM_FI_DEV_XID_ERRORS", labels, xid))
+            add(exposition_line("DCGM_FI_DEV_GPU_TEMP", labels, temp))
+            add(exposition_line("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", labels, reasons))
+            add(exposition_line("DCGM_FI_DEV_XID_ERRORS", labels, xid))
 
         # gpu-exporter's own health: collections stuck for ten minutes, NVML errors piling up.
-        add(_line(fields.LAST_COLLECT, {}, now - 600))
+        add(exposition_line(fields.LAST_COLLECT, {}, now - 600))
         add(
-            _line(
+            exposition_line(
                 fields.NVML_ERRORS,
                 {"call": "nvmlDeviceGetUtilizationRates", "code": "UNKNOWN"},
                 n,
             )
         )
-        add(_line(fields.KUBELET_ERRORS, {}, 0))
+        add(exposition_line(fields.KUBELET_ERRORS, {}, 0))
 
         # The reaper: last success five hours ago, then a push with a failed scale-down and Slack
         # failures; its latest Job failed ten minutes ago; the CronJob last succeeded five hours ago.
         for sample in pushed_reaper_samples(now - 5 * 3600):
-            add(_line(sample.name, sample.labels, sample.value))
+            add(exposition_line(sample.name, sample.labels, sample.value))
         job = {"namespace": "gpu-reaper", "job_name": "gpu-reaper-29471230"}
-        add(_line("kube_job_status_failed", job, 1))
-        add(_line("kube_job_status_start_time", job, now - 600))
+        add(exposition_line("kube_job_status_failed", job, 1))
+        add(exposition_line("kube_job_status_start_time", job, now - 600))
         cronjob = {"namespace": "gpu-reaper", "cronjob": "gpu-reaper"}
-        add(_line("kube_cronjob_status_last_successful_time", cronjob, now - 5 * 3600))
+        add(exposition_line("kube_cronjob_status_last_successful_time", cronjob, now - 5 * 3600))
         return "".join(out)
 
 
