@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import gc
 import http.client
+import json
 import statistics
 import sys
 import tempfile
@@ -240,13 +241,16 @@ class MeteredBinding:
     the calling thread's CPU clock (by spinning, so the cycle's CPU time includes it as it would the
     driver's work; a sleep would not show in CPU time)."""
 
-    def __init__(self, library: Any, assumed_call_us: float = ASSUMED_CALL_US) -> None:
+    def __init__(
+        self, library: Any, assumed_call_us: float = ASSUMED_CALL_US, costs_us: dict[str, float] | None = None
+    ) -> None:
         self._library = library
         self.calls = 0
         self.charging = False
+        costs_us = MEASURED_CALL_US if costs_us is None else costs_us
         for name in dir(library):
             if name.startswith("nvml"):
-                cost_s = MEASURED_CALL_US.get(name, assumed_call_us) / 1e6
+                cost_s = costs_us.get(name, assumed_call_us) / 1e6
                 setattr(self, name, self._metered(getattr(library, name), cost_s))
 
     def __getattr__(self, name: str) -> Any:
@@ -304,6 +308,7 @@ class Node:
         *,
         mig: bool = False,
         assumed_call_us: float = ASSUMED_CALL_US,
+        costs_us: dict[str, float] | None = None,
     ) -> None:
         self.library = library = ZeroCostNvml(gpus, pods_per_gpu, mig=mig)
         devices, names = [], {}
@@ -337,7 +342,7 @@ class Node:
                 )
         view = PodView(allocations(devices), names)
         clock = [1_700_000_000.0]
-        self.binding = MeteredBinding(library, assumed_call_us)
+        self.binding = MeteredBinding(library, assumed_call_us, costs_us)
         self.cycle = Cycle(
             Nvml(self.binding),
             SnapshotBuilder("bench-node", version="bench"),
@@ -385,17 +390,30 @@ def main(argv: list[str] | None = None) -> int:
         default=ASSUMED_CALL_US,
         help="cost charged for an NVML call without a public measurement, in microseconds",
     )
+    parser.add_argument(
+        "--call-costs",
+        type=Path,
+        help="JSON from nvml_call_costs.py: charge each call its mean wall time measured on a real GPU "
+        "(calls it did not see, e.g. MIG ones, are charged --assumed-call-us)",
+    )
     parser.add_argument("--tails", action="store_true", help="print the ten slowest scrapes of each kind")
     args = parser.parse_args(argv)
 
     rows: list[str] = []
     cost = args.assumed_call_us
+    measured = None
+    if args.call_costs is not None:
+        measured = json.loads(args.call_costs.read_text())
+        costs_us = {name: figures["wall_mean_us"] for name, figures in measured["calls"].items()}
+    else:
+        costs_us = MEASURED_CALL_US
     with tempfile.TemporaryDirectory() as tmp:
+        charged = {"assumed_call_us": cost, "costs_us": costs_us}
         nodes = {
-            "8 GPUs, 64 time-sliced pods": Node(Path(tmp) / "shared", 8, 8, assumed_call_us=cost),
-            "16 GPUs, one pod each": Node(Path(tmp) / "whole", 16, 1, assumed_call_us=cost),
-            "16 GPUs, 128 time-sliced pods": Node(Path(tmp) / "shared16", 16, 8, assumed_call_us=cost),
-            "8 GPUs, 56 MIG instances": Node(Path(tmp) / "mig", 8, 1, mig=True, assumed_call_us=cost),
+            "8 GPUs, 64 time-sliced pods": Node(Path(tmp) / "shared", 8, 8, **charged),
+            "16 GPUs, one pod each": Node(Path(tmp) / "whole", 16, 1, **charged),
+            "16 GPUs, 128 time-sliced pods": Node(Path(tmp) / "shared16", 16, 8, **charged),
+            "8 GPUs, 56 MIG instances": Node(Path(tmp) / "mig", 8, 1, mig=True, **charged),
         }
         for node in nodes.values():
             for _ in range(50):  # warm-up: caches, first GPM sample, histograms
@@ -500,8 +518,15 @@ def main(argv: list[str] | None = None) -> int:
         rss_after = rss_mib()
 
     print("exporter benchmark: zero-cost NVML fake; scrapes with Prometheus 3's Accept and gzip headers")
-    measured = ", ".join(f"{name} {us} µs" for name, us in MEASURED_CALL_US.items())
-    print(f"NVML calls charged: {measured} (measured); every other call {cost} µs (assumed)")
+    if measured is None:
+        listed = ", ".join(f"{name} {us} µs" for name, us in MEASURED_CALL_US.items())
+        print(f"NVML calls charged: {listed} (published); every other call {cost} µs (assumed)")
+    else:
+        device = measured["device"]
+        print(
+            f"NVML calls charged their mean wall time on {device['name']}, driver {device['driver']} "
+            f"({len(costs_us)} functions, {args.call_costs.name}); any other call {cost} µs (assumed)"
+        )
     sizes = f"{len(plain)} bytes, {len(body)} gzipped"
     print(f"python {sys.version.split()[0]}; exposition of the shared node: {sizes}")
     print()
