@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 
 from analyzer.clusters import CLUSTERS_AT_ONCE, choose_clusters
-from analyzer.detection import detectors, workloads
+from analyzer.detection import detectors, right_size, workloads
 from analyzer.detection.views import DeviceView, NodeView, RequestRate, WorkloadView
 from analyzer.report.share_series import ShareLine, bin_middles, from_histogram, from_samples
 from analyzer.scope import scope_snapshot
@@ -244,6 +244,7 @@ def _analysis(
 
     step("running detectors")
     found: list[Finding] = detectors.detect(views, nodes, thresholds, now)
+    found = _right_sized(source, snapshot, views, found, thresholds, step)
     report = FindingsReport(window=window, generated_at=now, source=source.description, findings=tuple(found))
     return Analysis(report=report, snapshot=snapshot, workloads=tuple(views), nodes=tuple(nodes))
 
@@ -288,6 +289,35 @@ def _with_idle_extras(
         else v
         for v in views
     ]
+
+
+def _right_sized(
+    source: MetricsSource,
+    snapshot: FleetSnapshot,
+    views: Sequence[WorkloadView],
+    found: list[Finding],
+    thresholds: Thresholds,
+    step: Callable[[str], None],
+) -> list[Finding]:
+    """Findings with the smaller GPU share their long-running workloads would fit (or why none):
+    one more round, reading the framebuffer peaks of those workloads' GPUs."""
+    by_ref = {v.ref: v for v in views}
+    chosen = [i for i, f in enumerate(found) if right_size.wanted(f, thresholds) and f.workload in by_ref]
+    if not chosen:
+        return found
+    step(f"sizing smaller GPU shares for {len(chosen)} long-running workload(s)")
+    keys = [d.key for i in chosen for d in by_ref[found[i].workload].devices]
+    peaks = (
+        source.memory_peaks(snapshot, keys, thresholds.right_size.memory_quantile)
+        if snapshot.capabilities.memory
+        else {}
+    )
+    out = list(found)
+    for i in chosen:
+        f = found[i]
+        sized = right_size.right_size(f, by_ref[f.workload], peaks, thresholds)
+        out[i] = f.model_copy(update={"evidence": f.evidence.model_copy(update={"right_size": sized})})
+    return out
 
 
 def _log_unneeded_failure(read: Future[dict[DeviceKey, float]]) -> None:

@@ -20,7 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from common.timeutil import AwareDatetime, rfc3339
 
-EvidenceValue = float | int | str | bool | None
+# A nested object (``right_size``) is written as a JSON object of its set fields.
+EvidenceValue = float | int | str | bool | dict[str, Any] | None
 
 _QUANTILE_KEY = re.compile(r"^p(?P<whole>\d+)(?:_(?P<frac>\d+))?_util_percent$")
 
@@ -79,6 +80,8 @@ class Evidence(BaseModel):
                 out |= {q.key: q.percent for q in value}
             elif isinstance(value, datetime):
                 out[name] = rfc3339(value)
+            elif isinstance(value, BaseModel):
+                out[name] = value.model_dump(mode="json", exclude_unset=True)
             else:
                 out[name] = value
         out |= dict(self.model_extra or {})
@@ -140,6 +143,47 @@ class DataloaderStarvationEvidence(UtilizationEvidence):
     request_rate_query: str | None = None
 
 
+class RightSizing(BaseModel):
+    """The smallest GPU share that would carry a long-running workload (analyzer.detection.right_size),
+    or, with ``share`` None, why there is none. The reaper never acts on it; it is advice."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    share: Literal["mig", "time_slice"] | None  # None: no smaller share holds it (see ``reason``)
+    profile: str | None = None  # MIG profile (``1g.10gb``), or ``1/4`` of a time-sliced GPU
+    resource: str | None = None  # what the pod should request instead: ``nvidia.com/mig-1g.10gb``
+    replaces: str | None = None  # what it requests today: ``nvidia.com/gpu``
+    gpu_model: str | None = None
+    gpu_memory_mib: float | None = None
+    memory_peak_mib: float | None = None  # the highest per-GPU framebuffer quantile of the window
+    memory_quantile: float
+    memory_headroom: float  # added to the peak: the share must hold peak × (1 + headroom)
+    compute_percent: float | None = None  # the activity quantile it was sized from, % of a whole GPU
+    compute_quantile: float | None = None
+    share_of_gpu: float | None = None  # the recommended share, as a fraction of one GPU
+    gpu_equivalents_saved: float = 0.0
+    saved_gpu_hours: float = 0.0
+    saved_cost: float | None = None
+    reason: str = ""
+
+    @property
+    def change(self) -> str | None:
+        """The manifest change, per GPU a pod requests (``nvidia.com/gpu: 1 → nvidia.com/mig-1g.10gb: 1``)."""
+        if self.share is None or self.resource is None:
+            return None
+        return f"{self.replaces or 'nvidia.com/gpu'}: 1 → {self.resource}: 1"
+
+    def line(self, currency: str | None = None) -> str:
+        """The recommendation in one sentence, the same in the terminal, the HTML report and Slack."""
+        if self.share is None:
+            return f"No smaller GPU share: {self.reason}."
+        what = f"MIG {self.profile}" if self.share == "mig" else f"{self.profile} of a time-sliced GPU"
+        saving = f"{self.gpu_equivalents_saved:.2g} GPU-equivalents, {self.saved_gpu_hours:,.1f} GPU-hours"
+        if self.saved_cost is not None and currency:
+            saving += f" ({self.saved_cost:,.2f} {currency})"
+        return f"Right-size to {what}: {self.change} in its pods' resources — frees {saving} over the window."
+
+
 class LowUtilizationEvidence(UtilizationEvidence):
     low_utilization_threshold_percent: float | None = None
     min_memory_used_mib: float | None = None
@@ -151,6 +195,7 @@ class LowUtilizationEvidence(UtilizationEvidence):
     cpu_pressed: bool | None = None  # a pod at its CPU bound: the recommendation starts with CPU
     request_rate: float | None = None
     request_rate_query: str | None = None
+    right_size: RightSizing | None = None  # long-running workloads only, when the policy asks for it
 
 
 class UnknownEvidence(Evidence):

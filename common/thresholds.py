@@ -35,6 +35,24 @@ Percent = Annotated[float, Field(ge=0.0, le=100.0)]
 Ratio = Annotated[float, Field(ge=0.0, le=1.0)]
 
 
+class RightSizeSettings(BaseModel):
+    """How the analyzer sizes a smaller GPU share for long-running workloads of low utilization
+    (docs/detectors.md, "Right-sizing")."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
+
+    enabled: bool = True
+    # The framebuffer peak a share must hold: this quantile of each GPU's memory over the window ...
+    memory_quantile: Annotated[float, Field(gt=0.5, le=1.0)] = 0.99
+    # ... plus this much on top (0.2: the share must hold 1.2 × the peak).
+    memory_headroom: Annotated[float, Field(ge=0.0, le=4.0)] = 0.2
+    # The activity the share must carry, scaled to it, may reach at most this (percent of the share):
+    # on a 1/7 MIG slice a workload at 5 % of the whole GPU would run at 35 %.
+    compute_ceiling_percent: Annotated[float, Field(gt=0.0, le=100.0)] = 80.0
+    # Time-sliced shares offered: at most this many pods per GPU (the device plugin's replicas).
+    max_time_slice_replicas: Annotated[int, Field(ge=2, le=64)] = 8
+
+
 class Thresholds(BaseModel):
     """Every setting the detectors use. Utilization is in percent (0-100) whatever the exporter's unit."""
 
@@ -74,6 +92,9 @@ class Thresholds(BaseModel):
     request_rate_query: str | None = None
     # Sample interval of the GPU series; detected from the data when not given.
     scrape_interval: Duration | None = None
+    # The smaller GPU share a long-running workload of low utilization would fit (``enabled: false``
+    # turns the recommendations off).
+    right_size: RightSizeSettings = Field(default_factory=RightSizeSettings)
 
     @field_validator("request_rate_query")
     @classmethod

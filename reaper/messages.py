@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from common.model import Finding, FindingKind, WorkloadRef
+from common.model import Finding, FindingKind, LowUtilizationEvidence, WorkloadRef
 from common.timeutil import rfc3339
 from reaper import names
 from reaper.actuators import verbs
@@ -66,6 +66,10 @@ def _action_line(result: ActionResult, currency: str) -> str:
     if a.action is Action.NOTIFY:
         if a.finding.recommendation:
             line += f"\n_{escape(a.finding.recommendation)}_"
+        evidence = a.finding.evidence
+        sized = evidence.right_size if isinstance(evidence, LowUtilizationEvidence) else None
+        if sized is not None:
+            line += f"\n{escape(sized.line(currency))}"
         return line
     line += f" · {_money(a.gpu_hours_per_day, a.cost_per_day, currency)}"
     if a.action is Action.CORDON:

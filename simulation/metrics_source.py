@@ -25,6 +25,7 @@ from analyzer.sources.aggregates import (
     DeviceSamples,
     FleetSnapshot,
     KsmRow,
+    MemoryPeak,
     PodId,
     PodRecord,
     SpanNumbers,
@@ -417,6 +418,32 @@ class InMemorySource:
                 if key in wanted:
                     parts[key].append(v / per_mib)
         return {k: float(np.concatenate(v).mean()) for k, v in parts.items()}
+
+    def memory_peaks(
+        self, snapshot: FleetSnapshot, keys: Sequence[DeviceKey], quantile: float
+    ) -> dict[DeviceKey, MemoryPeak]:
+        wanted = set(keys)
+        parts: dict[DeviceKey, list[np.ndarray]] = defaultdict(list)
+        for metric, per_mib in ((dcgm.DEV_FB_USED, 1.0), (dcgm.POD_MEMORY_USED, 1024.0 * 1024.0)):
+            for s, _, v in self._in_window(metric, snapshot.window):
+                key = self._key(s, snapshot.capabilities)
+                if key in wanted:
+                    parts[key].append(v / per_mib)
+        capacity: dict[str, float] = {}  # by UUID: used + free at the last sample of each
+        last: dict[tuple[str, str], float] = {}
+        uuids = {k.uuid for k in wanted}
+        for metric in (dcgm.DEV_FB_USED, dcgm.DEV_FB_FREE):
+            for s, _, v in self._in_window(metric, snapshot.window):
+                key = self._key(s, snapshot.capabilities)
+                if key is not None and key.uuid in uuids:
+                    last[(key.uuid, metric)] = float(v[-1])
+        for uuid in uuids:
+            if (uuid, dcgm.DEV_FB_USED) in last and (uuid, dcgm.DEV_FB_FREE) in last:
+                capacity[uuid] = last[(uuid, dcgm.DEV_FB_USED)] + last[(uuid, dcgm.DEV_FB_FREE)]
+        return {
+            k: MemoryPeak(float(np.quantile(np.concatenate(v), quantile)), capacity.get(k.uuid))
+            for k, v in parts.items()
+        }
 
     def instant_value(self, promql: str, at: datetime) -> float | None:
         """In-memory series cannot evaluate PromQL: the answer is always "no data"."""

@@ -14,7 +14,14 @@ from markupsafe import Markup
 from analyzer.pipeline import OffenderSeries
 from analyzer.report import plots, units
 from analyzer.report.summaries import by_cluster, cluster_prefix, detail, mean_util, spans_clusters
-from common.model import Finding, FindingKind, FindingsReport, UnknownEvidence, UtilQuantile
+from common.model import (
+    Finding,
+    FindingKind,
+    FindingsReport,
+    LowUtilizationEvidence,
+    UnknownEvidence,
+    UtilQuantile,
+)
 from common.thresholds import Thresholds
 from common.timeutil import format_duration, to_the_second
 
@@ -117,7 +124,8 @@ def _subtitle(f: Finding) -> str:
     return " · ".join(p for p in parts if p)
 
 
-def _row(f: Finding) -> dict[str, object]:
+def _row(f: Finding, currency: str) -> dict[str, object]:
+    sized = f.evidence.right_size if isinstance(f.evidence, LowUtilizationEvidence) else None
     return {
         "kind": f.kind.value,
         "kind_label": f.kind.value.replace("_", " "),
@@ -133,6 +141,7 @@ def _row(f: Finding) -> dict[str, object]:
         "cost": f.estimated_cost,
         "confidence": f.confidence,
         "recommendation": f.recommendation,
+        "right_size": "" if sized is None else sized.line(currency),
         "evidence": _evidence_rows(f),
         "pods": ", ".join(f.pods),
     }
@@ -165,7 +174,7 @@ def render_html(
         )
         for o in offenders
     ]
-    rows = [_row(f) for f in report.findings]
+    rows = [_row(f, currency) for f in report.findings]
     clusters = [
         {
             "name": group.name,
@@ -173,7 +182,7 @@ def render_html(
             "count": len(group.findings),
             "wasted": group.wasted,
             "cost": group.cost,
-            "rows": [_row(f) for f in group.findings],
+            "rows": [_row(f, currency) for f in group.findings],
         }
         for group in (by_cluster(report.findings) if grouped else ())
     ]

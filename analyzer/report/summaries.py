@@ -45,13 +45,26 @@ def detail(f: Finding) -> str:
             parts.append(f"throttled {share(e.cpu_throttled_ratio)}")
         return "cpu-bound: " + ", ".join(parts)
     if isinstance(e, LowUtilizationEvidence) and e.near_miss:
-        return f"near miss: mean {percent(e.mean_util_percent or 0)}"
+        return f"near miss: mean {percent(e.mean_util_percent or 0)}" + _right_size(e)
     if isinstance(e, UnknownEvidence):
         return e.why  # the same words as the reaper's plan and messages
     text = f"max {percent(e.max_util_percent or 0)}"
     if isinstance(e, IdleEndpointEvidence) and e.memory_used_mib is not None:
         text += f", {mebibytes(e.memory_used_mib)} held per GPU"
+    if isinstance(e, LowUtilizationEvidence):
+        text += _right_size(e)
     return text
+
+
+def _right_size(e: LowUtilizationEvidence) -> str:
+    """The smaller share a long-running workload would fit, briefly (the whole sentence is in HTML)."""
+    sized = e.right_size
+    if sized is None:
+        return ""
+    if sized.share is None:
+        return ", no smaller share"
+    what = f"MIG {sized.profile}" if sized.share == "mig" else f"{sized.profile} time-sliced"
+    return f", fits {what} (saves {sized.gpu_equivalents_saved:.2g} GPU)"
 
 
 def findings_line(findings: Sequence[Finding], currency: str = "USD") -> str:

@@ -69,6 +69,8 @@ def evidence_value(key: str, value: EvidenceValue) -> str:
             except ValueError:
                 return value
         return value
+    if isinstance(value, dict):  # a nested object (right_size): its fields, briefly
+        return "; ".join(f"{k.replace('_', ' ')} {evidence_value(k, v)}" for k, v in value.items())
     if isinstance(value, int) and not key.endswith(("_percent", "_mib", "_hours", "_seconds", "_rate")):
         return f"{value:,}"
     number = float(value)

@@ -92,6 +92,15 @@ class Shares:
 
 
 @dataclass(frozen=True)
+class MemoryPeak:
+    """A device's framebuffer over the window: a high quantile of what was used, and what the GPU
+    holds (used + free, where free is reported), MiB."""
+
+    peak_mib: float
+    capacity_mib: float | None = None
+
+
+@dataclass(frozen=True)
 class DeviceAggregate:
     key: DeviceKey
     info: DeviceInfo

@@ -26,6 +26,7 @@ from common import metric_names
 PROF_GR_ENGINE_ACTIVE = metric_names.PROF_GR_ENGINE_ACTIVE
 DEV_GPU_UTIL = metric_names.GPU_UTIL
 DEV_FB_USED = metric_names.FB_USED
+DEV_FB_FREE = metric_names.FB_FREE  # read only to size a GPU's memory (right-sizing)
 # Our exporter's per-pod share of a time-sliced (shared) GPU's SM time, in percent of the whole
 # GPU. It comes first: a pod sharing a GPU has no other series of its own, and a pod alone on a
 # time-sliced GPU, which our exporter (like dcgm-exporter) also names on the GPU's DCGM series,

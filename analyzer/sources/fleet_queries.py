@@ -216,6 +216,25 @@ class FleetQueries:
             held.append(f"{pods} / {promql.number(_MIB)}")
         return promql.aggregate("max", self.caps.device_labels(), " or ".join(held))
 
+    def memory_peak(self, uuids: Sequence[str], quantile: float) -> str:
+        """A high quantile of the framebuffer held per holder over the window (MiB), as ``memory``
+        reads it: the GPU's own, and on shared GPUs each pod's."""
+        these = [one_of(dcgm.UUID, uuids)]
+        held = [self._over("quantile_over_time", dcgm.DEV_FB_USED, these, quantile)]
+        if self.caps.pod_memory:
+            pods = self._over("quantile_over_time", dcgm.POD_MEMORY_USED, these, quantile)
+            held.append(f"{pods} / {promql.number(_MIB)}")
+        return promql.aggregate("max", self.caps.device_labels(), " or ".join(held))
+
+    def memory_capacity(self, uuids: Sequence[str]) -> str:
+        """What each GPU holds (MiB): used + free at their last samples, which share a scrape (the
+        reserved part, a few hundred MiB, is left out: the figure errs small)."""
+        used, free = (
+            self._over("last_over_time", metric, [one_of(dcgm.UUID, uuids)])
+            for metric in (dcgm.DEV_FB_USED, dcgm.DEV_FB_FREE)
+        )
+        return promql.aggregate("max", self.caps.device_labels(), f"{used} + {free}")
+
     # --- pods -----------------------------------------------------------------------------------
     # Every pod the window saw, not only those alive at its end: a pod replaced two hours before the
     # end held its GPUs for the rest of the window. kube-state-metrics series are few (one per pod),

@@ -12,7 +12,14 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
 
-from analyzer.sources.aggregates import CloserLook, DeviceKey, DeviceSamples, FleetSnapshot, SpanNumbers
+from analyzer.sources.aggregates import (
+    CloserLook,
+    DeviceKey,
+    DeviceSamples,
+    FleetSnapshot,
+    MemoryPeak,
+    SpanNumbers,
+)
 from common.model import TimeWindow
 from common.thresholds import Thresholds
 
@@ -62,6 +69,13 @@ class MetricsSource(Protocol):
 
     def memory_used(self, snapshot: FleetSnapshot, keys: Sequence[DeviceKey]) -> dict[DeviceKey, float]:
         """Mean framebuffer memory used (MiB) over the window, for devices that report it."""
+        ...
+
+    def memory_peaks(
+        self, snapshot: FleetSnapshot, keys: Sequence[DeviceKey], quantile: float
+    ) -> dict[DeviceKey, MemoryPeak]:
+        """The ``quantile`` of framebuffer memory used (MiB) over the window and the GPU's memory,
+        for devices that report it (right-sizing)."""
         ...
 
     def instant_value(self, promql: str, at: datetime) -> float | None:

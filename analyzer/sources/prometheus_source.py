@@ -37,6 +37,7 @@ from analyzer.sources.aggregates import (
     DeviceSamples,
     FleetSnapshot,
     KsmRow,
+    MemoryPeak,
     PodId,
     PodRecord,
     Shares,
@@ -1151,6 +1152,34 @@ class PrometheusSource:
                 if key in wanted and np.isfinite(s.value):
                     out[key] = s.value
         return out
+
+    def memory_peaks(
+        self, snapshot: FleetSnapshot, keys: Sequence[DeviceKey], quantile: float
+    ) -> dict[DeviceKey, MemoryPeak]:
+        caps = snapshot.capabilities
+        if not keys or not caps.memory:
+            return {}
+        q = FleetQueries(caps, snapshot.window.duration)
+        wanted = set(keys)
+        uuids = sorted({k.uuid for k in keys})
+        at = snapshot.window.end
+        chunks = [uuids[i : i + 200] for i in range(0, len(uuids), 200)]
+        queries = [(q.memory_peak(c, quantile), at) for c in chunks]
+        queries += [(q.memory_capacity(c), at) for c in chunks]
+        answers = self.client.vectors(queries)  # side by side, through the bounded pool
+        peaks: dict[DeviceKey, float] = {}
+        capacity: dict[str, float] = {}  # by UUID: every holder of a GPU shares its memory
+        for i, answer in enumerate(answers):
+            for s in answer:
+                key = self._key(s.labels, caps)
+                if key is None or not np.isfinite(s.value):
+                    continue
+                if i < len(chunks):
+                    if key in wanted:
+                        peaks[key] = s.value
+                else:
+                    capacity[key.uuid] = max(capacity.get(key.uuid, 0.0), s.value)
+        return {k: MemoryPeak(v, capacity.get(k.uuid)) for k, v in peaks.items()}
 
     def instant_value(self, promql: str, at: datetime) -> float | None:
         samples = self._vector(promql, at)

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic.alias_generators import to_camel
 
 from common.durations import Duration, PositiveDuration
-from common.model import FindingKind
+from common.model import Finding, FindingKind, LowUtilizationEvidence
 from common.thresholds import Pricing, Thresholds
 from reaper import names
 from reaper.policy.fields import Channel, ClusterName, Glob, LabelKey, LabelValue, NamespaceName, WorkloadGlob
@@ -145,10 +145,26 @@ class Match(_Model):
     min_gpus: int = Field(default=1, ge=1)
     # How long the finding must have held, counted across consecutive runs (Prometheus' `for:`).
     for_: Duration = Field(default=timedelta(0), alias="for")
+    # ``right_size``: only findings that carry a smaller GPU share to move to (notify rules only).
+    recommendation: Literal["right_size"] | None = None
+
+    @model_validator(mode="after")
+    def _recommendation_fits_findings(self) -> Match:
+        if self.recommendation is not None and "low_utilization" not in self.findings:
+            raise ValueError("recommendation right_size comes with low_utilization findings only")
+        return self
 
     @property
     def finding_kinds(self) -> frozenset[FindingKind]:
         return frozenset(FindingKind(f) for f in self.findings)
+
+    def recommends(self, finding: Finding) -> bool:
+        """Whether ``finding`` carries the recommendation this rule asks for (any, when it asks none)."""
+        if self.recommendation is None:
+            return True
+        evidence = finding.evidence
+        sized = evidence.right_size if isinstance(evidence, LowUtilizationEvidence) else None
+        return sized is not None and sized.share is not None
 
 
 class Rule(_Model):
@@ -159,6 +175,11 @@ class Rule(_Model):
 
     @model_validator(mode="after")
     def _action_fits_kinds(self) -> Rule:
+        if self.match.recommendation is not None and self.action is not Action.NOTIFY:
+            raise ValueError(
+                f"a rule matching recommendation {self.match.recommendation} must use action notify: "
+                "the reaper never resizes a workload, it tells its owners"
+            )
         if self.match.kinds is None:
             return self
         kinds = set(self.match.kinds)
