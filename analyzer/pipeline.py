@@ -189,6 +189,7 @@ def _analysis(
     namespaces: Collection[str],
     cluster: str | None = None,
 ) -> Analysis:
+    """One cluster's analysis, as its rounds: discover and snapshot → closer looks → judge → report."""
     now = datetime.now(UTC) if now is None else now
     if now.tzinfo is None:
         raise BadInputError("now must carry a timezone")
@@ -200,53 +201,86 @@ def _analysis(
         if progress is not None:
             progress(message)
 
-    step("discovering series and querying fleet-wide aggregates")
-    snapshot = source.snapshot(window, thresholds)
-    if not snapshot.devices:
-        raise NoDataError(f"{source.description}: no GPU series in the window")
-    snapshot = scope_snapshot(snapshot, namespaces)
-    if namespaces and not snapshot.devices:
-        log.warning("no pod in namespace(s) %s held a GPU in the window", ", ".join(sorted(namespaces)))
-    log.info("source capabilities: %s", snapshot.capabilities.describe())
-
-    planned = workloads.plan(snapshot, thresholds, now)
-    starts = workloads.busy_starts(planned)
-    # Spans known now (every holder but young Jobs') are aggregated while the young Jobs' first
-    # busy samples are found: the two rounds overlap.
-    looks = workloads.closer_looks(planned, thresholds)
-    # Kept until the idle endpoints' memory is read: the early read is waited for only there.
-    side = ThreadPoolExecutor(max_workers=2)
-    try:
-        # The likely idle endpoints' memory is read beside the closer looks: one round less.
-        suspects = workloads.idle_suspects(planned, thresholds) if snapshot.capabilities.memory else []
-        early = None
-        if suspects:
-            step(f"reading the memory of {len(suspects)} GPU(s) of likely idle endpoints")
-            early = side.submit(source.memory_used, snapshot, suspects)
-        busy = None
-        if starts:
-            step(f"finding the first busy sample of {len(starts)} Job GPU(s) that started in the window")
-            busy = side.submit(source.first_busy, snapshot, starts, thresholds.idle_percent)
-        numbers = _span_numbers(source, snapshot, looks, thresholds, step)
-        if busy is not None:
-            planned = workloads.settle(planned, busy.result(), thresholds)
-            # Only the holders `settle` gave a span: every other look went out above.
-            rest = workloads.closer_looks(planned, thresholds, settled_only=True)
-            numbers |= _span_numbers(source, snapshot, rest, thresholds, step)
-        more = workloads.share_looks(planned, numbers, thresholds)
-        if more:
-            step(f"measuring stalled and busy shares of {len(more)} young starvation candidate GPU(s)")
-            numbers = workloads.with_shares(numbers, source.span_numbers(snapshot, more, thresholds))
-        views, nodes = workloads.finalize(planned, numbers, thresholds)
-        views = _with_idle_extras(source, snapshot, views, thresholds, now, suspects, early, step, cluster)
-    finally:
-        side.shutdown(wait=True)
-
-    step("running detectors")
-    found: list[Finding] = detectors.detect(views, nodes, thresholds, now)
-    found = _right_sized(source, snapshot, views, found, thresholds, step)
+    rounds = _Rounds(source, thresholds, now, step, cluster)
+    snapshot = rounds.snapshot(window, namespaces)
+    views, nodes = rounds.closer_looks(snapshot)
+    found = rounds.judge(snapshot, views, nodes)
     report = FindingsReport(window=window, generated_at=now, source=source.description, findings=tuple(found))
     return Analysis(report=report, snapshot=snapshot, workloads=tuple(views), nodes=tuple(nodes))
+
+
+@dataclass(frozen=True)
+class _Rounds:
+    """The rounds of one cluster's analysis. Each takes what the rounds before it returned and asks
+    the source for what the detectors need next; detection code decides, the source only answers."""
+
+    source: MetricsSource
+    thresholds: Thresholds
+    now: datetime
+    step: Callable[[str], None]
+    cluster: str | None
+
+    def snapshot(self, window: TimeWindow, namespaces: Collection[str]) -> FleetSnapshot:
+        """Discovery and the fleet-wide aggregates: every GPU holder of the window and its numbers."""
+        self.step("discovering series and querying fleet-wide aggregates")
+        snapshot = self.source.snapshot(window, self.thresholds)
+        if not snapshot.devices:
+            raise NoDataError(f"{self.source.description}: no GPU series in the window")
+        snapshot = scope_snapshot(snapshot, namespaces)
+        if namespaces and not snapshot.devices:
+            log.warning("no pod in namespace(s) %s held a GPU in the window", ", ".join(sorted(namespaces)))
+        log.info("source capabilities: %s", snapshot.capabilities.describe())
+        return snapshot
+
+    def closer_looks(self, snapshot: FleetSnapshot) -> tuple[list[WorkloadView], list[NodeView]]:
+        """Each holder over its own judged span (past its pod's warm-up; a young Job's from its first
+        busy sample), the shares of young starvation candidates, and the idle endpoint candidates'
+        memory and request rate: the workload views the detectors judge."""
+        source, thresholds, step = self.source, self.thresholds, self.step
+        planned = workloads.plan(snapshot, thresholds, self.now)
+        starts = workloads.busy_starts(planned)
+        # Spans known now (every holder but young Jobs') are aggregated while the young Jobs' first
+        # busy samples are found: the two rounds overlap.
+        looks = workloads.closer_looks(planned, thresholds)
+        # Kept until the idle endpoints' memory is read: the early read is waited for only there.
+        side = ThreadPoolExecutor(max_workers=2)
+        try:
+            # The likely idle endpoints' memory is read beside the closer looks: one round less.
+            suspects = workloads.idle_suspects(planned, thresholds) if snapshot.capabilities.memory else []
+            early = None
+            if suspects:
+                step(f"reading the memory of {len(suspects)} GPU(s) of likely idle endpoints")
+                early = side.submit(source.memory_used, snapshot, suspects)
+            busy = None
+            if starts:
+                step(f"finding the first busy sample of {len(starts)} Job GPU(s) that started in the window")
+                busy = side.submit(source.first_busy, snapshot, starts, thresholds.idle_percent)
+            numbers = _span_numbers(source, snapshot, looks, thresholds, step)
+            if busy is not None:
+                planned = workloads.settle(planned, busy.result(), thresholds)
+                # Only the holders `settle` gave a span: every other look went out above.
+                rest = workloads.closer_looks(planned, thresholds, settled_only=True)
+                numbers |= _span_numbers(source, snapshot, rest, thresholds, step)
+            more = workloads.share_looks(planned, numbers, thresholds)
+            if more:
+                step(f"measuring stalled and busy shares of {len(more)} young starvation candidate GPU(s)")
+                numbers = workloads.with_shares(numbers, source.span_numbers(snapshot, more, thresholds))
+            views, nodes = workloads.finalize(planned, numbers, thresholds)
+            views = _with_idle_extras(
+                source, snapshot, views, thresholds, self.now, suspects, early, step, self.cluster
+            )
+        finally:
+            side.shutdown(wait=True)
+        return views, nodes
+
+    def judge(
+        self, snapshot: FleetSnapshot, views: list[WorkloadView], nodes: list[NodeView]
+    ) -> list[Finding]:
+        """The detectors' verdicts, then the smaller shares long-running workloads would fit (one more
+        round, for their framebuffer peaks)."""
+        self.step("running detectors")
+        found: list[Finding] = detectors.detect(views, nodes, self.thresholds, self.now)
+        return _right_sized(self.source, snapshot, views, found, self.thresholds, self.step)
 
 
 def _with_idle_extras(
