@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
+from common.errors import BadInputError
 from common.model import AwareDatetime
 from common.timeutil import parse_duration, parse_time
 
@@ -290,8 +291,9 @@ class Scenario(_Spec):
         return (self.end if offset < timedelta(0) else self.start) + offset
 
 
-class ScenarioError(ValueError):
-    """A scenario file that cannot be used; the message names the file and the field."""
+class ScenarioError(BadInputError, ValueError):
+    """A scenario file that cannot be used; the message names the file and the field. Bad input (exit
+    2) under the project's one error root; still a ValueError for callers that catch that."""
 
 
 BUILTIN_DIR = Path(__file__).with_name("scenarios")
