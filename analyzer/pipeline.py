@@ -237,7 +237,7 @@ class _Rounds:
         busy sample), the shares of young starvation candidates, and the idle endpoint candidates'
         memory and request rate: the workload views the detectors judge."""
         source, thresholds, step = self.source, self.thresholds, self.step
-        planned = workloads.plan(snapshot, thresholds, self.now)
+        planned = workloads.draft(snapshot, thresholds, self.now)
         starts = workloads.busy_starts(planned)
         # Spans known now (every holder but young Jobs') are aggregated while the young Jobs' first
         # busy samples are found: the two rounds overlap.

@@ -39,7 +39,7 @@ from analyzer.sources.aggregates import (
 from common.model import TimeWindow, WorkloadRef
 from common.thresholds import Thresholds
 
-__all__ = ["DeviceView", "NodeView", "Plan", "PodView", "RequestRate", "WorkloadView", "finalize", "plan"]
+__all__ = ["DeviceView", "Drafts", "NodeView", "PodView", "RequestRate", "WorkloadView", "draft", "finalize"]
 
 # kube-state-metrics' last report of a pod alive at the window's end lies within one lookback of it.
 _STILL_THERE = timedelta(minutes=5)
@@ -72,7 +72,10 @@ class WorkloadDraft:
 
 
 @dataclass(frozen=True)
-class Plan:
+class Drafts:
+    """Every workload (and unallocated node) drafted from a snapshot, before the closer looks settle
+    their numbers (not the reaper's plan of actions: that is ``reaper.planner.Plan``)."""
+
     window: TimeWindow
     snapshot: FleetSnapshot
     workloads: tuple[WorkloadDraft, ...]
@@ -136,7 +139,7 @@ def union_seconds(spans: Iterable[TimeWindow]) -> float:
     return total
 
 
-def plan(snapshot: FleetSnapshot, thresholds: Thresholds, now: datetime) -> Plan:
+def draft(snapshot: FleetSnapshot, thresholds: Thresholds, now: datetime) -> Drafts:
     window = snapshot.window
     grace = thresholds.warmup_grace
     by_pod: dict[PodId, list[DeviceAggregate]] = defaultdict(list)
@@ -203,7 +206,7 @@ def plan(snapshot: FleetSnapshot, thresholds: Thresholds, now: datetime) -> Plan
         for name, devs in sorted(by_node.items())
         if name not in allocated_nodes and name not in requesting
     }
-    return Plan(
+    return Drafts(
         window=window,
         snapshot=snapshot,
         workloads=tuple(drafts),
@@ -225,7 +228,7 @@ def _bimodal_candidate(stats: UtilStats | None, histogram: Shares | None, t: Thr
 Judged = tuple[DeviceKey, TimeWindow]
 
 
-def idle_suspects(planned: Plan, t: Thresholds) -> list[DeviceKey]:
+def idle_suspects(planned: Drafts, t: Thresholds) -> list[DeviceKey]:
     """GPUs of the workloads likely to be idle endpoints: long-running kinds none of whose GPUs went
     above ``idle_percent`` over the whole window. Their memory is read while the closer looks are
     out; the idle endpoint detector's candidates, known after them, are mostly these (a young
@@ -239,7 +242,7 @@ def idle_suspects(planned: Plan, t: Thresholds) -> list[DeviceKey]:
     return list(out)
 
 
-def busy_starts(planned: Plan) -> list[Judged]:
+def busy_starts(planned: Drafts) -> list[Judged]:
     """Job holders whose warm-up ends at their first busy sample, each with the part of its life
     where that sample matters: up to its grace's end (a later one leaves the span at the grace's
     end), which keeps the source's search short whatever the window's length (set by ``plan``,
@@ -263,7 +266,7 @@ def _search(h: Holder, life: TimeWindow) -> TimeWindow:
     return h.search if h.search is not None else life
 
 
-def settle(planned: Plan, first_busy: Mapping[Judged, float], t: Thresholds) -> Plan:
+def settle(planned: Drafts, first_busy: Mapping[Judged, float], t: Thresholds) -> Drafts:
     """Each Job holder's span from its first busy sample (at the latest from its grace's end)."""
     drafts = []
     # Holders of one life with the same first busy sample (or none: the GPUs of one pod that never
@@ -287,7 +290,7 @@ def settle(planned: Plan, first_busy: Mapping[Judged, float], t: Thresholds) -> 
     return replace(planned, workloads=tuple(drafts))
 
 
-def closer_looks(planned: Plan, t: Thresholds, settled_only: bool = False) -> list[CloserLook]:
+def closer_looks(planned: Drafts, t: Thresholds, settled_only: bool = False) -> list[CloserLook]:
     """The first round of aggregates over holders' own spans: young holders' statistics (and sample
     histogram), and the stalled/busy shares of starvation candidates judged over the whole window.
     ``settled_only``: those of the young Jobs' holders ``settle`` gave a span, alone.
@@ -308,7 +311,7 @@ def closer_looks(planned: Plan, t: Thresholds, settled_only: bool = False) -> li
     return [looks[w] for w in sorted(looks, key=lambda w: (w[0], w[1].start))]
 
 
-def share_looks(planned: Plan, numbers: Mapping[Judged, SpanNumbers], t: Thresholds) -> list[CloserLook]:
+def share_looks(planned: Drafts, numbers: Mapping[Judged, SpanNumbers], t: Thresholds) -> list[CloserLook]:
     """The second round: shares for young holders whose statistics over their span make them
     starvation candidates (holders with a sample histogram have their shares already)."""
     wanted: set[Judged] = set()
@@ -333,7 +336,7 @@ def with_shares(
 
 
 def finalize(
-    planned: Plan,
+    planned: Drafts,
     numbers: Mapping[Judged, SpanNumbers],
     thresholds: Thresholds,
 ) -> tuple[list[WorkloadView], list[NodeView]]:
