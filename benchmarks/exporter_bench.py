@@ -242,7 +242,11 @@ class MeteredBinding:
     driver's work; a sleep would not show in CPU time)."""
 
     def __init__(
-        self, library: Any, assumed_call_us: float = ASSUMED_CALL_US, costs_us: dict[str, float] | None = None
+        self,
+        library: Any,
+        assumed_call_us: float = ASSUMED_CALL_US,
+        costs_us: dict[str, float] | None = None,
+        field_us: dict[str, float] | None = None,
     ) -> None:
         self._library = library
         self.calls = 0
@@ -252,9 +256,23 @@ class MeteredBinding:
             if name.startswith("nvml"):
                 cost_s = costs_us.get(name, assumed_call_us) / 1e6
                 setattr(self, name, self._metered(getattr(library, name), cost_s))
+        if field_us:
+            # A field batch costs what its fields cost (each measured alone), not one mean.
+            batch = self._metered(library.nvmlDeviceGetFieldValues, 0.0)
+            self.nvmlDeviceGetFieldValues = lambda handle, ids: self._spend(
+                sum(field_us.get(str(i if isinstance(i, int) else i[0]), assumed_call_us) for i in ids) / 1e6,
+                lambda: batch(handle, ids),
+            )
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._library, name)  # the binding's structs (c_nvmlGpmMetricsGet_t)
+
+    def _spend(self, cost_s: float, then: Callable[[], Any]) -> Any:
+        if self.charging:
+            until = time.perf_counter() + cost_s
+            while time.perf_counter() < until:
+                pass
+        return then()
 
     def _metered(self, function: Callable[..., Any], cost_s: float) -> Callable[..., Any]:
         def call(*args: Any, **kwargs: Any) -> Any:
@@ -309,6 +327,7 @@ class Node:
         mig: bool = False,
         assumed_call_us: float = ASSUMED_CALL_US,
         costs_us: dict[str, float] | None = None,
+        field_us: dict[str, float] | None = None,
     ) -> None:
         self.library = library = ZeroCostNvml(gpus, pods_per_gpu, mig=mig)
         devices, names = [], {}
@@ -342,7 +361,7 @@ class Node:
                 )
         view = PodView(allocations(devices), names)
         clock = [1_700_000_000.0]
-        self.binding = MeteredBinding(library, assumed_call_us, costs_us)
+        self.binding = MeteredBinding(library, assumed_call_us, costs_us, field_us)
         self.cycle = Cycle(
             Nvml(self.binding),
             SnapshotBuilder("bench-node", version="bench"),
@@ -405,10 +424,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.call_costs is not None:
         measured = json.loads(args.call_costs.read_text())
         costs_us = {name: figures["wall_mean_us"] for name, figures in measured["calls"].items()}
+        field_us = measured.get("field_us")
     else:
-        costs_us = MEASURED_CALL_US
+        costs_us, field_us = MEASURED_CALL_US, None
     with tempfile.TemporaryDirectory() as tmp:
-        charged = {"assumed_call_us": cost, "costs_us": costs_us}
+        charged = {"assumed_call_us": cost, "costs_us": costs_us, "field_us": field_us}
         nodes = {
             "8 GPUs, 64 time-sliced pods": Node(Path(tmp) / "shared", 8, 8, **charged),
             "16 GPUs, one pod each": Node(Path(tmp) / "whole", 16, 1, **charged),

@@ -14,6 +14,7 @@ Run: ``python benchmarks/nvml_call_costs.py [--cycles 300] [--interval 0.1] [--j
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -32,7 +33,7 @@ from exporter import __version__  # noqa: E402
 from exporter.attribution import ContainerDevices, PodView, allocations  # noqa: E402
 from exporter.cgroups import PodUidResolver  # noqa: E402
 from exporter.cycle import Cycle  # noqa: E402
-from exporter.nvml import Nvml, NvmlUnavailable  # noqa: E402
+from exporter.nvml import FIELD_IDS, SLOW_FIELD_CYCLES, Nvml, NvmlUnavailable  # noqa: E402
 from exporter.snapshot import SnapshotBuilder  # noqa: E402
 
 
@@ -91,6 +92,21 @@ class SharedPods:
         return self._view
 
 
+def field_costs(handle: Any, repeats: int = 20) -> dict[str, float]:
+    """Each field of the exporter's batch asked alone: p50 µs by field id (the batch's cost is about
+    their sum; exporter_bench.py charges a batch the fields it asks for)."""
+    out = {}
+    for field in FIELD_IDS:
+        times = []
+        for _ in range(repeats):
+            started = time.perf_counter_ns()
+            with contextlib.suppress(pynvml.NVMLError):
+                pynvml.nvmlDeviceGetFieldValues(handle, [field])
+            times.append((time.perf_counter_ns() - started) / 1000)
+        out[str(field if isinstance(field, int) else field[0])] = round(statistics.median(times), 2)
+    return out
+
+
 def p50_p99(values: list[float]) -> tuple[float, float]:
     if len(values) < 2:
         return (values[0], values[0]) if values else (float("nan"), float("nan"))
@@ -121,7 +137,14 @@ def main(argv: list[str] | None = None) -> int:
     pods = None if args.whole else SharedPods(uuids)
     # Processes are read only where they can be attributed: the host's /proc, as the DaemonSet mounts it.
     resolver = None if pods is None else PodUidResolver(Path("/proc"))
-    cycle = Cycle(nvml, SnapshotBuilder("cost-node", version=__version__), pods=pods, pid_resolver=resolver)
+    cycle = Cycle(
+        nvml,
+        SnapshotBuilder("cost-node", version=__version__),
+        pods=pods,
+        pid_resolver=resolver,
+        # The slow counters every SLOW_FIELD_CYCLES cycles, as the exporter at any interval.
+        slow_fields_every_s=SLOW_FIELD_CYCLES * args.interval,
+    )
     for _ in range(10):  # first GPM sample, handles, capability probes
         cycle.run()
         time.sleep(args.interval)
@@ -135,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(args.interval)
 
     handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    field_us = field_costs(handle)
     device = {
         "name": pynvml.nvmlDeviceGetName(handle),
         "gpus": pynvml.nvmlDeviceGetCount(),
@@ -185,8 +209,11 @@ def main(argv: list[str] | None = None) -> int:
             f"| {figures['wall_mean_us']} | {figures['cpu_mean_us']} | {figures['failures']} |"
         )
     print(f"| whole cycle (ms) | | {c50:.3f} | {c99:.3f} | | CPU p50 {u50:.3f}, p99 {u99:.3f} | |")
+    print()
+    print("each field alone, p50 µs:", ", ".join(f"{k} {v}" for k, v in field_us.items()))
     if args.json is not None:
-        args.json.write_text(json.dumps({"device": device, "calls": calls, "cycle": cycle_figures}, indent=1))
+        document = {"device": device, "calls": calls, "cycle": cycle_figures, "field_us": field_us}
+        args.json.write_text(json.dumps(document, indent=1))
     return 0
 
 

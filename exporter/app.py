@@ -13,7 +13,7 @@ from exporter.cycle import Cycle
 from exporter.exposition import Exposition
 from exporter.http import MetricsServer
 from exporter.loop import CollectionLoop
-from exporter.nvml import Nvml
+from exporter.nvml import SLOW_FIELD_CYCLES, Nvml
 from exporter.podresources import PodResourcesClient
 from exporter.pods import PodViewRefresher
 from exporter.snapshot import SnapshotBuilder
@@ -72,6 +72,7 @@ class Exporter:
             pid_resolver=None if self.pods is None else PodUidResolver(config.proc_root),
             xid_counter=xids,
             xid_watcher=self.xid_watcher,
+            slow_fields_every_s=SLOW_FIELD_CYCLES * config.interval_s,
         )
         self.exposition = Exposition(lambda: self.loop.latest(), served)
         self.loop = CollectionLoop(

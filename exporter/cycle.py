@@ -8,7 +8,7 @@ from contextlib import nullcontext
 
 from exporter.attribution import EMPTY_VIEW, PodView, holders_of, is_shared
 from exporter.cgroups import PodUidResolver
-from exporter.nvml import Nvml
+from exporter.nvml import SLOW_FIELDS_EVERY_S, Nvml
 from exporter.pods import PodViewSource
 from exporter.reader import GpuReader
 from exporter.readings import DeviceIdentity, MigLabels, NodeReading
@@ -30,9 +30,10 @@ class Cycle:
         xid_watcher: XidWatcher | None = None,
         wall_clock: Callable[[], float] = time.time,
         timer: Callable[[], float] = time.perf_counter,
+        slow_fields_every_s: float = SLOW_FIELDS_EVERY_S,
     ) -> None:
         self._nvml = nvml
-        self._reader = GpuReader(nvml, wall_clock=wall_clock)
+        self._reader = GpuReader(nvml, wall_clock=wall_clock, slow_fields_every_s=slow_fields_every_s)
         self._builder = builder
         self._pods = pods
         self._pid_resolver = pid_resolver

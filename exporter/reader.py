@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import replace
 
 from exporter import fields as f
 from exporter.capabilities import CapabilityLog
-from exporter.nvml import GpuLost, Nvml, NvmlUnavailable
+from exporter.nvml import SLOW_FIELDS_EVERY_S, GpuLost, Nvml, NvmlUnavailable
 from exporter.readings import (
     MIB,
     DeviceIdentity,
@@ -56,9 +57,16 @@ def _put_gpm(values: dict[str, float], reading: GpmReading | None) -> None:
 class GpuReader:
     """Reads all GPUs each cycle, remembering every GPU it has seen so a lost one is reported down."""
 
-    def __init__(self, nvml: Nvml, *, wall_clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        nvml: Nvml,
+        *,
+        wall_clock: Callable[[], float] = time.time,
+        slow_fields_every_s: float = SLOW_FIELDS_EVERY_S,
+    ) -> None:
         self._nvml = nvml
         self._wall_clock = wall_clock
+        self._slow_every_s = slow_fields_every_s
         self._sample_period_us: dict[str, int] = {}
         self._known: dict[str, DeviceIdentity] = {}
         self._identities: dict[int, DeviceIdentity] = {}
@@ -71,6 +79,9 @@ class GpuReader:
         self._sampled: set[str] = set()
         self._sampled_now: set[str] = set()
         self._process_since: dict[str, int] = {}
+        # The slow counters (nvml.SLOW_FIELDS) of each GPU as last read, and when: served until due again.
+        self._slow_at: dict[str, float] = {}
+        self._slow: dict[str, tuple[float | None, float | None, float | None]] = {}
         # NVLink TX + RX counters, (wall time, KiB), of the GPUs read last cycle and this one: DCGM serves
         # their rate between two readings, so a GPU not read last cycle starts again at 0.
         self._nvlink_before: dict[str, tuple[float, float]] = {}
@@ -103,6 +114,7 @@ class GpuReader:
             # (nvml.h: removing a GPU renumbers the others and voids their handles).
             self._identities = {}
             self._last_handles = {}
+            self._slow_at = {}  # a GPU back from a reset may have restarted its counters: read them now
             self._identities_generation = nvml.generation
             self._count = count
 
@@ -163,7 +175,14 @@ class GpuReader:
         if not instances:  # a MIG GPU's memory is its instances': served there, not twice
             self._put_memory(values, handle)
         clocks = nvml.clocks(handle)
-        batch = nvml.fields(handle)
+        now = self._wall_clock()
+        # A little early rather than a cycle late: cycles drift a few milliseconds from their interval.
+        slow = now - self._slow_at.get(gpu.uuid, -math.inf) >= self._slow_every_s * 0.95
+        batch = nvml.fields(handle, slow=slow)
+        if slow:
+            self._slow_at[gpu.uuid] = now
+            self._slow[gpu.uuid] = (batch.energy_mj, batch.pcie_replays, batch.thermal_violation_ns)
+        energy_mj, pcie_replays, thermal_violation_ns = self._slow.get(gpu.uuid, (None, None, None))
         power_mw = nvml.power_mw(handle)
         reasons = nvml.clock_event_reasons(handle)
         # Each reading is None when the GPU does not support it: absent, never NaN.
@@ -176,10 +195,10 @@ class GpuReader:
             f.DEC_UTIL: nvml.decoder_percent(handle),
             f.POWER_USAGE: None if power_mw is None else power_mw / 1000,
             f.POWER_USAGE_INSTANT: None if batch.power_instant_mw is None else batch.power_instant_mw / 1000,
-            f.TOTAL_ENERGY: batch.energy_mj,
-            f.PCIE_REPLAY: batch.pcie_replays,
+            f.TOTAL_ENERGY: energy_mj,
+            f.PCIE_REPLAY: pcie_replays,
             f.POWER_VIOLATION: batch.power_violation_ns,
-            f.THERMAL_VIOLATION: batch.thermal_violation_ns,
+            f.THERMAL_VIOLATION: thermal_violation_ns,
             f.CLOCK_THROTTLE_REASONS: reasons,
             f.CLOCKS_EVENT_REASONS: reasons,
             f.ECC_SBE_VOL_TOTAL: batch.ecc_sbe_volatile,

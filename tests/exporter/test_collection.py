@@ -15,7 +15,7 @@ from prometheus_client.samples import Sample
 from exporter.cgroups import PodUidResolver
 from exporter.cycle import Cycle
 from exporter.exposition import Exposition
-from exporter.nvml import Nvml
+from exporter.nvml import SLOW_FIELDS_EVERY_S, Nvml
 from exporter.podresources import PodResourcesClient
 from exporter.pods import PodViewRefresher
 from exporter.snapshot import Snapshot, SnapshotBuilder
@@ -162,18 +162,39 @@ def test_unsupported_readings_are_absent_never_nan(
     )
 
 
+def test_the_slow_counters_are_read_every_30_s_and_served_in_between(
+    scenario: Callable[..., FakeNvmlLibrary], harness: Callable[..., Harness]
+) -> None:
+    # Energy, thermal violation and PCIe replays cost the driver milliseconds each (docs/exporter.md):
+    # read on the first cycle and then every SLOW_FIELDS_EVERY_S, the last reading served between.
+    h = harness(scenario("throttled"))
+    h.run()
+    hot, braked = h.labels(0), h.labels(1)
+    first = h.value("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", hot)
+    assert first is not None
+    for _ in range(5):
+        h.run(advance=5)
+        assert h.value("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", hot) == first  # not due: served as read
+        assert h.value("DCGM_FI_DEV_THERMAL_VIOLATION", hot) == 0
+    # The cheap counters move every cycle.
+    assert h.value("DCGM_FI_DEV_POWER_VIOLATION", braked) == pytest.approx(0.4 * 25 * 1e9)
+    h.run(advance=5)  # 30 s since the first reading: due
+    assert h.value("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", hot) > first
+    assert h.value("DCGM_FI_DEV_THERMAL_VIOLATION", hot) == pytest.approx(0.3 * 30 * 1e9)
+
+
 def test_throttling_in_dcgm_units(
     scenario: Callable[..., FakeNvmlLibrary], harness: Callable[..., Harness]
 ) -> None:
     h = harness(scenario("throttled"))
     h.run()
-    h.run(advance=10)
+    h.run(advance=SLOW_FIELDS_EVERY_S)  # the thermal counter is one of the slow fields
     hot, braked, capped = h.labels(0), h.labels(1), h.labels(2)
     assert h.value("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", hot) == 0x20 | 0x40
     assert h.value("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", braked) == 0x80
     assert h.value("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", capped) == 0x4
-    assert h.value("DCGM_FI_DEV_THERMAL_VIOLATION", hot) == pytest.approx(0.3 * 10 * 1e9)  # ns
-    assert h.value("DCGM_FI_DEV_POWER_VIOLATION", braked) == pytest.approx(0.4 * 10 * 1e9)
+    assert h.value("DCGM_FI_DEV_THERMAL_VIOLATION", hot) == pytest.approx(0.3 * SLOW_FIELDS_EVERY_S * 1e9)
+    assert h.value("DCGM_FI_DEV_POWER_VIOLATION", braked) == pytest.approx(0.4 * SLOW_FIELDS_EVERY_S * 1e9)
     assert h.value("DCGM_FI_DEV_THERMAL_VIOLATION", braked) == 0
     assert h.value("DCGM_FI_DEV_GPU_TEMP", hot) == 89
     assert h.value("DCGM_FI_DEV_SM_CLOCK", hot) == 1410
