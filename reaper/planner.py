@@ -1,17 +1,44 @@
 """Findings + cluster snapshot + policy + now → a plan: actions with reasons, and every skip with its reason.
 
 Pure: no I/O, no clock (``now`` comes in), no Kubernetes objects (plain snapshot data). ``RULES`` is
-the ordered list of small named checks that docs/reaper.md's "Safety rules" table documents: each
-finding goes through them in order, and the first that holds it back names its skip reason.
+the table of small named checks that docs/reaper.md's "Safety rules" table documents, row by row. Where
+several rows would hold a finding back, the earliest names its skip reason.
+
+Each check is pure too: it reads the finding and the objects it names (:class:`Candidate`), what earlier
+rows decided about it (:class:`Decided`) and the run so far (:class:`Planning`), and returns its verdict
+or None: a :class:`Hold` (skip it, and why), or what it decided: :class:`Matched` (the policy rule, its
+action and channel), :class:`NotifyInstead` (the action to take becomes a notification),
+:class:`Flagged` (flags shown with it, maybe a hold), :class:`Streak` (the confirmation streak to record,
+maybe a hold). No check changes anything. The loop alone applies verdicts: :func:`decide` builds what is
+decided about one finding from the verdicts that count, and :func:`plan` records the streaks into the
+next state, notes the targets planned and spends the per-run caps.
+
+Independent rows read nothing another row decides, only the finding, its objects, the policy and the
+run: 1 (too little data), 2 (protected namespace), 3 (first matching rule), 4 (policy exclusion),
+5 (owner opt-out), 7a, 7b, 7c (rollout, creation and restore grace) and 10 (one action per target).
+They may run in any order. The others are ordered: each names in ``after`` the rows whose verdicts it
+reads, which run before it:
+
+* 6a–6e (live object, controller managed, native stop, GPU node, something left to do) read the action
+  the matched rule asks for (3);
+* 8 (autoscaled), 9 (GitOps), 11a (confirmed), 12a and 12b (the caps) read the action to take: the
+  rule's (3), or the notification 6c makes of it;
+* 11b (held long enough) also reads when 11a's confirmation streak began, and the rule's ``for:``.
+
+Across findings, 10 and 12 read what the loop has planned so far (the targets, the caps left); findings
+go through the rules biggest waste first, so the caps keep the actions that reclaim the most.
 """
 
 from __future__ import annotations
 
 import math
+import string
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import TypeAlias
 
 from common.model import (
     Finding,
@@ -226,6 +253,8 @@ def _matches(rule: Rule, finding: Finding, labels: Mapping[str, str] | None) -> 
         return False
     if m.label_selector is not None and (labels is None or not m.label_selector.matches(labels)):
         return False
+    if not m.recommends(finding):
+        return False
     return not (
         finding.confidence < m.min_confidence
         or finding.wasted_gpu_hours < m.min_wasted_gpu_hours
@@ -233,12 +262,12 @@ def _matches(rule: Rule, finding: Finding, labels: Mapping[str, str] | None) -> 
     )
 
 
-# --- the rules, in the order of the table in docs/reaper.md ("Safety rules") ------------------------
+# --- what the rules read, and what they answer ----------------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True)
 class Candidate:
-    """One finding on its way through the rules, with what the rules have learned about it so far."""
+    """One finding and the snapshot's objects it names: the facts every rule reads. Nothing changes it."""
 
     finding: Finding
     node: Node | None
@@ -246,13 +275,24 @@ class Candidate:
     namespace: Namespace | None
     root: Workload | None = None  # the top listed controller of ``workload`` (itself when none)
     unlisted_owner: OwnerRef | None = None  # a controller above that the reaper does not list
-    rule: Rule | None = None  # set by the first matching rule
-    action: Action | None = None  # the rule's action, or notify where the root has no native stop
-    note: str = ""  # why the action became a notification
-    channel: str | None = None
-    flags: tuple[str, ...] = ()  # e.g. GitOps ownership that would undo the action
-    confirmations: int = 1
-    since: datetime | None = None  # when the confirmation streak began
+
+    @classmethod
+    def of(cls, finding: Finding, snapshot: ClusterSnapshot) -> Candidate:
+        ref = finding.workload
+        is_node = ref.kind == "Node"
+        workload = None if is_node else snapshot.workload(ref)
+        root, unlisted = workload, None
+        if workload is not None:
+            chain, unlisted = snapshot.controllers(workload)
+            root = chain[-1] if chain else workload
+        return cls(
+            finding=finding,
+            node=snapshot.nodes.get(ref.name) if is_node else None,
+            workload=workload,
+            namespace=None if is_node else snapshot.namespaces.get(ref.namespace),
+            root=root,
+            unlisted_owner=unlisted,
+        )
 
     @property
     def ref(self) -> WorkloadRef:
@@ -277,10 +317,6 @@ class Candidate:
         return obj.annotations if obj is not None else {}
 
     @property
-    def destructive(self) -> bool:
-        return self.action is not None and self.action.destructive
-
-    @property
     def objects(self) -> tuple[Workload, ...]:
         """The target and, when different, the root that controls it."""
         if self.workload is None:
@@ -296,36 +332,120 @@ class Candidate:
 
 
 @dataclass(frozen=True)
+class Decided:
+    """What the verdicts of earlier rows decided about one finding: the loop builds it, rules only read it."""
+
+    rule: Rule | None = None  # 3: the policy rule that matched
+    channel: str | None = None  # 3: where the owner hears about it
+    action: Action | None = None  # 3: the rule's action; 6c: notify, where the root has no safe native stop
+    note: str = ""  # 6c: why the action became a notification
+    flags: tuple[str, ...] = ()  # 9: e.g. GitOps ownership that would undo the action
+    streak: Confirmation | None = None  # 11a: the confirmation streak, as the next run will read it
+
+    @property
+    def asks_to_stop(self) -> bool:
+        """The matched rule asks for a destructive action (what row 6 checks, before 6c may change it)."""
+        return self.rule is not None and self.rule.action.destructive
+
+    @property
+    def destructive(self) -> bool:
+        """The action to take (after 6c) is destructive."""
+        return self.action is not None and self.action.destructive
+
+
+UNDECIDED = Decided()  # before any verdict
+
+
+@dataclass(frozen=True)
+class Planning:
+    """What the rules see of the run: its inputs, and what the loop has planned so far. Rules only read it."""
+
+    snapshot: ClusterSnapshot
+    policy: Policy
+    now: datetime
+    actions_left: int  # destructive actions still allowed this run (12a)
+    cordons_left: int  # cordons still allowed this run (12b)
+    targets: AbstractSet[str] = frozenset()  # what actions are planned for so far, by _target_key (10)
+
+
+# The verdicts. A rule returns one of these, or None when it has nothing to say about the finding.
+
+
+@dataclass(frozen=True)
 class Hold:
-    """A rule's verdict that the finding goes no further."""
+    """The finding goes no further: it is skipped, for this reason."""
 
     reason: SkipReason
     detail: str
 
 
-@dataclass
-class _Budget:
-    actions_left: int
-    cordons_left: int
+@dataclass(frozen=True)
+class Matched:
+    """3: the policy rule that decides (its action is the one to take, unless 6c says otherwise)."""
+
+    rule: Rule
+    channel: str | None
 
 
-@dataclass
-class Planning:
-    """What the rules see of the run: inputs, plus what earlier findings used up or recorded."""
+@dataclass(frozen=True)
+class NotifyInstead:
+    """6c: the root has no safe native stop, so the owner is told instead; ``note`` says why."""
 
-    snapshot: ClusterSnapshot
-    policy: Policy
-    now: datetime
-    budget: _Budget
-    targets: set[str] = field(default_factory=set)  # planned this run
-    next_entries: dict[str, Confirmation] = field(default_factory=dict)
+    note: str
 
 
-RuleCheck = Callable[[Candidate, Planning], Hold | None]
+@dataclass(frozen=True)
+class Flagged:
+    """9: something that may undo the action, shown with it; a hold too, where the policy says so."""
+
+    flags: tuple[str, ...]
+    hold: Hold | None = None
 
 
-def too_little_data(c: Candidate, p: Planning) -> Hold | None:
-    """1. Never act on too little data."""
+@dataclass(frozen=True)
+class Streak:
+    """11a: the confirmation streak to record for the next run; a hold too, while it is too short."""
+
+    confirmation: Confirmation
+    hold: Hold | None = None
+
+
+Verdict: TypeAlias = Hold | Matched | NotifyInstead | Flagged | Streak
+RuleCheck = Callable[[Candidate, Decided, Planning], Verdict | None]
+
+
+def hold_of(verdict: Verdict) -> Hold | None:
+    """The hold a verdict carries, if any."""
+    if isinstance(verdict, Hold):
+        return verdict
+    if isinstance(verdict, Flagged | Streak):
+        return verdict.hold
+    return None
+
+
+def apply_verdict(decided: Decided, verdict: Verdict) -> Decided:
+    """What is decided about a finding once this verdict counts (the loop's one way to decide)."""
+    d = decided
+    match verdict:
+        case Matched(rule=rule, channel=channel):
+            return Decided(rule, channel, rule.action, d.note, d.flags, d.streak)
+        case NotifyInstead(note=note):
+            return Decided(d.rule, d.channel, Action.NOTIFY, note, d.flags, d.streak)
+        case Flagged(flags=flags):
+            return Decided(d.rule, d.channel, d.action, d.note, flags, d.streak)
+        case Streak(confirmation=confirmation):
+            return Decided(d.rule, d.channel, d.action, d.note, d.flags, confirmation)
+    return decided
+
+
+# --- the rules, in the order of the table in docs/reaper.md ("Safety rules") ------------------------
+#
+# Each reads the candidate, what earlier rows decided (only those named in its RULES entry's
+# ``after``) and the run, and returns its verdict; none changes anything.
+
+
+def too_little_data(c: Candidate, d: Decided, p: Planning) -> Verdict | None:
+    """Never act on too little data."""
     if not c.finding.kind.actionable:
         evidence = c.finding.evidence
         why = evidence.why if isinstance(evidence, UnknownEvidence) else "too little data"
@@ -333,25 +453,23 @@ def too_little_data(c: Candidate, p: Planning) -> Hold | None:
     return None
 
 
-def protected_namespace(c: Candidate, p: Planning) -> Hold | None:
-    """2. Namespaces that are never touched, whatever the rules say."""
+def protected_namespace(c: Candidate, d: Decided, p: Planning) -> Verdict | None:
+    """Namespaces that are never touched, whatever the rules say."""
     if not c.is_node and c.ref.namespace in p.policy.protected_namespaces:
         return Hold(SkipReason.PROTECTED_NAMESPACE, f"namespace {c.ref.namespace} is never touched")
     return None
 
 
-def first_matching_rule(c: Candidate, p: Planning) -> Hold | None:
-    """3. The first rule that matches decides."""
-    c.rule = next((r for r in p.policy.rules if _matches(r, c.finding, c.labels)), None)
-    if c.rule is None:
+def first_matching_rule(c: Candidate, d: Decided, p: Planning) -> Verdict | None:
+    """The first rule that matches decides: the action, and the owner's channel."""
+    rule = next((r for r in p.policy.rules if _matches(r, c.finding, c.labels)), None)
+    if rule is None:
         return Hold(SkipReason.NO_RULE, "no policy rule matches this finding")
-    c.action = c.rule.action
-    c.channel = route_channel(c.namespace, c.ref.namespace, c.rule, p.policy)
-    return None
+    return Matched(rule=rule, channel=route_channel(c.namespace, c.ref.namespace, rule, p.policy))
 
 
-def policy_exclusion(c: Candidate, p: Planning) -> Hold | None:
-    """4. The policy's global exclusions."""
+def policy_exclusion(c: Candidate, d: Decided, p: Planning) -> Verdict | None:
+    """The policy's global exclusions."""
     ex, ref, labels = p.policy.exclude, c.ref, c.labels
     hit: str | None
     if c.is_node:
@@ -373,8 +491,8 @@ def policy_exclusion(c: Candidate, p: Planning) -> Hold | None:
     return None
 
 
-def owner_opt_out(c: Candidate, p: Planning) -> Hold | None:
-    """5. The owner's opt-out annotations, on the object or on its namespace."""
+def owner_opt_out(c: Candidate, d: Decided, p: Planning) -> Verdict | None:
+    """The owner's opt-out annotations, on the object, its root or its namespace."""
     what = "node" if c.is_node else c.ref.kind.lower()
     opted_out = (
         opt_out(c.annotations, p.now, what)
@@ -384,16 +502,16 @@ def owner_opt_out(c: Candidate, p: Planning) -> Hold | None:
     return Hold(SkipReason.EXCLUDED_BY_ANNOTATION, opted_out) if opted_out else None
 
 
-def live_object(c: Candidate, p: Planning) -> Hold | None:
-    """6a. A destructive action needs the live object."""
-    if c.destructive and c.obj is None:
+def live_object(c: Candidate, d: Decided, p: Planning) -> Verdict | None:
+    """A destructive action needs the live object."""
+    if d.asks_to_stop and c.obj is None:
         return Hold(SkipReason.NOT_FOUND, f"{c.ref.kind} {c.ref.name} is not in the cluster snapshot")
     return None
 
 
-def controller_managed(c: Candidate, p: Planning) -> Hold | None:
-    """6b. A child is never written to: its root controller is stopped, or nothing is."""
-    if not c.destructive or c.workload is None:
+def controller_managed(c: Candidate, d: Decided, p: Planning) -> Verdict | None:
+    """A child is never written to: its root controller is stopped, or nothing is."""
+    if not d.asks_to_stop or c.workload is None:
         return None
     holder = c.workload.describe()
     if c.unlisted_owner is not None:
@@ -413,27 +531,26 @@ def controller_managed(c: Candidate, p: Planning) -> Hold | None:
     return None
 
 
-def native_stop(c: Candidate, p: Planning) -> Hold | None:
-    """6c. A root without a safe native stop (RayService, Knative Service…) is reported, not stopped."""
-    if not c.destructive or c.workload is None:
+def native_stop(c: Candidate, d: Decided, p: Planning) -> Verdict | None:
+    """A root without a safe native stop (RayService, Knative Service…) is reported, not stopped."""
+    if not d.asks_to_stop or c.workload is None:
         return None
     root = c.root or c.workload
     if actuator_for(root) is None:
-        c.note = notify_only(root) or ""
-        c.action = Action.NOTIFY
+        return NotifyInstead(note=notify_only(root) or "")
     return None
 
 
-def gpu_node(c: Candidate, p: Planning) -> Hold | None:
-    """6d. A node is cordoned only if it has GPUs to reclaim."""
-    if c.destructive and c.node is not None and c.node.gpus == 0:
+def gpu_node(c: Candidate, d: Decided, p: Planning) -> Verdict | None:
+    """A node is cordoned only if it has GPUs to reclaim."""
+    if d.asks_to_stop and c.node is not None and c.node.gpus == 0:
         return Hold(SkipReason.NOT_A_GPU_NODE, "the node advertises no GPUs")
     return None
 
 
-def something_left_to_do(c: Candidate, p: Planning) -> Hold | None:
-    """6e. Nothing to do on what is already stopped, at zero or cordoned."""
-    if not c.destructive:
+def something_left_to_do(c: Candidate, d: Decided, p: Planning) -> Verdict | None:
+    """Nothing to do on what is already stopped, at zero or cordoned."""
+    if not d.asks_to_stop:
         return None
     root = c.root or c.workload
     actuator = actuator_for(root) if root is not None else None
@@ -446,8 +563,8 @@ def something_left_to_do(c: Candidate, p: Planning) -> Hold | None:
     return None
 
 
-def rollout_in_progress(c: Candidate, p: Planning) -> Hold | None:
-    """7a. A rollout in progress: new pods are still loading their models."""
+def rollout_in_progress(c: Candidate, d: Decided, p: Planning) -> Verdict | None:
+    """A rollout in progress: new pods are still loading their models."""
     for w in c.objects:
         if w.rollout is not None and w.rollout.in_progress:
             return Hold(
@@ -456,8 +573,8 @@ def rollout_in_progress(c: Candidate, p: Planning) -> Hold | None:
     return None
 
 
-def creation_grace(c: Candidate, p: Planning) -> Hold | None:
-    """7b. Grace after creation, a ``rollout restart`` or the last rollout progress (model loading)."""
+def creation_grace(c: Candidate, d: Decided, p: Planning) -> Verdict | None:
+    """Grace after creation, a ``rollout restart`` or the last rollout progress (model loading)."""
     grace = p.policy.grace.after_creation
     if c.node is not None:
         starts = [("created", c.node.created)]
@@ -483,8 +600,8 @@ def creation_grace(c: Candidate, p: Planning) -> Hold | None:
     return None
 
 
-def restore_grace(c: Candidate, p: Planning) -> Hold | None:
-    """7c. Grace after a restore: it resets the idle clock."""
+def restore_grace(c: Candidate, d: Decided, p: Planning) -> Verdict | None:
+    """Grace after a restore: it resets the idle clock."""
     restored = c.annotations.get(names.RESTORED_AT)
     if restored is None:
         return None
@@ -499,9 +616,9 @@ def restore_grace(c: Candidate, p: Planning) -> Hold | None:
     return None
 
 
-def autoscaled(c: Candidate, p: Planning) -> Hold | None:
-    """8. Never scale behind an autoscaler's back: it would fight us, or silently stay disabled."""
-    if c.action is not Action.SCALE_TO_ZERO:
+def autoscaled(c: Candidate, d: Decided, p: Planning) -> Verdict | None:
+    """Never scale behind an autoscaler's back: it would fight us, or silently stay disabled."""
+    if d.action is not Action.SCALE_TO_ZERO:
         return None
     scalers = p.snapshot.autoscalers_for(c.ref) + (
         p.snapshot.autoscalers_for(c.root_ref) if c.root_ref is not None else ()
@@ -515,71 +632,70 @@ def autoscaled(c: Candidate, p: Planning) -> Hold | None:
     return None
 
 
-def gitops_managed(c: Candidate, p: Planning) -> Hold | None:
-    """9. GitOps would undo a scale-down on its next sync: flag it, or skip it if the policy says so."""
-    if c.action is not Action.SCALE_TO_ZERO or c.workload is None:
+def gitops_managed(c: Candidate, d: Decided, p: Planning) -> Verdict | None:
+    """GitOps would undo a scale-down on its next sync: flag it, or skip it if the policy says so."""
+    if d.action is not Action.SCALE_TO_ZERO or c.workload is None:
         return None
     owner = next((o for w in reversed(c.objects) if (o := _gitops_owner(w.labels, w.annotations))), None)
     if owner is None:
         return None
-    c.flags = (f"managed by {owner}: its next sync may undo this",)
-    if p.policy.safety.gitops == "skip":
-        return Hold(SkipReason.GITOPS_MANAGED, c.flags[0])
-    return None
+    flag = f"managed by {owner}: its next sync may undo this"
+    skip = p.policy.safety.gitops == "skip"
+    return Flagged(flags=(flag,), hold=Hold(SkipReason.GITOPS_MANAGED, flag) if skip else None)
 
 
-def one_action_per_target(c: Candidate, p: Planning) -> Hold | None:
-    """10. One action per target per run (two findings under one root are one action)."""
+def one_action_per_target(c: Candidate, d: Decided, p: Planning) -> Verdict | None:
+    """One action per target per run (two findings under one root are one action)."""
     if _target_key(c) in p.targets:
         return Hold(SkipReason.DUPLICATE, "another finding already planned an action here")
     return None
 
 
-def confirmed(c: Candidate, p: Planning) -> Hold | None:
-    """11a. Confirmed on N consecutive runs (the streak is recorded either way)."""
-    if c.action is None or not c.destructive:
+def confirmed(c: Candidate, d: Decided, p: Planning) -> Verdict | None:
+    """Confirmed on N consecutive runs (the streak is recorded either way)."""
+    action = d.action
+    if action is None or not action.destructive:
         return None
-    action = c.action.value
     safety = p.policy.safety
-    streak = p.snapshot.state.streak(c.ref.key(), action, p.now, safety.confirmation_max_gap)
-    c.confirmations = (streak.count + 1) if streak else 1
-    c.since = min(streak.since, c.finding.window.start) if streak else c.finding.window.start
-    p.next_entries[c.ref.key()] = Confirmation(
-        action=action, count=c.confirmations, since=c.since, last_seen=p.now
-    )
+    streak = p.snapshot.state.streak(c.ref.key(), action.value, p.now, safety.confirmation_max_gap)
+    count = (streak.count + 1) if streak else 1
+    since = min(streak.since, c.finding.window.start) if streak else c.finding.window.start
+    confirmation = Confirmation(action=action.value, count=count, since=since, last_seen=p.now)
     required = safety.consecutive_runs
-    if c.confirmations < required:
-        return Hold(
-            SkipReason.AWAITING_CONFIRMATION,
-            f"seen on {c.confirmations} of {required} consecutive runs; would {_verb(c)} "
-            f"after {required - c.confirmations} more",
+    if count < required:
+        return Streak(
+            confirmation,
+            Hold(
+                SkipReason.AWAITING_CONFIRMATION,
+                f"seen on {count} of {required} consecutive runs; would {_verb(c, action)} "
+                f"after {required - count} more",
+            ),
         )
-    return None
+    return Streak(confirmation)
 
 
-def _verb(c: Candidate) -> str:
+def _verb(c: Candidate, action: Action) -> str:
     """The action's one name for this object (``scale to zero``, ``stop``, ``suspend``, ``cordon``)."""
-    assert c.action is not None
     obj = c.root or c.workload
-    return verbs(c.action, obj.kind if obj is not None else c.ref.kind)[0]
+    return verbs(action, obj.kind if obj is not None else c.ref.kind)[0]
 
 
-def held_long_enough(c: Candidate, p: Planning) -> Hold | None:
-    """11b. Held for the rule's ``for:`` duration, counted across runs."""
-    if c.rule is None or not c.destructive or c.since is None:
+def held_long_enough(c: Candidate, d: Decided, p: Planning) -> Verdict | None:
+    """Held for the rule's ``for:`` duration, counted across runs from when 11a's streak began."""
+    if d.rule is None or not d.destructive or d.streak is None:
         return None
-    held = p.now - c.since
-    if held < c.rule.match.for_:
+    held = p.now - d.streak.since
+    if held < d.rule.match.for_:
         return Hold(
             SkipReason.NOT_HELD_LONG_ENOUGH,
-            f"held for {_fmt(held)}; {describe_rule(c.rule)}",
+            f"held for {_fmt(held)}; {describe_rule(d.rule)}",
         )
     return None
 
 
-def action_cap(c: Candidate, p: Planning) -> Hold | None:
-    """12a. Blast radius: at most maxActionsPerRun destructive actions."""
-    if c.destructive and p.budget.actions_left <= 0:
+def action_cap(c: Candidate, d: Decided, p: Planning) -> Verdict | None:
+    """Blast radius: at most maxActionsPerRun destructive actions."""
+    if d.destructive and p.actions_left <= 0:
         return Hold(
             SkipReason.ACTION_CAP,
             f"safety.maxActionsPerRun ({p.policy.safety.max_actions_per_run}) reached this run",
@@ -587,9 +703,9 @@ def action_cap(c: Candidate, p: Planning) -> Hold | None:
     return None
 
 
-def cordon_cap(c: Candidate, p: Planning) -> Hold | None:
-    """12b. Blast radius: at most maxCordonShare of the GPU nodes cordoned."""
-    if c.action is Action.CORDON and p.budget.cordons_left <= 0:
+def cordon_cap(c: Candidate, d: Decided, p: Planning) -> Verdict | None:
+    """Blast radius: at most maxCordonShare of the GPU nodes cordoned."""
+    if d.action is Action.CORDON and p.cordons_left <= 0:
         return Hold(
             SkipReason.CORDON_CAP,
             f"safety.maxCordonShare ({p.policy.safety.max_cordon_share:.0%} of "
@@ -598,28 +714,43 @@ def cordon_cap(c: Candidate, p: Planning) -> Hold | None:
     return None
 
 
-# The documented table, in order: the first rule that holds a finding back decides its skip reason.
-RULES: tuple[RuleCheck, ...] = (
-    too_little_data,
-    protected_namespace,
-    first_matching_rule,
-    policy_exclusion,
-    owner_opt_out,
-    live_object,
-    controller_managed,
-    native_stop,
-    gpu_node,
-    something_left_to_do,
-    rollout_in_progress,
-    creation_grace,
-    restore_grace,
-    autoscaled,
-    gitops_managed,
-    one_action_per_target,
-    confirmed,
-    held_long_enough,
-    action_cap,
-    cordon_cap,
+@dataclass(frozen=True)
+class SafetyRule:
+    """A check of the table: its row (its precedence), the check, and the checks whose verdicts it reads."""
+
+    row: str  # "6b": row 6 of the table in docs/reaper.md, its second check
+    check: RuleCheck
+    after: tuple[RuleCheck, ...] = ()  # the earlier checks whose verdicts it reads; () when independent
+    rank: tuple[int, str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        number = self.row.rstrip(string.ascii_lowercase)
+        object.__setattr__(self, "rank", (int(number), self.row[len(number) :]))
+
+
+# The documented table, in order: where several rows would hold a finding back, the earliest one gives
+# the skip reason. See the module docstring for which rows are independent and which read earlier ones.
+RULES: tuple[SafetyRule, ...] = (
+    SafetyRule("1", too_little_data),
+    SafetyRule("2", protected_namespace),
+    SafetyRule("3", first_matching_rule),
+    SafetyRule("4", policy_exclusion),
+    SafetyRule("5", owner_opt_out),
+    SafetyRule("6a", live_object, after=(first_matching_rule,)),
+    SafetyRule("6b", controller_managed, after=(first_matching_rule,)),
+    SafetyRule("6c", native_stop, after=(first_matching_rule,)),
+    SafetyRule("6d", gpu_node, after=(first_matching_rule,)),
+    SafetyRule("6e", something_left_to_do, after=(first_matching_rule,)),
+    SafetyRule("7a", rollout_in_progress),
+    SafetyRule("7b", creation_grace),
+    SafetyRule("7c", restore_grace),
+    SafetyRule("8", autoscaled, after=(first_matching_rule, native_stop)),
+    SafetyRule("9", gitops_managed, after=(first_matching_rule, native_stop)),
+    SafetyRule("10", one_action_per_target),
+    SafetyRule("11a", confirmed, after=(first_matching_rule, native_stop)),
+    SafetyRule("11b", held_long_enough, after=(first_matching_rule, native_stop, confirmed)),
+    SafetyRule("12a", action_cap, after=(first_matching_rule, native_stop)),
+    SafetyRule("12b", cordon_cap, after=(first_matching_rule, native_stop)),
 )
 
 
@@ -627,7 +758,11 @@ RULES: tuple[RuleCheck, ...] = (
 
 
 def plan(report: FindingsReport, snapshot: ClusterSnapshot, policy: Policy, now: datetime) -> Plan:
-    """The plan for one run. ``now`` must be an aware datetime; nothing here reads a clock."""
+    """The plan for one run. ``now`` must be an aware datetime; nothing here reads a clock.
+
+    The one place the run's state changes: it records each finding's confirmation streak for the next
+    run, notes the targets planned and spends the per-run caps, from the verdicts :func:`decide` counts.
+    """
     if now.tzinfo is None:
         raise ValueError("now must be timezone-aware")
     age = now - report.window.end
@@ -642,53 +777,81 @@ def plan(report: FindingsReport, snapshot: ClusterSnapshot, policy: Policy, now:
                 f"safety.maxDataAge ({_fmt(policy.safety.max_data_age)}); nothing is done on stale data"
             ),
         )
+    targets: set[str] = set()  # the rules see it read-only, through Planning.targets
     planning = Planning(
         snapshot=snapshot,
         policy=policy,
         now=now,
-        budget=_Budget(
-            actions_left=policy.safety.max_actions_per_run,
-            # Rounded down: on a small cluster a 10 % share allows no cordon at all, by design.
-            cordons_left=math.floor(policy.safety.max_cordon_share * snapshot.gpu_node_count + 1e-9),
-        ),
+        actions_left=policy.safety.max_actions_per_run,
+        # Rounded down: on a small cluster a 10 % share allows no cordon at all, by design.
+        cordons_left=math.floor(policy.safety.max_cordon_share * snapshot.gpu_node_count + 1e-9),
+        targets=targets,
     )
+    next_entries: dict[str, Confirmation] = {}
     actions: list[PlannedAction] = []
     skips: list[Skip] = []
     # Biggest waste first, so the per-run caps keep the actions that reclaim the most.
     ordered = sorted(report.findings, key=lambda f: (-f.wasted_gpu_hours, -f.gpu_count, f.workload.key()))
     for finding in ordered:
-        candidate = _candidate(finding, snapshot)
-        hold = next((h for check in RULES if (h := check(candidate, planning)) is not None), None)
+        candidate = Candidate.of(finding, snapshot)
+        decided, hold = decide(candidate, planning)
+        if decided.streak is not None:  # recorded whether or not the streak is long enough yet
+            next_entries[candidate.ref.key()] = decided.streak
         if hold is not None:
-            skips.append(_skip(candidate, hold, policy))
-        else:
-            actions.append(_action(candidate, planning))
+            skips.append(_skip(candidate, decided, hold, policy))
+            continue
+        action = _action(candidate, decided, policy)
+        actions.append(action)
+        targets.add(_target_key(candidate))
+        if action.action.destructive:
+            cordon = 1 if action.action is Action.CORDON else 0
+            planning = replace(
+                planning,
+                actions_left=planning.actions_left - 1,
+                cordons_left=planning.cordons_left - cordon,
+            )
     return Plan(
         now=now,
         window=report.window,
         findings=report.findings,
         actions=tuple(actions),
         skips=tuple(skips),
-        next_state=ReaperState(updated_at=now, entries=planning.next_entries),
+        next_state=ReaperState(updated_at=now, entries=next_entries),
     )
 
 
-def _candidate(finding: Finding, snapshot: ClusterSnapshot) -> Candidate:
-    ref = finding.workload
-    is_node = ref.kind == "Node"
-    workload = None if is_node else snapshot.workload(ref)
-    root, unlisted = workload, None
-    if workload is not None:
-        chain, unlisted = snapshot.controllers(workload)
-        root = chain[-1] if chain else workload
-    return Candidate(
-        finding=finding,
-        node=snapshot.nodes.get(ref.name) if is_node else None,
-        workload=workload,
-        namespace=None if is_node else snapshot.namespaces.get(ref.namespace),
-        root=root,
-        unlisted_owner=unlisted,
-    )
+def decide(c: Candidate, p: Planning) -> tuple[Decided, Hold | None]:
+    """What ``RULES`` decide about one finding, and the hold that skips it, if any.
+
+    The hold of the earliest row counts, with the verdicts of the rows before it; later rows' verdicts
+    do not (their streak is not recorded, their flags not shown). Run in the table's order, that is the
+    first hold, and no row after it runs. Run in any order that keeps each row after the ones it reads
+    (``after``), the outcome is the same.
+    """
+    decided = UNDECIDED
+    counted: list[tuple[SafetyRule, Verdict]] = []
+    held: Hold | None = None
+    held_rank = (0, "")
+    for rule in RULES:
+        if held is not None and rule.rank > held_rank:
+            continue  # an earlier row holds the finding back already: this one's verdict cannot count
+        verdict = rule.check(c, decided, p)
+        if verdict is None:
+            continue
+        counted.append((rule, verdict))
+        decided = apply_verdict(decided, verdict)
+        hold = hold_of(verdict)
+        if hold is not None and (held is None or rule.rank < held_rank):
+            held, held_rank = hold, rule.rank
+    if held is None:
+        return decided, None
+    if any(rule.rank > held_rank for rule, _ in counted):
+        # Out of the table's order, a later row had its say before an earlier one held the finding back.
+        decided = UNDECIDED
+        for rule, verdict in sorted(counted, key=lambda rv: rv[0].rank):
+            if rule.rank <= held_rank:
+                decided = apply_verdict(decided, verdict)
+    return decided, held
 
 
 def _target_key(c: Candidate) -> str:
@@ -701,7 +864,7 @@ def _money(gpus: float, policy: Policy) -> tuple[float, float | None]:
     return per_day, (per_day * price if price is not None else None)
 
 
-def _skip(c: Candidate, hold: Hold, policy: Policy) -> Skip:
+def _skip(c: Candidate, d: Decided, hold: Hold, policy: Policy) -> Skip:
     per_day, cost = _money(c.finding.gpu_equivalents, policy)
     # Only the skips the owner hears about are routed, with the flags they need to see.
     tells = hold.reason.tells_owner
@@ -710,28 +873,23 @@ def _skip(c: Candidate, hold: Hold, policy: Policy) -> Skip:
         reason=hold.reason,
         detail=hold.detail,
         finding=c.finding,
-        action=c.rule.action if c.rule else None,
-        rule=c.rule.name if c.rule else None,
-        channel=c.channel if tells else None,
-        flags=c.flags if tells else (),
+        action=d.rule.action if d.rule else None,
+        rule=d.rule.name if d.rule else None,
+        channel=d.channel if tells else None,
+        flags=d.flags if tells else (),
         gpu_hours_per_day=per_day,
         cost_per_day=cost,
         root=c.root_ref,
     )
 
 
-def _action(c: Candidate, p: Planning) -> PlannedAction:
-    rule, action = c.rule, c.action
+def _action(c: Candidate, d: Decided, policy: Policy) -> PlannedAction:
+    rule, action = d.rule, d.action
     assert rule is not None and action is not None  # first_matching_rule holds what no rule matches
     destructive = action.destructive
-    if destructive:
-        p.budget.actions_left -= 1
-        if action is Action.CORDON:
-            p.budget.cordons_left -= 1
     gpus = c.finding.gpu_count or (c.node.gpus if c.node is not None else 0)
     # A MIG slice frees its share of a GPU per hour, not a whole GPU.
-    per_day, cost = _money(c.finding.gpu_equivalents if c.finding.gpu_count else gpus, p.policy)
-    p.targets.add(_target_key(c))
+    per_day, cost = _money(c.finding.gpu_equivalents if c.finding.gpu_count else gpus, policy)
     written = c.node if c.is_node else c.root
     reason = f"{describe_finding(c.finding)} ({describe_rule(rule)})"
     return PlannedAction(
@@ -739,13 +897,13 @@ def _action(c: Candidate, p: Planning) -> PlannedAction:
         target=c.ref,
         finding=c.finding,
         rule=rule.name,
-        reason=f"{reason}; {c.note}" if c.note else reason,
-        channel=c.channel,
+        reason=f"{reason}; {d.note}" if d.note else reason,
+        channel=d.channel,
         gpu_count=gpus,
         replicas=written.replicas if isinstance(written, Workload) else None,
         resource_version=written.resource_version if written is not None else "",
-        flags=c.flags,
-        confirmations=c.confirmations,
+        flags=d.flags,
+        confirmations=d.streak.count if d.streak is not None else 1,
         gpu_hours_per_day=per_day if destructive else 0.0,
         cost_per_day=cost if destructive else None,
         root=c.root_ref,

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import timedelta
 from enum import StrEnum
+from functools import cached_property
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -154,7 +155,7 @@ class Match(_Model):
             raise ValueError("recommendation right_size comes with low_utilization findings only")
         return self
 
-    @property
+    @cached_property  # asked once per rule and finding while planning
     def finding_kinds(self) -> frozenset[FindingKind]:
         return frozenset(FindingKind(f) for f in self.findings)
 

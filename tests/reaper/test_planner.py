@@ -5,21 +5,39 @@ No Kubernetes here: findings, a snapshot parsed from plain manifests, a policy a
 
 from __future__ import annotations
 
+import copy
 import fnmatch
+import random
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from common.model import Finding, FindingKind, TimeWindow
+from common.model import Finding, FindingKind, FindingsReport, TimeWindow
 from common.timeutil import rfc3339
 from harness.findings import NOW, WINDOW, finding, report
-from reaper import names
+from reaper import names, planner
 from reaper.cluster import ClusterSnapshot, build_snapshot
 from reaper.kinds import WORKLOAD_KINDS, object_kind
-from reaper.planner import Plan, SkipReason, plan, route_channel
+from reaper.planner import (
+    RULES,
+    UNDECIDED,
+    Candidate,
+    Decided,
+    Plan,
+    Planning,
+    RuleCheck,
+    SafetyRule,
+    SkipReason,
+    Verdict,
+    apply_verdict,
+    plan,
+    route_channel,
+)
 from reaper.policy import Action, Policy
 from reaper.state import Confirmation, ReaperState
 from simulation import controllers
@@ -752,6 +770,17 @@ OWNER_CASES = [
         says="autoscaling.knative.dev/min-scale=1",
     ),
     OwnerCase(
+        # Knative's HPA autoscaling class scales the revision's Deployment with an HPA: it is reported
+        # all the same (row 8 reads the action to take, the notification row 6 made of the stop).
+        "a-knative-deployment-under-an-hpa-is-reported-not-autoscaled",
+        (owned("Deployment", "fn-00001-deployment"),),
+        (
+            *controllers.knative_service("research", "fn", LONG_AGO, min_scale=1),
+            hpa("fn-00001-deployment", namespace="research"),
+        ),
+        actions=("notify research/Deployment/fn-00001-deployment -> research/KnativeService/fn",),
+    ),
+    OwnerCase(
         "a-job-without-kueue-is-only-reported",
         (owned("Job", "plain"),),
         (manifest("Job", "plain", "research", created=LONG_AGO, spec={"suspend": False}),),
@@ -806,3 +835,217 @@ def test_ownership_rules(case: OwnerCase) -> None:
     if case.says:
         texts = [a.reason for a in p.actions] + [s.detail for s in p.skips]
         assert any(case.says in t for t in texts), texts
+
+
+# --- rules that are only rules: pure checks, whatever order they run in -------------------------------
+
+INDEPENDENT_ROWS = {"1", "2", "3", "4", "5", "7a", "7b", "7c", "10"}  # as the module docstring says
+
+VARIANTS: tuple[Mapping[str, Any], ...] = (
+    {},
+    {"safety": {"consecutiveRuns": 2}},
+    {"safety": {"maxActionsPerRun": 1}},
+    {"safety": {"gitops": "skip", "consecutiveRuns": 3}},
+    {"safety": {"maxCordonShare": 0.3, "maxActionsPerRun": 2}},
+    {
+        "rules": [
+            {
+                "name": "held",
+                "match": {"findings": ["idle_endpoint", "low_utilization"], "for": "12h"},
+                "action": "scale_to_zero",
+            },
+            {
+                "name": "nodes",
+                "match": {"findings": ["low_utilization"], "kinds": ["Node"]},
+                "action": "cordon",
+            },
+        ]
+    },
+)
+
+# Findings several rows hold back at once, so that the precedence of their reasons is exercised.
+CROWDED = (
+    finding(UNKNOWN, namespace="kube-system"),  # 1 and 2
+    finding(IDLE, name="web", namespace="team-a"),  # 4 (exclude.workloads) and 5, then 7c and 8
+    finding(IDLE, namespace="team-a", wasted=5.0),  # 8, 9 and 11a
+    finding(LOW, name="cpu-1", workload_kind="Node"),  # 6d and 6e
+    finding(LOW, name="gpu-a", workload_kind="Node", wasted=9.0),
+    finding(LOW, name="gpu-b", workload_kind="Node", wasted=8.0),  # 7c, before 11a and 12b
+    finding(IDLE, wasted=7.0),
+    finding(LOW, wasted=0.5),  # serving/api again: 10 once the idle finding acts
+    finding(IDLE, name="gone", wasted=1.0),  # 6a
+)
+CROWDED_OBJECTS = (
+    namespace("serving"),
+    namespace("team-a"),
+    namespace("kube-system"),
+    deployment("api", annotations={names.RESTORED_AT: ago(hours=30)}),
+    deployment(
+        "api",
+        namespace="team-a",
+        annotations={names.ARGO_CD_TRACKING_ANNOTATION: "shop:apps/Deployment:team-a/api"},
+    ),
+    deployment(
+        "web",
+        namespace="team-a",
+        annotations={names.EXCLUDE_UNTIL: later(hours=1), names.RESTORED_AT: ago(hours=2)},
+    ),
+    hpa("api", namespace="team-a"),
+    hpa("web", namespace="team-a"),
+    node("gpu-a"),
+    node("gpu-b", annotations={names.RESTORED_AT: ago(hours=1)}),
+    node("cpu-1", gpus=0, unschedulable=True),
+)
+CROWDED_POLICIES: tuple[Mapping[str, Any], ...] = (
+    {},
+    {"exclude": {"workloads": ["team-a/web"]}},
+    {"safety": {"maxCordonShare": 0.5, "consecutiveRuns": 2}},
+)
+
+
+def _rich_inputs() -> list[tuple[str, FindingsReport, ClusterSnapshot, Policy]]:
+    """Every table case, under every variant of the policy, and some crowded runs."""
+    out = []
+    for case in CASES:
+        snapshot = make_snapshot(case.objects + case.extra, case.state)
+        for i, variant in enumerate(VARIANTS):
+            policy = make_policy(**_merge(case.policy, variant))
+            out.append((f"{case.id}/{i}", report(*case.findings), snapshot, policy))
+    for owner_case in OWNER_CASES:
+        snapshot = make_snapshot((namespace("research"), *owner_case.objects))
+        for i, variant in enumerate(VARIANTS):
+            policy = make_policy(**_merge(OWNED_RULES, variant))
+            out.append((f"{owner_case.id}/{i}", report(*owner_case.findings), snapshot, policy))
+    states: tuple[Mapping[str, Confirmation], ...] = (
+        {},
+        {API: streak(1), "/Node/gpu-a": streak(1, action="cordon")},
+    )
+    for s, state in enumerate(states):
+        snapshot = make_snapshot(CROWDED_OBJECTS, state)
+        for i, override in enumerate(CROWDED_POLICIES):
+            for j, variant in enumerate(VARIANTS):
+                policy = make_policy(**_merge(override, variant))
+                out.append((f"crowded/{s}/{i}/{j}", report(*CROWDED), snapshot, policy))
+    return out
+
+
+RICH = _rich_inputs()
+
+
+def _plans() -> list[Plan]:
+    return [plan(r, snapshot, policy, NOW) for _, r, snapshot, policy in RICH]
+
+
+def _shuffled(rng: random.Random) -> tuple[SafetyRule, ...]:
+    """RULES in a random order that keeps each rule after the rules whose verdicts it reads."""
+    left = list(RULES)
+    out: list[SafetyRule] = []
+    while left:
+        placed = {r.check for r in out}
+        pick = rng.choice([r for r in left if set(r.after) <= placed])
+        out.append(pick)
+        left.remove(pick)
+    return tuple(out)
+
+
+# The independent rows last and backwards, after every row that reads an earlier verdict.
+MATCH_FIRST = next(r for r in RULES if r.check is planner.first_matching_rule)
+BACKWARDS = (
+    MATCH_FIRST,
+    *(r for r in RULES if r.after),
+    *reversed([r for r in RULES if not r.after and r is not MATCH_FIRST]),
+)
+
+
+def test_rules_are_the_documented_table_in_order() -> None:
+    rows = [r.row for r in RULES]
+    assert len(set(rows)) == len(rows)
+    assert [r.rank for r in RULES] == sorted(r.rank for r in RULES)
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "reaper.md").read_text(encoding="utf-8")
+    table = doc.split("## Safety rules", 1)[1].split("\n## ", 1)[0]
+    documented = {int(n) for n in re.findall(r"^\| (\d+) \|", table, flags=re.MULTILINE)}
+    assert {r.rank[0] for r in RULES} == documented == set(range(1, 13))
+    for i, rule in enumerate(RULES):
+        earlier = {r.check for r in RULES[:i]}
+        assert set(rule.after) <= earlier, f"{rule.row} reads a later row"
+    assert {r.row for r in RULES if not r.after} == INDEPENDENT_ROWS
+
+
+@pytest.mark.parametrize("order", ["backwards", *(f"seed-{seed}" for seed in range(10))])
+def test_reordering_the_rules_changes_no_plan(order: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any order that keeps each rule after those it reads gives the same actions, skips and state."""
+    rules = BACKWARDS if order == "backwards" else _shuffled(random.Random(order))
+    assert rules != RULES and sorted(r.row for r in rules) == sorted(r.row for r in RULES)
+    expected = _plans()
+    monkeypatch.setattr(planner, "RULES", rules)
+    for (case_id, *_), want, got in zip(RICH, expected, _plans(), strict=True):
+        assert got == want, case_id
+
+
+def test_the_earliest_row_names_the_reason_whatever_ran_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    snapshot = make_snapshot(CROWDED_OBJECTS)
+    policy = make_policy(exclude={"workloads": ["team-a/web"]}, safety={"consecutiveRuns": 2})
+    expected = plan(report(*CROWDED), snapshot, policy, NOW)
+    monkeypatch.setattr(planner, "RULES", BACKWARDS)
+    got = plan(report(*CROWDED), snapshot, policy, NOW)
+    assert got == expected
+    reasons = {s.target.key(): s.reason for s in got.skips}
+    assert reasons["kube-system/Deployment/api"] is SkipReason.UNKNOWN  # not protected_namespace
+    assert reasons["team-a/Deployment/web"] is SkipReason.EXCLUDED_BY_POLICY  # not the opt-out, nor grace
+    assert reasons["/Node/cpu-1"] is SkipReason.NOT_A_GPU_NODE  # not already_done
+    assert reasons["team-a/Deployment/api"] is SkipReason.AUTOSCALED  # not gitops nor awaiting_confirmation
+    assert reasons["/Node/gpu-b"] is SkipReason.RESTORE_GRACE  # 7c comes before 11a: no streak recorded
+    assert reasons["/Node/gpu-a"] is SkipReason.AWAITING_CONFIRMATION
+    # Only the streaks of findings that got as far as row 11a are recorded.
+    assert set(got.next_state.entries) == {API, "/Node/gpu-a"}
+
+
+def _purity_checked(rule: SafetyRule, gave: set[str]) -> SafetyRule:
+    def check(c: Candidate, d: Decided, p: Planning) -> Verdict | None:
+        # The snapshot and the policy are compared once the plans are made (their repr is long).
+        before = copy.copy(c), copy.copy(d), copy.copy(p), frozenset(p.targets)
+        first = rule.check(c, d, p)
+        assert rule.check(c, d, p) == first, f"{rule.row}: another verdict the second time"
+        assert (c, d, p, frozenset(p.targets)) == before, f"{rule.row} changed what it read"
+        if first is not None:
+            gave.add(rule.row)
+        return first
+
+    return replace(rule, check=check)
+
+
+@pytest.mark.parametrize("order", ["table", "backwards"])
+def test_every_rule_is_pure(order: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Called twice on the same candidate, a rule gives the same verdict and changes nothing it reads."""
+    expected = _plans()
+    gave: set[str] = set()
+    rules = RULES if order == "table" else BACKWARDS
+    monkeypatch.setattr(planner, "RULES", tuple(_purity_checked(r, gave) for r in rules))
+    inputs = [repr((snapshot, policy)) for _, _, snapshot, policy in RICH]
+    assert _plans() == expected
+    assert [repr((snapshot, policy)) for _, _, snapshot, policy in RICH] == inputs
+    assert gave == {r.row for r in RULES}  # the data gets a verdict out of every rule
+
+
+def test_each_rule_reads_only_the_verdicts_it_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Given only the verdicts of the rules in its ``after``, a rule says what it says given them all."""
+    seen: dict[int, tuple[Candidate, dict[RuleCheck, Verdict]]] = {}
+
+    def named_only(rule: SafetyRule) -> SafetyRule:
+        def check(c: Candidate, d: Decided, p: Planning) -> Verdict | None:
+            verdicts = seen.setdefault(id(c), (c, {}))[1]
+            own = UNDECIDED
+            for earlier in RULES:
+                if earlier.check in rule.after and earlier.check in verdicts:
+                    own = apply_verdict(own, verdicts[earlier.check])
+            verdict = rule.check(c, d, p)
+            assert rule.check(c, own, p) == verdict, f"{rule.row} reads a verdict it does not name"
+            if verdict is not None:
+                verdicts[rule.check] = verdict
+            return verdict
+
+        return replace(rule, check=check)
+
+    expected = _plans()
+    monkeypatch.setattr(planner, "RULES", tuple(named_only(r) for r in RULES))
+    assert _plans() == expected
