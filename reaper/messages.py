@@ -16,8 +16,8 @@ from common.model import Finding, FindingKind, LowUtilizationEvidence, WorkloadR
 from common.timeutil import rfc3339
 from reaper import names
 from reaper.actuators import verbs
-from reaper.executor import ActionResult, Outcome
 from reaper.kinds import KINDS, WORKLOAD_KINDS
+from reaper.outcomes import ActionResult, Outcome
 from reaper.planner import Plan, PlannedAction, Skip, summarize
 from reaper.policy import Action, Policy, RunMode
 from reaper.wording import outcome_verb

@@ -15,8 +15,8 @@ from markupsafe import Markup
 from common.model import WorkloadRef
 from common.timeutil import format_duration, rfc3339
 from reaper.actuators import verbs
-from reaper.executor import ActionResult, Outcome
 from reaper.history import Replay
+from reaper.outcomes import ActionResult, Outcome
 from reaper.planner import Plan, PlannedAction, Skip, summarize
 from reaper.policy import Action, Policy, RunMode
 from reaper.runner import RunReport, RunSettings

@@ -8,7 +8,7 @@ is "scaled to zero", a Notebook or an InferenceService "stopped", a RayCluster "
 from __future__ import annotations
 
 from reaper.actuators import verbs
-from reaper.executor import Outcome
+from reaper.outcomes import Outcome
 from reaper.planner import PlannedAction
 from reaper.policy import Action
 

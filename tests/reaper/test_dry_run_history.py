@@ -17,9 +17,9 @@ from harness.kube_emulator import EmulatedCluster
 from harness.servers import PrometheusServer
 from reaper import names
 from reaper.analysis import PrometheusConfig, prometheus_source
-from reaper.executor import Outcome
 from reaper.history import replays_needed
 from reaper.kube import KubeClient
+from reaper.outcomes import Outcome
 from reaper.policy import Action, RunMode, parse_policy
 from reaper.runner import EXIT_OK, RunReport, RunSettings, run
 from simulation.cluster import fleet_objects

@@ -16,7 +16,8 @@ from harness.findings import NOW, finding, report
 from harness.kube_emulator import EmulatedCluster, Fault
 from reaper import names
 from reaper.cluster import read_snapshot
-from reaper.executor import Executor, Outcome
+from reaper.executor import Executor
+from reaper.outcomes import Outcome
 from reaper.planner import plan
 from reaper.policy import Policy, RunMode
 from reaper.runner import EXIT_ACTION_FAILED, EXIT_OK, RunReport, RunSettings, run

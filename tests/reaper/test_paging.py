@@ -19,8 +19,9 @@ from harness.findings import NOW, finding, report
 from harness.kube_emulator import EmulatedCluster, Fault
 from reaper import errors, names
 from reaper.cluster import read_snapshot
-from reaper.executor import Executor, Outcome
+from reaper.executor import Executor
 from reaper.kube import KubeClient, KubeSettings
+from reaper.outcomes import Outcome
 from reaper.planner import plan
 from reaper.policy import Policy, RunMode
 from simulation.cluster import manifest

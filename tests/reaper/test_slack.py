@@ -17,8 +17,9 @@ from common.model import FindingKind
 from harness.findings import NOW, finding, report
 from reaper.cluster import read_snapshot
 from reaper.errors import SlackError
-from reaper.executor import ActionResult, Executor, Outcome
+from reaper.executor import Executor
 from reaper.messages import Message, build_messages, preview
+from reaper.outcomes import ActionResult, Outcome
 from reaper.planner import Plan, plan
 from reaper.policy import Policy, RunMode
 from reaper.runner import EXIT_OK, RunSettings, run

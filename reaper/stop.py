@@ -1,0 +1,218 @@
+"""A planned action carried out: a workload's native stop with the reaper's marks, or a node's cordon.
+
+Each write is conditional on the version read (a 409 re-reads and re-checks) and sent through the
+write gate; an applied one records an Event on the object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from common.timeutil import rfc3339
+from reaper import names
+from reaper.actuators import CORDON, Change, KueueDeactivate, ScaleSubresource, actuator_of, write_line
+from reaper.clock import Clock
+from reaper.cluster import workload_from_object
+from reaper.conflict_retry import ConflictRetry, read_with_scale, reader
+from reaper.events import Events
+from reaper.kube_api import KubeApi
+from reaper.kueue import kueue_workload
+from reaper.marks import annotations_of, meta
+from reaper.outcomes import ActionResult, Changed, Outcome
+from reaper.planner import PlannedAction, opt_out
+from reaper.state_store import StateStore
+from reaper.write_gate import WriteGate
+
+
+def _planned_copy(action: PlannedAction, spec: dict[str, Any]) -> dict[str, Any] | None:
+    """The object as the plan saw it: good for a first try, a 409 says when it is stale."""
+    if not action.resource_version:
+        return None
+    return {"metadata": {"resourceVersion": action.resource_version}, "spec": spec}
+
+
+class Stopper:
+    def __init__(
+        self,
+        kube: KubeApi,
+        gate: WriteGate,
+        *,
+        events: Events,
+        store: StateStore,
+        retry: ConflictRetry,
+        clock: Clock,  # the run's "now" (may be --end for a replay): annotation timestamps
+    ) -> None:
+        self.kube = kube
+        self.gate = gate
+        self.events = events
+        self.store = store
+        self.retry = retry
+        self.clock = clock
+
+    def _still_wanted(self, obj: Mapping[str, Any], what: str) -> None:
+        """Raise :class:`Changed` if the owner opted out since planning (seen on a re-read after a 409)."""
+        reason = opt_out(annotations_of(obj), self.clock(), what)
+        if reason:
+            raise Changed(f"{reason} since planning")
+
+    def stop(self, action: PlannedAction) -> ActionResult:
+        """The root's native stop (scale to zero, stop annotation, suspend), with the reaper's annotations.
+
+        A custom kind with a scale subresource is marked first, then scaled through ``/scale``: the
+        marks are conditional on the version read, so a run that dies in between leaves an object that
+        ``restore`` understands; the scale write is conditional on the version the marks produced, so
+        a change by anyone in between is a 409, a re-read and a fresh try.
+        """
+        ref = action.written
+        actuator = actuator_of(ref.kind)
+        if actuator is None:
+            raise Changed(f"{ref.kind} has no native stop gpu-reaper can use")  # pragma: no cover
+        if isinstance(actuator, KueueDeactivate):
+            return self._stop_through_kueue(action, actuator)
+        through_scale = isinstance(actuator, ScaleSubresource)
+        now = rfc3339(self.clock())
+        holder = f" (GPUs held by {action.target.kind} {action.target.namespace}/{action.target.name})"
+        via = holder if action.root is not None or through_scale else ""
+        where = f"{ref.kind} {ref.namespace}/{ref.name}{via}"
+
+        def attempt(obj: dict[str, Any]) -> tuple[dict[str, Any] | None, Change]:
+            self._still_wanted(obj, ref.kind.lower())
+            live = workload_from_object(ref.kind, obj)
+            done = actuator.stopped(live)
+            if done:
+                raise Changed(done)
+            change = actuator.stop(live, now)
+            marks = {
+                "resourceVersion": meta(obj, "resourceVersion"),
+                "annotations": {**change.annotations, names.REAPED_AT: now, names.REASON: action.reason},
+            }
+            if through_scale:
+                what = f"scale {where} through its scale subresource {change.description}"
+
+                def write() -> dict[str, Any]:
+                    self.store.remember(ref.kind, ref.namespace, ref.name)
+                    marked = self.kube.patch(ref.kind, ref.namespace, ref.name, {"metadata": marks})
+                    scale = {
+                        "metadata": {"resourceVersion": meta(marked, "resourceVersion")},
+                        "spec": change.spec,
+                    }
+                    self.kube.patch_scale(ref.kind, ref.namespace, ref.name, scale)
+                    return marked
+
+            else:
+                what = f"{actuator.log_verb} {where} {change.description}"
+                body = {"metadata": marks, **({"spec": dict(change.spec)} if change.spec else {})}
+
+                def write() -> dict[str, Any]:
+                    self.store.remember(ref.kind, ref.namespace, ref.name)
+                    return self.kube.patch(ref.kind, ref.namespace, ref.name, body)
+
+            return self.gate.send(f"{what} ({action.reason})", write), change
+
+        if through_scale:
+            read = read_with_scale(self.kube, ref.kind, ref.namespace, ref.name)
+        else:
+            planned = _planned_copy(
+                action, {"replicas": action.replicas} if action.replicas is not None else {}
+            )
+            read = reader(self.kube, ref.kind, ref.namespace, ref.name, planned)
+        patched, change = self.retry.run(read, attempt)
+        written = write_line(ref.kind, ref.namespace, ref.name, change)
+        if patched is None:
+            return ActionResult(action, Outcome.DRY_RUN, write=written)
+        # A custom kind scaled through /scale is found again through the object holding the GPUs.
+        again = action.target if through_scale else ref
+        self.events.record(
+            patched,
+            ref.kind,
+            actuator.done,
+            f"gpu-reaper: {actuator.verb}, {change.description}{via}: {action.reason}. "
+            f"Restore: gpu-reaper restore {again.namespace}/{again.name}",
+        )
+        return ActionResult(action, Outcome.APPLIED, change.description, write=written)
+
+    def _stop_through_kueue(self, action: PlannedAction, actuator: KueueDeactivate) -> ActionResult:
+        """A Kueue-managed Job: marked, then its Workload deactivated; Kueue then evicts it and
+        suspends the Job. Suspending the Job directly would be undone: Kueue unsuspends a Job whose
+        Workload is still admitted. Both writes are conditional on the versions read; the marks go
+        first, so a run that dies in between leaves a Job that ``restore`` understands.
+        """
+        ref = action.written
+        now = rfc3339(self.clock())
+        where = f"{ref.kind} {ref.namespace}/{ref.name}"
+
+        def attempt(job: dict[str, Any]) -> tuple[dict[str, Any] | None, Change, str]:
+            self._still_wanted(job, "job")
+            live = workload_from_object(ref.kind, job)
+            done = actuator.stopped(live)
+            if done:
+                raise Changed(done)
+            workload = kueue_workload(self.kube, ref.namespace, ref.name, job)
+            wl_name = meta(workload, "name")
+            if (workload.get("spec") or {}).get("active") is False:
+                raise Changed(f"its Kueue Workload {wl_name} is already inactive")
+            change = actuator.stop(live, now)
+            marks = {names.REAPED_AT: now, names.REASON: action.reason}
+
+            def write() -> dict[str, Any]:
+                self.store.remember(ref.kind, ref.namespace, ref.name)
+                job_marks = {"resourceVersion": meta(job, "resourceVersion"), "annotations": marks}
+                marked = self.kube.patch(ref.kind, ref.namespace, ref.name, {"metadata": job_marks})
+                body = {
+                    "metadata": {"resourceVersion": meta(workload, "resourceVersion"), "annotations": marks},
+                    "spec": dict(change.spec),
+                }
+                self.kube.patch("KueueWorkload", ref.namespace, wl_name, body)
+                return marked
+
+            what = f"{actuator.log_verb} {where} {change.description}: Workload {wl_name} ({action.reason})"
+            return self.gate.send(what, write), change, wl_name
+
+        patched, change, wl_name = self.retry.run(
+            reader(self.kube, ref.kind, ref.namespace, ref.name), attempt
+        )
+        written = write_line("Workload", ref.namespace, wl_name, change)
+        if patched is None:
+            return ActionResult(action, Outcome.DRY_RUN, write=written)
+        detail = f"{change.description}: Workload {wl_name}"
+        self.events.record(
+            patched,
+            ref.kind,
+            actuator.done,
+            f"gpu-reaper: {actuator.verb}, {detail}: {action.reason}. "
+            f"Restore: gpu-reaper restore {ref.namespace}/{ref.name}",
+        )
+        return ActionResult(action, Outcome.APPLIED, detail, write=written)
+
+    def cordon(self, action: PlannedAction) -> ActionResult:
+        name = action.target.name
+        now = rfc3339(self.clock())
+
+        def attempt(obj: dict[str, Any]) -> dict[str, Any] | None:
+            self._still_wanted(obj, "node")
+            if (obj.get("spec") or {}).get("unschedulable"):
+                raise Changed("already cordoned")
+            body = {
+                "metadata": {
+                    "resourceVersion": meta(obj, "resourceVersion"),
+                    "annotations": {names.CORDONED_AT: now, names.REASON: action.reason},
+                },
+                "spec": dict(CORDON.spec),
+            }
+            return self.gate.send(
+                f"cordon node {name} ({action.reason})", lambda: self.kube.patch("Node", None, name, body)
+            )
+
+        planned = _planned_copy(action, {"unschedulable": False})
+        patched = self.retry.run(reader(self.kube, "Node", None, name, planned), attempt)
+        written = f"Node {name}: {CORDON.description} ({CORDON.fields()})"
+        if patched is None:
+            return ActionResult(action, Outcome.DRY_RUN, write=written)
+        self.events.record(
+            patched,
+            "Node",
+            "Cordoned",
+            f"gpu-reaper cordoned the node: {action.reason}. Undo: gpu-reaper restore --all",
+        )
+        return ActionResult(action, Outcome.APPLIED, write=written)
