@@ -15,12 +15,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
-import numpy as np
-
+from analyzer.analysis import Analysis, ClusterAnalysis
 from analyzer.clusters import CLUSTERS_AT_ONCE, choose_clusters
 from analyzer.detection import detectors, right_size, workloads
-from analyzer.detection.views import DeviceView, NodeView, RequestRate, WorkloadView
-from analyzer.report.share_series import ShareLine, bin_middles, from_histogram, from_samples
+from analyzer.detection.views import NodeView, RequestRate, WorkloadView
 from analyzer.scope import scope_snapshot
 from analyzer.sources.aggregates import CloserLook, DeviceKey, FleetSnapshot, SpanNumbers
 from analyzer.sources.errors import NoDataError
@@ -28,78 +26,15 @@ from analyzer.sources.metrics_source import MetricsSource
 from analyzer.sources.promql import duration, render_template
 from common.errors import BadInputError
 from common.memory import collector_paused
-from common.model import DataloaderStarvationEvidence, Finding, FindingsReport, TimeWindow
+from common.model import Finding, FindingsReport, TimeWindow
 from common.thresholds import Thresholds
 
-__all__ = [
-    "Analysis",
-    "ClusterAnalysis",
-    "MetricsSource",
-    "OffenderSeries",
-    "ShareLine",
-    "analyze",
-    "analyze_in_detail",
-    "offender_series",
-]
+__all__ = ["Analysis", "ClusterAnalysis", "MetricsSource", "analyze", "analyze_in_detail"]
 
 log = logging.getLogger(__name__)
 
 # Clocks drift: a window ending a little after our `now` is still this minute's analysis.
 _CLOCK_SKEW = timedelta(minutes=2)
-
-
-@dataclass(frozen=True)
-class Analysis:
-    """The report plus what it was built from (the HTML report plots from these).
-
-    Where the source holds several clusters, each is analysed apart: ``parts`` holds each one's
-    analysis with the source it read, ``report`` their findings together, and ``snapshot``,
-    ``workloads`` and ``nodes`` are the first cluster's (use ``parts`` to read them all)."""
-
-    report: FindingsReport
-    snapshot: FleetSnapshot
-    workloads: tuple[WorkloadView, ...]
-    nodes: tuple[NodeView, ...]
-    parts: tuple[ClusterAnalysis, ...] = ()
-
-    @property
-    def capabilities(self) -> str:
-        if self.parts:
-            return self.parts[0].analysis.capabilities + f"; {len(self.parts)} clusters"
-        return self.snapshot.capabilities.describe()
-
-    @property
-    def gpu_count(self) -> int:
-        if self.parts:
-            return sum(p.analysis.gpu_count for p in self.parts)
-        return len({(k.uuid, k.mig_instance) for k in self.snapshot.devices})
-
-
-@dataclass(frozen=True)
-class ClusterAnalysis:
-    """One cluster's analysis, and the source restricted to that cluster it was read from."""
-
-    cluster: str
-    analysis: Analysis
-    source: MetricsSource
-
-
-@dataclass(frozen=True)
-class UtilizationLine:
-    device_id: str
-    node: str
-    timestamps: np.ndarray
-    percent: np.ndarray
-
-
-@dataclass(frozen=True)
-class OffenderSeries:
-    """One finding and its GPUs' signals over the window, for plots: utilization, and for a bimodal
-    starvation the stalled / busy shares its verdict rests on."""
-
-    finding: Finding
-    lines: tuple[UtilizationLine, ...]
-    shares: tuple[ShareLine, ...] = ()
 
 
 def analyze(
@@ -371,82 +306,6 @@ def _span_numbers(
         return {}
     step(f"aggregating {len(looks)} GPU(s) over their own judged span")
     return source.span_numbers(snapshot, looks, thresholds)
-
-
-def top_offenders(findings: Sequence[Finding], top: int) -> list[Finding]:
-    """Actionable findings with the most wasted GPU-hours."""
-    ranked = sorted(
-        (f for f in findings if f.kind.actionable),
-        key=lambda f: (-f.wasted_gpu_hours, f.workload.key()),
-    )
-    return ranked[:top]
-
-
-def _bimodal(f: Finding) -> DataloaderStarvationEvidence | None:
-    e = f.evidence
-    return e if isinstance(e, DataloaderStarvationEvidence) and e.pattern == "bimodal" else None
-
-
-def offender_series(
-    source: MetricsSource, analysis: Analysis, top: int = 6, thresholds: Thresholds | None = None
-) -> list[OffenderSeries]:
-    """Raw signals of the top offenders' GPUs (one more batch of raw pulls): utilization, plus the
-    sample histogram's counters for a bimodal starvation whose shares came from it. Of several
-    clusters, each offender's signals come from its own cluster's source and analysis."""
-    t = thresholds or Thresholds()
-    chosen = top_offenders(analysis.report.findings, top)
-    if not analysis.parts:
-        return _offender_series(source, analysis, chosen, t)
-    found = {
-        id(s.finding): s
-        for part in analysis.parts
-        for s in _offender_series(
-            part.source, part.analysis, [f for f in chosen if f.cluster == part.cluster], t
-        )
-    }
-    return [found[id(f)] for f in chosen if id(f) in found]
-
-
-def _offender_series(
-    source: MetricsSource, analysis: Analysis, chosen: Sequence[Finding], t: Thresholds
-) -> list[OffenderSeries]:
-    devices: dict[str, tuple[DeviceView, ...]] = {v.ref.key(): v.devices for v in analysis.workloads}
-    devices |= {f"/Node/{n.name}": n.devices for n in analysis.nodes}
-    wanted = {f.workload.key(): devices.get(f.workload.key(), ()) for f in chosen}
-    keys = sorted({d.key for devs in wanted.values() for d in devs})
-    bucket_keys = sorted(
-        {
-            d.key
-            for f in chosen
-            if (e := _bimodal(f)) is not None and e.shares_from == "histogram"
-            for d in wanted[f.workload.key()]
-        }
-    )
-    samples = source.device_samples(analysis.snapshot, keys, bucket_keys) if keys else {}
-    bounds = analysis.snapshot.capabilities.histogram_le
-    out = []
-    for f in chosen:
-        lines, shares = [], []
-        evidence = _bimodal(f)
-        for d in wanted[f.workload.key()]:
-            raw = samples.get(d.key)
-            if raw is None:
-                continue
-            if raw.values.size:
-                lines.append(UtilizationLine(d.key.device_id, d.info.node, raw.timestamps, raw.values))
-            if evidence is None:
-                continue
-            binned = (
-                from_histogram(raw, bounds, f.window)
-                if evidence.shares_from == "histogram"
-                else from_samples(raw, t.starvation_idle_percent, t.starvation_busy_percent, f.window)
-            )
-            if binned is not None:
-                source_name = evidence.shares_from or "samples"
-                middles = bin_middles(f.window)
-                shares.append(ShareLine(d.key.device_id, d.info.node, middles, *binned, source=source_name))
-        out.append(OffenderSeries(f, tuple(lines), tuple(shares)))
-    return out
 
 
 def _request_rate(

@@ -131,8 +131,9 @@ def write_html_report(
     runs again, in detail, of the run's ``cluster`` alone); without one (a findings file) it has the
     findings alone.
     """
-    from analyzer.pipeline import analyze_in_detail, offender_series
+    from analyzer.pipeline import analyze_in_detail
     from analyzer.report.html import render_html
+    from analyzer.report.offenders import offender_series
 
     if source is not None:
         clusters = _only(cluster, source, found.window, thresholds)

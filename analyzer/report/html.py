@@ -11,8 +11,8 @@ from importlib import resources
 from jinja2 import Environment, FunctionLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
 
-from analyzer.pipeline import OffenderSeries
 from analyzer.report import plots, units
+from analyzer.report.offenders import OffenderSeries
 from analyzer.report.summaries import by_cluster, cluster_prefix, detail, mean_util, spans_clusters
 from common.model import (
     Finding,

@@ -17,7 +17,7 @@ from matplotlib.dates import AutoDateLocator, ConciseDateFormatter, date2num
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from analyzer.pipeline import OffenderSeries
+from analyzer.report.offenders import OffenderSeries
 from analyzer.report.summaries import cluster_name, spans_clusters
 from common.model import DataloaderStarvationEvidence, Finding, FindingKind
 from common.thresholds import Thresholds

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from analyzer.pipeline import OffenderSeries
 from analyzer.report import plots
 from analyzer.report.html import CLUSTER_COLOUR, render_html
+from analyzer.report.offenders import OffenderSeries
 from analyzer.report.summaries import NO_CLUSTER, by_cluster, spans_clusters
 from analyzer.report.table import render_table
 from common.model import Finding, FindingKind, FindingsReport

@@ -11,9 +11,10 @@ import pytest
 from matplotlib.image import imread
 from rich.console import Console
 
-from analyzer.pipeline import Analysis, OffenderSeries, offender_series
+from analyzer.pipeline import Analysis
 from analyzer.report import plots
 from analyzer.report.html import render_html
+from analyzer.report.offenders import OffenderSeries, offender_series
 from analyzer.report.table import render_table
 from common.model import DataloaderStarvationEvidence, FindingKind, FindingsReport
 from common.thresholds import Thresholds

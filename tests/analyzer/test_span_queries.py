@@ -18,9 +18,10 @@ import pytest
 import requests
 
 from analyzer.pipeline import analyze
-from analyzer.sources import dcgm, fleet_queries, prometheus_source, span_queries
+from analyzer.sources import dcgm, fleet_queries, span_queries
 from analyzer.sources.aggregates import CloserLook
 from analyzer.sources.fleet_queries import FleetQueries
+from analyzer.sources.prometheus import spans as closer_looks
 from analyzer.sources.prometheus_api import PrometheusClient, PrometheusConfig, PrometheusSession
 from analyzer.sources.prometheus_source import PrometheusSource
 from common.model import DataloaderStarvationEvidence, FindingKind, TimeWindow
@@ -416,7 +417,7 @@ def test_closer_looks_cut_into_more_queries_give_the_same_numbers(
     before = source.client.stats.requests
     whole = source.span_numbers(snapshot, looks, T)
     few = source.client.stats.requests - before
-    monkeypatch.setattr(prometheus_source, "MAX_ROWS_PER_QUERY", 5)
+    monkeypatch.setattr(closer_looks, "MAX_ROWS_PER_QUERY", 5)
     before = source.client.stats.requests
     assert source.span_numbers(snapshot, looks, T) == whole
     assert source.client.stats.requests - before > few

@@ -9,8 +9,8 @@ ReplicaSet; a Knative Service only reported), cordons a node, records Events and
 kind of restore. Each request in the emulator's log becomes the attributes the API server's RBAC
 authorizer checks (harness.rbac), and the Roles and ClusterRoles the chart renders for the reaper's
 ServiceAccount must grant every one of them and nothing more. A new API call in reaper/kube.py or
-the executor's parts (reaper/stop.py, restore.py, lease.py, …) fails here until the chart grants it; a grant the reaper stops using fails here
-until it is removed.
+the executor's parts (reaper/stop.py, restore.py, …) fails here until the chart grants it; a grant
+the reaper stops using fails here until it is removed.
 """
 
 from __future__ import annotations

@@ -1,0 +1,169 @@
+"""Reads beyond the aggregates: raw samples for the HTML report's plots, memory used and peaks
+for right-sizing, and one instant value.
+
+Raw samples are pulled only for the few devices plotted, in chunks of time and of GPUs that stay
+under the server's per-series point limit and a per-query sample budget. Memory is asked 200 GPUs
+a query, side by side. The text is ``FleetQueries``' (``device_raw``, ``bucket_raw``, ``memory``,
+``memory_peak``, ``memory_capacity``)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime, timedelta
+from functools import partial
+
+import numpy as np
+
+from analyzer.sources import dcgm
+from analyzer.sources.aggregates import DeviceAggregate, DeviceKey, DeviceSamples, FleetSnapshot, MemoryPeak
+from analyzer.sources.fleet_queries import FleetQueries
+from analyzer.sources.prometheus.batch import Batch
+from analyzer.sources.prometheus_api import RangeSeries
+
+# Prometheus refuses range queries over 11,000 points per series; stay under it for raw pulls too.
+MAX_POINTS_PER_SERIES = 10_000
+# Samples one raw pull may return (series × points): far below Prometheus' default 50 M query limit.
+MAX_SAMPLES_PER_QUERY = 2_000_000
+# GPUs one memory query names (a UUID takes about 45 characters of the text).
+UUIDS_PER_MEMORY_QUERY = 200
+
+
+class RawReads:
+    """Raw pulls bounded by points per series and samples per query."""
+
+    def __init__(
+        self,
+        batch: Batch,
+        max_points_per_series: int = MAX_POINTS_PER_SERIES,
+        max_samples_per_query: int = MAX_SAMPLES_PER_QUERY,
+    ) -> None:
+        self.batch = batch
+        self.client = batch.client
+        self.max_points_per_series = max_points_per_series
+        self.max_samples_per_query = max_samples_per_query
+
+    def device_samples(
+        self, snapshot: FleetSnapshot, keys: Sequence[DeviceKey], bucket_keys: Sequence[DeviceKey] = ()
+    ) -> dict[DeviceKey, DeviceSamples]:
+        """Raw utilization samples (percent) of ``keys``, and the histogram's buckets of ``bucket_keys``."""
+        caps = snapshot.capabilities
+        q = FleetQueries(caps, snapshot.window.duration)
+        wanted = {k: snapshot.devices[k] for k in set(keys) | set(bucket_keys) if k in snapshot.devices}
+        util: dict[DeviceKey, list[RangeSeries]] = defaultdict(list)
+        by_metric: dict[str, list[DeviceAggregate]] = defaultdict(list)
+        for dev in wanted.values():
+            by_metric[dev.info.metric].append(dev)
+        for metric, devs in by_metric.items():
+            for series in self._pull(snapshot, devs, partial(q.device_raw, metric)):
+                key = self.batch.key(series.labels, caps)
+                if key in wanted:
+                    scale = caps.scale(metric, series.labels.get(dcgm.JOB, ""))
+                    util[key].append(RangeSeries(series.labels, series.timestamps, series.values * scale))
+        buckets: dict[DeviceKey, dict[str, list[RangeSeries]]] = defaultdict(lambda: defaultdict(list))
+        bucket_devs = [snapshot.devices[k] for k in bucket_keys if k in snapshot.devices]
+        if bucket_devs and caps.histogram:
+            for series in self._pull(snapshot, bucket_devs, q.bucket_raw, per_series=len(caps.histogram_le)):
+                key = self.batch.key(series.labels, caps)
+                le = series.labels.get(dcgm.LE)
+                if key in wanted and le is not None:
+                    buckets[key][le].append(series)
+        return {
+            key: DeviceSamples(
+                key,
+                *_merge(util.get(key, [])),
+                {le: _merge(parts) for le, parts in buckets.get(key, {}).items()},
+            )
+            for key in wanted
+        }
+
+    def _pull(
+        self,
+        snapshot: FleetSnapshot,
+        devs: Sequence[DeviceAggregate],
+        build: Callable[[Sequence[str], timedelta], str],
+        per_series: int = 1,
+    ) -> Iterator[RangeSeries]:
+        """Raw series of ``devs`` over the window, in chunks of time and of devices."""
+        window = snapshot.window
+        interval = min((d.interval_s for d in devs if d.interval_s > 0), default=15.0)
+        points = window.duration.total_seconds() / interval
+        time_chunks = max(1, int(np.ceil(points / self.max_points_per_series)))
+        chunk = window.duration / time_chunks
+        points_per_chunk = points / time_chunks
+        # Several holders of one GPU share a UUID: count series generously per device.
+        per_query = max(1, int(self.max_samples_per_query // (points_per_chunk * per_series * 2)))
+        uuids = sorted({d.key.uuid for d in devs})
+        for i in range(0, len(uuids), per_query):
+            batch = uuids[i : i + per_query]
+            for c in range(time_chunks):
+                yield from self.client.matrix(build(batch, chunk), window.start + chunk * (c + 1))
+
+    def memory_used(self, snapshot: FleetSnapshot, keys: Sequence[DeviceKey]) -> dict[DeviceKey, float]:
+        """Mean framebuffer memory used (MiB) over the window, for devices that report it."""
+        caps = snapshot.capabilities
+        if not keys or not caps.memory:
+            return {}
+        q = FleetQueries(caps, snapshot.window.duration)
+        wanted = set(keys)
+        out = {}
+        uuids = sorted({k.uuid for k in keys})
+        at = snapshot.window.end
+        chunks = [(q.memory(c), at) for c in _chunks(uuids)]
+        for answer in self.client.vectors(chunks):  # side by side, through the bounded pool
+            for s in answer:
+                key = self.batch.key(s.labels, caps)
+                if key in wanted and np.isfinite(s.value):
+                    out[key] = s.value
+        return out
+
+    def memory_peaks(
+        self, snapshot: FleetSnapshot, keys: Sequence[DeviceKey], quantile: float
+    ) -> dict[DeviceKey, MemoryPeak]:
+        """The ``quantile`` of memory used over the window and the GPU's memory (right-sizing)."""
+        caps = snapshot.capabilities
+        if not keys or not caps.memory:
+            return {}
+        q = FleetQueries(caps, snapshot.window.duration)
+        wanted = set(keys)
+        uuids = sorted({k.uuid for k in keys})
+        at = snapshot.window.end
+        chunks = list(_chunks(uuids))
+        queries = [(q.memory_peak(c, quantile), at) for c in chunks]
+        queries += [(q.memory_capacity(c), at) for c in chunks]
+        answers = self.client.vectors(queries)  # side by side, through the bounded pool
+        peaks: dict[DeviceKey, float] = {}
+        capacity: dict[str, float] = {}  # by UUID: every holder of a GPU shares its memory
+        for i, answer in enumerate(answers):
+            for s in answer:
+                key = self.batch.key(s.labels, caps)
+                if key is None or not np.isfinite(s.value):
+                    continue
+                if i < len(chunks):
+                    if key in wanted:
+                        peaks[key] = s.value
+                else:
+                    capacity[key.uuid] = max(capacity.get(key.uuid, 0.0), s.value)
+        return {k: MemoryPeak(v, capacity.get(k.uuid)) for k, v in peaks.items()}
+
+    def instant_value(self, promql: str, at: datetime) -> float | None:
+        """Sum of an instant query's result; None when it returned no series (no data is not zero)."""
+        samples = self.batch.vector(promql, at)
+        if not samples:
+            return None
+        return float(sum(s.value for s in samples))
+
+
+def _chunks(uuids: list[str]) -> Iterator[list[str]]:
+    for i in range(0, len(uuids), UUIDS_PER_MEMORY_QUERY):
+        yield uuids[i : i + UUIDS_PER_MEMORY_QUERY]
+
+
+def _merge(parts: Sequence[RangeSeries]) -> tuple[np.ndarray, np.ndarray]:
+    """One time-ordered series from pieces (time chunks overlap by one sample at their edges)."""
+    if not parts:
+        return np.empty(0), np.empty(0)
+    t = np.concatenate([p.timestamps for p in parts])
+    v = np.concatenate([p.values for p in parts])
+    t, first = np.unique(t, return_index=True)
+    return t, v[first]
