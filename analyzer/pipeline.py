@@ -21,9 +21,9 @@ from analyzer.detection import detectors, right_size, workloads
 from analyzer.detection.views import NodeView, RequestRate, WorkloadView
 from analyzer.scope import scope_snapshot
 from analyzer.sources.aggregates import CloserLook, DeviceKey, FleetSnapshot, SpanNumbers
-from analyzer.sources.errors import NoDataError
 from analyzer.sources.metrics_source import MetricsSource
 from analyzer.sources.promql import duration, render_template
+from analyzer.sources.source_errors import NoDataError
 from common.errors import BadInputError
 from common.memory import collector_paused
 from common.model import Finding, FindingsReport, TimeWindow

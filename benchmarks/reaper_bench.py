@@ -51,7 +51,7 @@ from reaper.names import STATE_CONFIGMAP  # noqa: E402
 from reaper.planner import plan  # noqa: E402
 from reaper.policy import Policy, RunMode  # noqa: E402
 from reaper.runner import RunSettings, run  # noqa: E402
-from simulation.cluster import manifest  # noqa: E402
+from simulation.in_memory_cluster import manifest  # noqa: E402
 
 NOW = datetime(2026, 1, 5, tzinfo=UTC)
 WINDOW = TimeWindow.ending(NOW, timedelta(hours=6))

@@ -16,8 +16,8 @@ from typing import Any
 from common.model import WorkloadRef
 from common.timeutil import parse_time
 from reaper import names, selectors
+from reaper.adapter_errors import ForbiddenError, NotFoundError
 from reaper.discovery import ScaleDiscovery
-from reaper.errors import ForbiddenError, NotFoundError
 from reaper.kinds import KINDS, WORKLOAD_KINDS, KindInfo, kind_of
 from reaper.kube_api import KubeApi
 from reaper.policy.schema import DEFAULT_GPU_NODE_SELECTOR, LabelSelector

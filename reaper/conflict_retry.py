@@ -7,8 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from reaper.adapter_errors import ConflictError, TooManyRequestsError
 from reaper.cluster import with_scale_replicas
-from reaper.errors import ConflictError, TooManyRequestsError
 from reaper.kube_api import KubeApi
 
 log = logging.getLogger(__name__)

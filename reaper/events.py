@@ -9,8 +9,8 @@ from typing import Any
 
 from common.timeutil import rfc3339
 from reaper import names
+from reaper.adapter_errors import KubeError
 from reaper.clock import Clock
-from reaper.errors import KubeError
 from reaper.kinds import KINDS
 from reaper.kube_api import KubeApi
 from reaper.marks import meta

@@ -16,10 +16,10 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from datetime import timedelta
 
+from reaper.adapter_errors import KubeError, KubeUnavailableError
 from reaper.clock import Clock, utc_now
 from reaper.conflict_retry import ConflictRetry
 from reaper.discovery import ScaleDiscovery
-from reaper.errors import KubeError, KubeUnavailableError
 from reaper.events import Events
 from reaper.kube_api import KubeApi
 from reaper.lease import RunLease

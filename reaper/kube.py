@@ -29,7 +29,7 @@ from kubernetes.config.config_exception import ConfigException
 
 from common.errors import BadInputError
 from reaper import names
-from reaper.errors import ExpiredError, KubeError, KubeUnavailableError, NotFoundError, kube_error_for
+from reaper.adapter_errors import ExpiredError, KubeError, KubeUnavailableError, NotFoundError, kube_error_for
 from reaper.kinds import KINDS
 
 log = logging.getLogger(__name__)

@@ -1,8 +1,8 @@
 """The one Kubernetes protocol the reaper's logic is written against.
 
-Plain JSON objects in and out, the reaper's own errors (reaper.errors) keyed on HTTP status.
+Plain JSON objects in and out, the reaper's own errors (reaper.adapter_errors) keyed on HTTP status.
 ``reaper.kube.KubeClient`` implements it over HTTP with the official client; the demo's
-``simulation.cluster.InMemoryCluster`` implements it in memory. The snapshot reader, the executor
+``simulation.in_memory_cluster.InMemoryCluster`` implements it in memory. The snapshot reader, the executor
 and the runner take a ``KubeApi``; nothing else about either implementation.
 """
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from reaper import names
-from reaper.errors import NotFoundError
+from reaper.adapter_errors import NotFoundError
 from reaper.kinds import KINDS
 from reaper.kube_api import KubeApi
 from reaper.marks import meta

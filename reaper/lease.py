@@ -11,8 +11,8 @@ from typing import Any
 
 from common.timeutil import parse_time, rfc3339
 from reaper import names
+from reaper.adapter_errors import ConflictError, KubeError, LeaseHeldError
 from reaper.clock import Clock
-from reaper.errors import ConflictError, KubeError, LeaseHeldError
 from reaper.kube_api import KubeApi
 from reaper.marks import meta
 from reaper.write_gate import WriteGate

@@ -6,7 +6,7 @@ import urllib.error
 
 from prometheus_client import CollectorRegistry, pushadd_to_gateway
 
-from reaper.errors import PushgatewayError
+from reaper.adapter_errors import PushgatewayError
 
 JOB = "gpu-reaper"
 

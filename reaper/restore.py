@@ -25,11 +25,11 @@ from reaper.actuators import (
     ScaleSubresource,
     actuator_of,
 )
+from reaper.adapter_errors import ForbiddenError, KubeError, NotFoundError
 from reaper.clock import Clock
 from reaper.cluster import workload_from_object
 from reaper.conflict_retry import ConflictRetry, Read, read_with_scale, reader
 from reaper.discovery import ScaleDiscovery
-from reaper.errors import ForbiddenError, KubeError, NotFoundError
 from reaper.events import Events
 from reaper.kinds import KINDS
 from reaper.kube_api import KubeApi

@@ -18,10 +18,10 @@ from common.errors import DataUnavailableError
 from common.model import FindingsReport, TimeWindow
 from common.thresholds import Thresholds
 from common.timeutil import format_duration, rfc3339
+from reaper.adapter_errors import KubeError, LeaseHeldError, SlackError
 from reaper.clock import utc_now
 from reaper.cluster import read_snapshot
 from reaper.clusters import split_by_cluster
-from reaper.errors import KubeError, LeaseHeldError, SlackError
 from reaper.executor import Executor
 from reaper.history import FindingsSource, Replay, replay
 from reaper.kube_api import KubeApi

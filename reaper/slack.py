@@ -19,7 +19,7 @@ from slack_sdk.http_retry.builtin_handlers import ConnectionErrorRetryHandler, R
 from slack_sdk.webhook import WebhookClient
 
 from common.errors import BadInputError
-from reaper.errors import SlackError
+from reaper.adapter_errors import SlackError
 from reaper.messages import Message
 
 log = logging.getLogger(__name__)

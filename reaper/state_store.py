@@ -12,9 +12,9 @@ from typing import Any
 
 from reaper import names
 from reaper.actuators import ACTUATORS, actuator_of
+from reaper.adapter_errors import ConflictError, ForbiddenError, KubeError, NotFoundError
 from reaper.clock import Clock
 from reaper.discovery import ScaleDiscovery
-from reaper.errors import ConflictError, ForbiddenError, KubeError, NotFoundError
 from reaper.kinds import KINDS
 from reaper.kube_api import KubeApi
 from reaper.marks import marked, meta

@@ -22,10 +22,10 @@ from reaper.plan_report import run_section
 from reaper.policy import Policy, RunMode, load_policy, parse_policy
 from reaper.runner import RunReport, RunSettings, run
 from reaper.wording import outcome_verb
-from simulation.cluster import InMemoryCluster, fleet_objects
 from simulation.fleet import load_scenario, simulate
 from simulation.fleet.scenario import ScenarioError
-from simulation.metrics_source import SimulatedSource
+from simulation.in_memory_cluster import InMemoryCluster, fleet_objects
+from simulation.in_memory_source import SimulatedSource
 
 DEMO_NAMESPACE_ANNOTATIONS = {"team-b": {names.SLACK_CHANNEL: "#team-b"}}
 HOURLY = timedelta(hours=1)

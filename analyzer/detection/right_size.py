@@ -4,7 +4,7 @@ Scaling to zero suits an endpoint nobody calls; a replica serving real traffic a
 needs a smaller share instead. For a ``low_utilization`` finding of a long-running workload this
 module picks, from numbers the analysis already has plus each GPU's framebuffer peak:
 
-* a MIG profile of the GPU model it runs on (analyzer.detection.gpu_profiles) — the fewest compute
+* a MIG profile of the GPU model it runs on (analyzer.detection.mig_profiles) — the fewest compute
   slices, then the least memory, that hold the framebuffer peak (a high quantile of the window) plus
   the policy's headroom, and on which its activity quantile, scaled to the slice, stays under the
   policy's ceiling;
@@ -24,8 +24,8 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from analyzer.detection.gpu_profiles import MigGpu, mig_gpu, named_memory_mib, profile_named
 from analyzer.detection.mig import gpu_share
+from analyzer.detection.mig_profiles import MigGpu, mig_gpu, named_memory_mib, profile_named
 from analyzer.detection.views import WorkloadView
 from analyzer.sources.aggregates import DeviceKey, MemoryPeak
 from common.evidence import LowUtilizationEvidence, RightSizing

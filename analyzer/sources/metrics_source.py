@@ -1,7 +1,7 @@
 """The one interface the pipeline reads metrics through.
 
 Two implementations: ``analyzer.sources.prometheus.source.PrometheusSource`` (PromQL over HTTP; the TSDB
-does the arithmetic) and ``simulation.metrics_source.SimulatedSource`` (numpy over an in-memory
+does the arithmetic) and ``simulation.in_memory_source.SimulatedSource`` (numpy over an in-memory
 simulated fleet). Both return the same aggregates for the same data, so the same findings.
 Every method raises ``common.errors.DataUnavailableError`` subclasses when the data cannot be trusted.
 """

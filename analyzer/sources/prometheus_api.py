@@ -47,9 +47,9 @@ from urllib3 import BaseHTTPResponse
 from urllib3.connectionpool import ConnectionPool
 from urllib3.util.retry import Retry
 
-from analyzer.sources.errors import BadResponseError, QueryError, SourceUnreachableError
 from analyzer.sources.pacing import AdaptiveLimit, run_all, submit_all
 from analyzer.sources.prometheus_config import PrometheusConfig
+from analyzer.sources.source_errors import BadResponseError, QueryError, SourceUnreachableError
 from common.errors import DataUnavailableError, GpuToolError
 from common.memory import collector_paused
 

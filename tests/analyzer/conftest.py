@@ -20,7 +20,7 @@ from harness.servers import PrometheusServer, VictoriaMetricsServer
 from simulation.fleet import Fleet, expected_findings, load_scenario, score, simulate
 from simulation.fleet.scenario import LabelStyle
 from simulation.fleet.truth import window_of
-from simulation.metrics_source import SimulatedSource
+from simulation.in_memory_source import SimulatedSource
 
 # (label, kind) → (precision, recall, tp, fp, fn); filled by the end-to-end tests.
 SCORES: dict[tuple[str, str], tuple[float, float, int, int, int]] = {}

@@ -23,10 +23,10 @@ from common.model import Finding, FindingKind, WorkloadRef
 from common.thresholds import Thresholds
 from harness.servers import PrometheusServer, VictoriaMetricsServer, backfill_blocks
 from reaper.cluster import read_snapshot
-from simulation.cluster import InMemoryCluster, fleet_objects
 from simulation.fleet import Fleet, Scenario, simulate
 from simulation.fleet.truth import window_of
-from simulation.metrics_source import SimulatedSource
+from simulation.in_memory_cluster import InMemoryCluster, fleet_objects
+from simulation.in_memory_source import SimulatedSource
 
 SCENARIO = """
 name: controller-owned

@@ -30,7 +30,7 @@ from simulation.fleet import (
 )
 from simulation.fleet.generate import synthetic_scenario
 from simulation.fleet.truth import window_of
-from simulation.metrics_source import SimulatedSource
+from simulation.in_memory_source import SimulatedSource
 
 Score = dict[FindingKind, tuple[float, float, int, int, int]]
 Scoreboard = Callable[[str, Analysis, Fleet], Score]

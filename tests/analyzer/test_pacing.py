@@ -17,10 +17,10 @@ import pytest
 import requests
 
 from analyzer.pipeline import Analysis
-from analyzer.sources.errors import QueryError
 from analyzer.sources.pacing import AdaptiveLimit
 from analyzer.sources.prometheus_api import PrometheusConfig
 from analyzer.sources.prometheus_source import PrometheusSource
+from analyzer.sources.source_errors import QueryError
 from harness.servers import VictoriaMetricsServer
 from simulation.fleet import Fleet
 

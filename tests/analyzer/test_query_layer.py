@@ -24,9 +24,9 @@ from requests.adapters import HTTPAdapter
 
 from analyzer.pipeline import analyze
 from analyzer.sources import prometheus_api
-from analyzer.sources.errors import BadResponseError, NoDataError, QueryError, SourceUnreachableError
 from analyzer.sources.prometheus_api import PrometheusClient, PrometheusConfig
 from analyzer.sources.prometheus_source import PrometheusSource
+from analyzer.sources.source_errors import BadResponseError, NoDataError, QueryError, SourceUnreachableError
 from common.errors import BadInputError
 from common.model import FindingKind, TimeWindow
 from common.thresholds import Thresholds

@@ -22,7 +22,7 @@ from harness.browser import pixels_near, screenshot
 from harness.findings import finding, report
 from simulation.fleet import Fleet
 from simulation.fleet.truth import window_of
-from simulation.metrics_source import SimulatedSource
+from simulation.in_memory_source import SimulatedSource
 
 
 @pytest.fixture(scope="module")

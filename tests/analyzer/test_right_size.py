@@ -18,7 +18,7 @@ from markupsafe import escape
 from rich.console import Console
 
 from analyzer.detection import detectors, right_size
-from analyzer.detection.gpu_profiles import MIG_GPUS, mig_gpu
+from analyzer.detection.mig_profiles import MIG_GPUS, mig_gpu
 from analyzer.detection.views import DeviceView, PodView, WorkloadView
 from analyzer.report.html import render_html
 from analyzer.report.table import render_table

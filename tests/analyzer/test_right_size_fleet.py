@@ -22,7 +22,7 @@ from common.thresholds import Thresholds
 from harness.servers import PrometheusServer, VictoriaMetricsServer, backfill_blocks
 from simulation.fleet import Fleet, Scenario, simulate
 from simulation.fleet.truth import window_of
-from simulation.metrics_source import SimulatedSource
+from simulation.in_memory_source import SimulatedSource
 
 SCENARIO = """
 name: right-size

@@ -17,12 +17,12 @@ import pytest
 from analyzer.detection import detectors
 from analyzer.pipeline import Analysis, analyze_in_detail
 from analyzer.sources import dcgm
-from analyzer.sources.errors import NoDataError, SourceUnreachableError
+from analyzer.sources.source_errors import NoDataError, SourceUnreachableError
 from common.model import FindingKind, FindingsReport
 from common.thresholds import Thresholds
 from simulation.fleet import Fleet, Scenario, Series, expected_findings, simulate
 from simulation.fleet.truth import window_of
-from simulation.metrics_source import InMemorySource, SimulatedSource
+from simulation.in_memory_source import InMemorySource, SimulatedSource
 
 
 def fleet_of(nodes: list[dict[str, Any]], workloads: list[dict[str, Any]], **extra: Any) -> Fleet:

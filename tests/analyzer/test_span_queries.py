@@ -31,7 +31,7 @@ from harness.servers import VictoriaMetricsServer, serving
 from simulation.fleet import Fleet
 from simulation.fleet.simulator import Series
 from simulation.fleet.truth import window_of
-from simulation.metrics_source import SimulatedSource
+from simulation.in_memory_source import SimulatedSource
 
 pytestmark = [pytest.mark.slow, pytest.mark.victoriametrics, pytest.mark.prometheus]
 T = Thresholds()

@@ -17,7 +17,7 @@ from cli.reaper import main
 from common.model import FindingKind, TimeWindow
 from harness.findings import NOW, finding, report
 from harness.kube_emulator import EmulatedCluster, write_kubeconfig
-from simulation.cluster import manifest
+from simulation.in_memory_cluster import manifest
 
 LONG_AGO = NOW - timedelta(days=30)
 GOOD_POLICY = """\

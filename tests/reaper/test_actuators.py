@@ -26,7 +26,7 @@ from harness.kube_emulator import EmulatedCluster, Fault
 from reaper import names
 from reaper.kinds import KINDS, WORKLOAD_KINDS
 from simulation import controllers as objects
-from simulation.cluster import manifest
+from simulation.in_memory_cluster import manifest
 
 NS = "research"
 CREATED = NOW - timedelta(days=30)

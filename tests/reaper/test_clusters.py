@@ -26,11 +26,11 @@ from reaper.plan_report import PlanView, render_plan_section
 from reaper.planner import SkipReason
 from reaper.policy import Policy, RunMode, explain
 from reaper.runner import EXIT_OK, RunSettings, run
-from simulation.cluster import InMemoryCluster, fleet_objects, manifest
 from simulation.fleet import Behaviour, Fleet, load_scenario, simulate
 from simulation.fleet.scenario import Delivery
 from simulation.fleet.truth import window_of
-from simulation.metrics_source import InMemorySource
+from simulation.in_memory_cluster import InMemoryCluster, fleet_objects, manifest
+from simulation.in_memory_source import InMemorySource
 
 LONG_AGO = NOW - timedelta(days=30)
 POLICY: dict[str, Any] = {

@@ -22,8 +22,8 @@ from reaper.kube import KubeClient
 from reaper.outcomes import Outcome
 from reaper.policy import Action, RunMode, parse_policy
 from reaper.runner import EXIT_OK, RunReport, RunSettings, run
-from simulation.cluster import fleet_objects
 from simulation.fleet import Fleet
+from simulation.in_memory_cluster import fleet_objects
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.slow]
 

@@ -17,8 +17,8 @@ from cli.reaper import main
 from harness.kube_emulator import EmulatedCluster
 from harness.servers import PrometheusServer
 from reaper import names
-from simulation.cluster import fleet_objects
 from simulation.fleet import Fleet
+from simulation.in_memory_cluster import fleet_objects
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.slow]
 

@@ -21,7 +21,7 @@ from reaper.outcomes import Outcome
 from reaper.planner import plan
 from reaper.policy import Policy, RunMode
 from reaper.runner import EXIT_ACTION_FAILED, EXIT_OK, RunReport, RunSettings, run
-from simulation.cluster import manifest
+from simulation.in_memory_cluster import manifest
 
 LONG_AGO = NOW - timedelta(days=30)
 POLICY: dict[str, Any] = {

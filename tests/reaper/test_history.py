@@ -14,7 +14,7 @@ from harness.findings import NOW, finding, report
 from reaper.cluster import read_snapshot
 from reaper.history import MAX_REPLAYS, replay, replays_needed
 from reaper.policy import Policy
-from simulation.cluster import InMemoryCluster, manifest
+from simulation.in_memory_cluster import InMemoryCluster, manifest
 
 HOUR = timedelta(hours=1)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from harness.kube_emulator import EmulatedCluster, Fault
-from reaper import errors
-from simulation.cluster import manifest
+from reaper import adapter_errors as errors
+from simulation.in_memory_cluster import manifest
 
 
 @pytest.mark.parametrize(

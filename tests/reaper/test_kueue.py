@@ -25,7 +25,7 @@ from harness.findings import NOW, finding, report
 from harness.kube_emulator import EmulatedCluster, Fault
 from reaper import names
 from simulation import controllers as objects
-from simulation.cluster import manifest
+from simulation.in_memory_cluster import manifest
 
 NS = "research"
 JOB = f"/apis/batch/v1/namespaces/{NS}/jobs/sweep"

@@ -17,14 +17,15 @@ from kubernetes.client.exceptions import ApiException
 from common.model import FindingKind, FindingsReport, WorkloadRef
 from harness.findings import NOW, finding, report
 from harness.kube_emulator import EmulatedCluster, Fault
-from reaper import errors, names
+from reaper import adapter_errors as errors
+from reaper import names
 from reaper.cluster import read_snapshot
 from reaper.executor import Executor
 from reaper.kube import KubeClient, KubeSettings
 from reaper.outcomes import Outcome
 from reaper.planner import plan
 from reaper.policy import Policy, RunMode
-from simulation.cluster import manifest
+from simulation.in_memory_cluster import manifest
 
 POLICY: dict[str, Any] = {
     "safety": {"consecutiveRuns": 1},

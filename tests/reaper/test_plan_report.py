@@ -22,8 +22,8 @@ from reaper.executor import Executor
 from reaper.plan_report import PlanView, render_plan_section
 from reaper.planner import plan
 from reaper.policy import Policy, RunMode
-from simulation.cluster import InMemoryCluster, fleet_objects, manifest
 from simulation.fleet import Fleet
+from simulation.in_memory_cluster import InMemoryCluster, fleet_objects, manifest
 
 DRY_RUN_BLUE = "#1565c0"
 POLICY = """\

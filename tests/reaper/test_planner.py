@@ -41,7 +41,7 @@ from reaper.planner import (
 from reaper.policy import Action, Policy
 from reaper.state import Confirmation, ReaperState
 from simulation import controllers
-from simulation.cluster import manifest
+from simulation.in_memory_cluster import manifest
 
 IDLE = FindingKind.IDLE_ENDPOINT
 LOW = FindingKind.LOW_UTILIZATION

@@ -34,7 +34,7 @@ from harness.kube_fixtures import emulated_cluster
 from harness.rbac import NAMED_VERBS, READ_VERBS, Access, Grant, access_of, grants
 from reaper.kinds import WORKLOAD_KINDS
 from simulation import controllers
-from simulation.cluster import manifest
+from simulation.in_memory_cluster import manifest
 
 LONG_AGO = NOW - timedelta(days=30)
 # One workload under each root kind the reaper stops or reports, by the (kind, name) holding the GPUs.

@@ -21,7 +21,7 @@ from reaper.executor import Executor, Outcome
 from reaper.messages import build_messages, preview
 from reaper.planner import plan
 from reaper.policy import Action, Policy, RunMode
-from simulation.cluster import InMemoryCluster, manifest
+from simulation.in_memory_cluster import InMemoryCluster, manifest
 
 SIZED = RightSizing(
     share="mig",

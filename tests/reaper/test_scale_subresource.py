@@ -30,7 +30,7 @@ from harness.rbac import Access, Grant, access_of, grants
 from reaper import names
 from reaper.kinds import WORKLOAD_KINDS
 from simulation import controllers as objects
-from simulation.cluster import manifest
+from simulation.in_memory_cluster import manifest
 
 NS = "research"
 CREATED = NOW - timedelta(days=30)

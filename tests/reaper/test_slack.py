@@ -15,8 +15,8 @@ from werkzeug import Request, Response
 from common.errors import BadInputError
 from common.model import FindingKind
 from harness.findings import NOW, finding, report
+from reaper.adapter_errors import SlackError
 from reaper.cluster import read_snapshot
-from reaper.errors import SlackError
 from reaper.executor import Executor
 from reaper.messages import Message, build_messages, preview
 from reaper.outcomes import ActionResult, Outcome
@@ -24,7 +24,7 @@ from reaper.planner import Plan, plan
 from reaper.policy import Policy, RunMode
 from reaper.runner import EXIT_OK, RunSettings, run
 from reaper.slack import SlackCredentials, SlackNotifier, load_credentials
-from simulation.cluster import InMemoryCluster, manifest
+from simulation.in_memory_cluster import InMemoryCluster, manifest
 
 TOKEN = "xoxb-0000-secret-token"
 LONG_AGO = NOW - timedelta(days=30)

@@ -10,9 +10,9 @@ import pytest
 from harness.findings import NOW
 from reaper.cluster import read_snapshot
 from simulation import controllers
-from simulation.cluster import InMemoryCluster, fleet_objects
 from simulation.fleet import load_scenario, simulate
 from simulation.fleet.scenario import ScenarioError
+from simulation.in_memory_cluster import InMemoryCluster, fleet_objects
 
 
 def test_the_demo_scenario_is_the_standard_fleet_plus_controller_owned_workloads() -> None:

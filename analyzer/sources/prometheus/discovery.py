@@ -14,13 +14,13 @@ from math import isfinite
 
 from analyzer.sources import dcgm, promql, rollups
 from analyzer.sources.dcgm import Capabilities
-from analyzer.sources.errors import NoDataError
 from analyzer.sources.fleet_queries import FleetQueries
 from analyzer.sources.pacing import run_all
 from analyzer.sources.prometheus import log
 from analyzer.sources.prometheus.batch import Batch
 from analyzer.sources.prometheus_api import PrometheusClient
 from analyzer.sources.rollups import Cover
+from analyzer.sources.source_errors import NoDataError
 from common.errors import DataUnavailableError
 from common.model import TimeWindow
 from common.thresholds import Thresholds

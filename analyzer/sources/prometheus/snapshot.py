@@ -29,7 +29,6 @@ from analyzer.sources.aggregates import (
     with_sharers,
 )
 from analyzer.sources.dcgm import Capabilities
-from analyzer.sources.errors import NoDataError
 from analyzer.sources.fleet_queries import SERIES, SUM, FleetQueries, fleet_parts
 from analyzer.sources.prometheus import kubernetes, log
 from analyzer.sources.prometheus.batch import Batch, KeyMemo, Query, added, quantile_names, value_of
@@ -37,6 +36,7 @@ from analyzer.sources.prometheus.discovery import rollup_covers
 from analyzer.sources.prometheus.union import Counts, union_numbers
 from analyzer.sources.prometheus_api import PrometheusClient, VectorSample
 from analyzer.sources.rollups import RolledUpQueries
+from analyzer.sources.source_errors import NoDataError
 from common.model import TimeWindow
 from common.thresholds import Thresholds
 

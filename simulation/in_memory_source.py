@@ -40,7 +40,7 @@ from analyzer.sources.aggregates import (
     with_sharers,
 )
 from analyzer.sources.dcgm import Capabilities
-from analyzer.sources.errors import NoDataError
+from analyzer.sources.source_errors import NoDataError
 from common.model import TimeWindow
 from common.thresholds import Thresholds
 from simulation.fleet import Fleet, Series

@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from reaper import names, selectors
-from reaper.errors import ConflictError, NotFoundError
+from reaper.adapter_errors import ConflictError, NotFoundError
 from reaper.kinds import KINDS, object_kind
 from simulation import controllers
 from simulation.fleet import Fleet
