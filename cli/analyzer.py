@@ -3,6 +3,10 @@
 Exit codes: 0 done, 2 bad input, 3 data source unavailable (never an "all fine" report instead).
 Options shared with the other commands (logging, Prometheus, ``--end``, ``--namespace``) come from
 ``cli.conventions``; credentials come from files or the environment, never from the command line.
+
+Only what argument parsing needs is imported at the top; the analysis, its model and its outputs are
+imported by the functions that run them, so ``--help`` and ``--version`` start quickly and each
+``--format`` loads only its own renderer (docs/architecture.md, "Start-up time").
 """
 
 from __future__ import annotations
@@ -13,17 +17,16 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from rich.console import Console
-from rich.markup import escape
-
-from analyzer.sources.metrics_source import MetricsSource
 from cli import conventions, prometheus_options
 from common.errors import BadInputError, DataUnavailableError, ExitCode
-from common.memory import limit_malloc_arenas
-from common.model import FindingsReport, TimeWindow
-from common.thresholds import Pricing, Thresholds, load_pricing, load_thresholds
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from analyzer.sources.metrics_source import MetricsSource
+    from common.model import FindingsReport, TimeWindow
 
 PROG = "gpu-analyzer"
 
@@ -87,6 +90,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = conventions.parse(build_parser(), argv, _check)
     if isinstance(args, int):
         return args
+    from rich.console import Console
+
+    from common.memory import limit_malloc_arenas
+
     limit_malloc_arenas()  # before the query threads start: see common.memory
     err = Console(stderr=True, soft_wrap=True)  # messages stay one line each in logs
     with conventions.logging_for(args):
@@ -110,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _source_and_window(args: argparse.Namespace) -> tuple[MetricsSource, TimeWindow, datetime]:
     if args.simulate is not None:
         from simulation.fleet import ScenarioError, load_scenario, simulate
-        from simulation.metrics_source import SimulatedSource
+        from simulation.in_memory_source import SimulatedSource
 
         try:
             fleet = simulate(load_scenario(args.simulate))
@@ -130,6 +137,8 @@ def _source_and_window(args: argparse.Namespace) -> tuple[MetricsSource, TimeWin
 
 
 def _window(end: datetime, length: timedelta) -> TimeWindow:
+    from common.model import TimeWindow
+
     if length < timedelta(minutes=10):
         raise BadInputError(f"--window {length} is too short to judge anything (10m at least)")
     return TimeWindow.ending(end, length)
@@ -146,7 +155,8 @@ def _progress(console: Console) -> Iterator[Callable[[str], None]]:
 
 
 def _analyze(args: argparse.Namespace, err: Console) -> int:
-    from analyzer.pipeline import analyze, analyze_in_detail, offender_series
+    from analyzer.pipeline import analyze, analyze_in_detail
+    from common.thresholds import Pricing, Thresholds, load_pricing, load_thresholds
 
     thresholds = load_thresholds(args.policy) if args.policy is not None else Thresholds()
     currency = load_pricing(args.policy).currency if args.policy is not None else Pricing().currency
@@ -166,6 +176,8 @@ def _analyze(args: argparse.Namespace, err: Console) -> int:
             )
         _write_findings(args, report, currency)
         return _wrote(args, err)
+    from analyzer.report.offenders import offender_series  # the HTML report's plots only
+
     with _progress(err) as progress:
         analysis = analyze_in_detail(
             source, window, thresholds, now=now, progress=progress, namespaces=namespaces, clusters=clusters
@@ -192,6 +204,8 @@ def _write_findings(args: argparse.Namespace, report: FindingsReport, currency: 
     if args.format == "json":
         _write(args.output, lambda out: out.write(report.to_json() + "\n"))
         return
+    from rich.console import Console
+
     from analyzer.report.table import render_table
 
     def table(out: TextIO) -> None:
@@ -202,6 +216,8 @@ def _write_findings(args: argparse.Namespace, report: FindingsReport, currency: 
 
 
 def _wrote(args: argparse.Namespace, err: Console) -> int:
+    from rich.markup import escape
+
     if args.output is not None:
         err.print(f"{PROG}: wrote {args.format} report to {escape(str(args.output))}", highlight=False)
     return ExitCode.OK

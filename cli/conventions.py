@@ -19,13 +19,11 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 from common import logs
 from common.errors import BadInputError, DataUnavailableError, ExitCode, GpuToolError
-from common.timeutil import parse_duration, parse_time
 
 log = logging.getLogger("cli")
 
@@ -35,6 +33,10 @@ _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 
 
 def tool_version() -> str:
+    # Imported here: only --version reads it, and importlib.metadata alone takes about as long to
+    # import as the rest of argument parsing (docs/architecture.md, "Start-up time").
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version("kube-gpu-reaper")
     except PackageNotFoundError:  # running from a source tree that was never installed
@@ -42,6 +44,24 @@ def tool_version() -> str:
 
 
 # --- parsers ---------------------------------------------------------------------------------------
+
+
+class _VersionAction(argparse._VersionAction):
+    """argparse's ``--version``, the version looked up only when the flag is given (``tool_version``)."""
+
+    def __init__(self, option_strings: Sequence[str], tool: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, **kwargs)
+        self.tool = tool
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        self.version = f"{self.tool} {tool_version()}"
+        super().__call__(parser, namespace, values, option_string)
 
 
 def _logging_options(default: str | None) -> argparse.ArgumentParser:
@@ -66,7 +86,7 @@ def new_parser(prog: str, description: str, default_log_level: str) -> argparse.
     parser = argparse.ArgumentParser(
         prog=prog, description=description, parents=[_logging_options(default_log_level)]
     )
-    parser.add_argument("--version", action="version", version=f"{prog} {tool_version()}")
+    parser.add_argument("--version", action=_VersionAction, tool=prog)
     parser.set_defaults(_parser=parser, _log_default=default_log_level)
     return parser
 
@@ -81,7 +101,7 @@ def add_command(
     # After the command too (`gpu-reaper run --version`), as the logging options are: the version
     # is the tool's, named as the tool.
     tool = parser.prog.split()[0]
-    parser.add_argument("--version", action="version", version=f"{tool} {tool_version()}")
+    parser.add_argument("--version", action=_VersionAction, tool=tool)
     parser.set_defaults(_parser=parser)
     return parser
 
@@ -177,9 +197,13 @@ def logging_for(args: argparse.Namespace) -> Iterator[None]:
 
 
 # --- values ----------------------------------------------------------------------------------------
+# common.timeutil is imported where a value is converted, not at the top: it imports pydantic (for its
+# AwareDatetime), which the parser itself does not need (docs/architecture.md, "Start-up time").
 
 
 def duration_arg(text: str) -> timedelta:
+    from common.timeutil import parse_duration
+
     try:
         return parse_duration(text)
     except ValueError as e:
@@ -199,6 +223,8 @@ def timeout_arg(text: str) -> timedelta:
 
 def past_time_arg(text: str) -> datetime:
     """RFC 3339 or unix seconds, not after now: there is no data from the future to judge."""
+    from common.timeutil import parse_time
+
     try:
         at = parse_time(text)
     except ValueError as e:

@@ -1,4 +1,8 @@
-"""``gpu-exporter``: the command-line entry point."""
+"""``gpu-exporter``: the command-line entry point.
+
+The exporter itself (NVML, the collection cycle, the HTTP server) is imported by ``build_exporter``,
+not at the top: ``--help`` and ``--version`` need only the parser (docs/architecture.md, "Start-up time").
+"""
 
 from __future__ import annotations
 
@@ -11,14 +15,16 @@ import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from cli import conventions
-from exporter.app import Exporter
 from exporter.config import ConfigError, ExporterConfig, parse_duration, parse_listen
-from exporter.nvml import Nvml
 from exporter.podresources import DEFAULT_SOCKET
 from exporter.pods import DEFAULT_POD_LOG_DIR
-from simulation.gpu_scenarios import SCENARIOS, build_scenario
+from simulation.gpu_scenarios import SCENARIOS
+
+if TYPE_CHECKING:
+    from exporter.app import Exporter
 
 log = logging.getLogger("exporter")
 
@@ -96,6 +102,10 @@ def _config(args: argparse.Namespace, env: Mapping[str, str]) -> ExporterConfig:
 
 def build_exporter(config: ExporterConfig) -> Exporter:
     """The exporter for ``config``: over the real NVML, or over a scripted fake with ``--simulate``."""
+    from exporter.app import Exporter
+    from exporter.nvml import Nvml
+    from simulation.gpu_scenarios import build_scenario
+
     if config.simulate:
         return Exporter(config, Nvml(build_scenario(config.simulate, interval_s=config.interval_s)))
     return Exporter(config)

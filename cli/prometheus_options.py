@@ -11,18 +11,18 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from analyzer.sources.prometheus_config import PrometheusConfig
 from cli import conventions
 from common.errors import BadInputError
 
+if TYPE_CHECKING:
+    from analyzer.sources.prometheus_config import PrometheusConfig
 
-@dataclass(frozen=True)
-class _Option:
+
+class _Option(NamedTuple):  # not a dataclass: parsing needs no dataclasses module (nor its inspect)
     flag: str
     dest: str
     help: str
@@ -210,6 +210,8 @@ def from_environment(args: argparse.Namespace, env: Mapping[str, str] | None = N
 
 def prometheus_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> PrometheusConfig:
     """The one Prometheus config, from the parsed options (flags, then environment) and the secrets."""
+    from analyzer.sources.prometheus_config import PrometheusConfig  # a run's, not the parser's
+
     return PrometheusConfig.from_options(
         args.prometheus_url,
         token_file=args.prometheus_token_file,

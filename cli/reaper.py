@@ -2,6 +2,10 @@
 
 Exit codes: 0 ok, 1 some action failed, 2 bad input, 3 data source unavailable. Options shared with
 the other commands (logging, Prometheus, ``--end``, ``--namespace``) come from ``cli.conventions``.
+
+Only what argument parsing needs is imported at the top; each command imports the reaper's modules
+(the Kubernetes and Slack clients, the policy models) when it runs, so ``--help`` and ``--version``
+start quickly (docs/architecture.md, "Start-up time").
 """
 
 from __future__ import annotations
@@ -11,32 +15,20 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, NamedTuple, TextIO
 
 from cli import conventions, prometheus_options
 from common.errors import BadInputError, DataUnavailableError, ExitCode, GpuToolError
-from common.memory import limit_malloc_arenas
-from reaper import names
-from reaper.errors import KubeError, LeaseHeldError, PushgatewayError
-from reaper.executor import Executor, Outcome
-from reaper.kube import KubeClient, KubeSettings
-from reaper.metrics import exposition, registry_for
-from reaper.policy import Policy, RunMode, explain, json_schema, load_policy
-from reaper.pushgateway import push
-from reaper.runner import (
-    EXIT_ACTION_FAILED,
-    EXIT_OK,
-    RunReport,
-    RunSettings,
-    run,
-)
-from reaper.slack import SlackCredentials, SlackNotifier, load_credentials
 
 if TYPE_CHECKING:
     from analyzer.sources.metrics_source import MetricsSource
+    from reaper.executor import Executor
+    from reaper.kube import KubeClient, KubeSettings
+    from reaper.policy import Policy
+    from reaper.runner import RunReport, RunSettings
+    from reaper.slack import SlackCredentials
 
 log = logging.getLogger("cli.reaper")
 
@@ -182,6 +174,8 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None) -> int
     args = conventions.parse(_build_parser(), argv, _check)
     if isinstance(args, int):
         return args
+    from common.memory import limit_malloc_arenas
+
     limit_malloc_arenas()  # before the query threads start: see common.memory
     if (
         args.command == "demo"
@@ -207,6 +201,8 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None) -> int
 
 
 def _reaper_namespace(args: argparse.Namespace, policy: Policy | None) -> str:
+    from reaper import names
+
     if args.reaper_namespace:
         return str(args.reaper_namespace)
     if os.environ.get(NAMESPACE_ENV):
@@ -240,13 +236,16 @@ def _cluster(args: argparse.Namespace, policy: Policy) -> str | None:
     return str(cluster)
 
 
-@dataclass(frozen=True)
-class _RunInputs:
+class _RunInputs(NamedTuple):  # not a dataclass: see cli.prometheus_options._Option
     settings: RunSettings
     kube: KubeSettings
 
 
 def _run_inputs(args: argparse.Namespace) -> _RunInputs:
+    from reaper.kube import KubeSettings
+    from reaper.policy import RunMode, load_policy
+    from reaper.runner import RunSettings
+
     policy = load_policy(args.policy)
     if args.window:
         policy = policy.model_copy(update={"window": args.window})
@@ -275,6 +274,8 @@ _STOPPED = {ExitCode.BAD_INPUT: "bad_input", ExitCode.DATA_UNAVAILABLE: "data_un
 
 def _cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     """One run; it ends with its summary line on stdout, whatever stopped it (docs/reaper.md)."""
+    from reaper.policy import RunMode
+
     mode = RunMode.APPLY if args.apply else RunMode.DRY_RUN if args.dry_run else None
     try:
         inputs = _run_inputs(args)  # policy errors end here: exit 2 before any API call
@@ -289,6 +290,9 @@ def _cmd_run(args: argparse.Namespace, out: TextIO) -> int:
 
 def _run(args: argparse.Namespace, inputs: _RunInputs, out: TextIO) -> int:
     from reaper import analysis  # the analyzer (pandas, numpy) loads only for commands that analyse
+    from reaper.kube import KubeClient
+    from reaper.runner import run
+    from reaper.slack import SlackNotifier, load_credentials
 
     settings = inputs.settings
     namespaces = tuple(args.namespaces or ())
@@ -363,6 +367,12 @@ def _write_report(
 
 
 def _finish(report: RunReport, args: argparse.Namespace, out: TextIO) -> int:
+    from reaper.adapter_errors import PushgatewayError
+    from reaper.executor import Outcome
+    from reaper.metrics import exposition, registry_for
+    from reaper.pushgateway import push
+    from reaper.runner import EXIT_OK
+
     metrics = report.metrics()
     text = exposition(metrics)
     # Thirty lines every run buried the log's news: shown on request (-v, or debug), or kept in a file.
@@ -397,6 +407,8 @@ def _finish(report: RunReport, args: argparse.Namespace, out: TextIO) -> int:
 
 def _how_it_ended(report: RunReport) -> str:
     """The run's last log line: a run that stopped never reads as one that finished."""
+    from reaper.executor import Outcome
+
     if report.lease_held:
         return "run did nothing: another run holds the lease"
     if report.failure is not None:
@@ -423,6 +435,12 @@ def _write_metrics(path: Path, text: str) -> None:
 
 
 def _cmd_restore(args: argparse.Namespace, out: TextIO) -> int:
+    from reaper.adapter_errors import KubeError, LeaseHeldError
+    from reaper.executor import Executor, Outcome
+    from reaper.kube import KubeClient, KubeSettings
+    from reaper.policy import RunMode
+    from reaper.runner import EXIT_ACTION_FAILED, EXIT_OK
+
     namespace = _reaper_namespace(args, None)
     kube_settings = KubeSettings(
         kubeconfig=args.kubeconfig, context=args.context, timeout_seconds=args.api_timeout
@@ -484,6 +502,9 @@ def _check_restore_target(client: KubeClient, executor: Executor, args: argparse
 
 def _cmd_policy(args: argparse.Namespace, out: TextIO) -> int:
     import json
+
+    from reaper.policy import explain, json_schema, load_policy
+    from reaper.runner import EXIT_OK
 
     if args.policy_command == "schema":
         print(json.dumps(json_schema(), indent=2, sort_keys=True), file=out)
