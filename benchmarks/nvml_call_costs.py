@@ -29,12 +29,12 @@ sys.path.insert(0, str(ROOT))
 
 import pynvml  # noqa: E402
 
-from exporter import __version__  # noqa: E402
 from exporter.attribution import ContainerDevices, PodView, allocations  # noqa: E402
 from exporter.cgroups import PodUidResolver  # noqa: E402
 from exporter.cycle import Cycle  # noqa: E402
 from exporter.nvml import FIELD_IDS, SLOW_FIELD_CYCLES, Nvml, NvmlUnavailable  # noqa: E402
 from exporter.snapshot import SnapshotBuilder  # noqa: E402
+from exporter.version import __version__  # noqa: E402
 
 
 class TimedBinding:

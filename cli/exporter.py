@@ -18,10 +18,15 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from cli import conventions
-from exporter.config import ConfigError, ExporterConfig, parse_duration, parse_listen
-from exporter.podresources import DEFAULT_SOCKET
-from exporter.pods import DEFAULT_POD_LOG_DIR
-from simulation.gpu_scenarios import SCENARIOS
+from exporter.config import (
+    DEFAULT_POD_LOG_DIR,
+    DEFAULT_SOCKET,
+    ConfigError,
+    ExporterConfig,
+    parse_duration,
+    parse_listen,
+)
+from simulation.gpu_scenario_names import SCENARIOS
 
 if TYPE_CHECKING:
     from exporter.app import Exporter

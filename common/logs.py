@@ -13,8 +13,6 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-from common.timeutil import rfc3339
-
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 # Every package of the project logs below one of these names.
@@ -23,10 +21,18 @@ PROJECT_LOGGERS = ("common", "exporter", "analyzer", "reaper", "simulation", "cl
 _STANDARD = frozenset(vars(logging.makeLogRecord({})).keys()) | {"message", "asctime"}
 
 
+def _rfc3339(moment: datetime) -> str:
+    # Imported when a JSON line is written: common.timeutil loads pydantic, which every command's
+    # --help would otherwise pay for (docs/architecture.md, "Start-up time").
+    from common.timeutil import rfc3339
+
+    return rfc3339(moment)
+
+
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         doc: dict[str, Any] = {
-            "time": rfc3339(datetime.fromtimestamp(record.created, tz=UTC)),
+            "time": _rfc3339(datetime.fromtimestamp(record.created, tz=UTC)),
             "level": record.levelname.lower(),
             "logger": record.name,
             "message": record.getMessage(),

@@ -5,7 +5,6 @@ from __future__ import annotations
 import gc
 import logging
 
-from exporter import __version__
 from exporter.cgroups import PodUidResolver
 from exporter.collectors import load_collectors
 from exporter.config import ExporterConfig
@@ -17,6 +16,7 @@ from exporter.nvml import SLOW_FIELD_CYCLES, Nvml
 from exporter.podresources import PodResourcesClient
 from exporter.pods import PodViewRefresher
 from exporter.snapshot import SnapshotBuilder
+from exporter.version import __version__
 from exporter.webconfig import WebConfig, load_web_config
 from exporter.xid import XidCounter, XidWatcher
 

@@ -9,6 +9,11 @@ from pathlib import Path
 
 from common.errors import BadInputError
 
+# Where the kubelet serves the PodResources API and keeps pod logs (the DaemonSet mounts both). Here,
+# not beside the gRPC client, so the command line's defaults load no gRPC.
+DEFAULT_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
+DEFAULT_POD_LOG_DIR = Path("/var/log/pods")
+
 
 class ConfigError(BadInputError):
     """An option value that cannot work; the message names the option."""

@@ -16,8 +16,8 @@ from common.errors import DataUnavailableError
 from exporter._proto import podresources_pb2 as _pb2
 from exporter._proto import podresources_pb2_grpc as _pb2_grpc
 from exporter.attribution import Assignment, ClaimDevices, ContainerDevices
+from exporter.config import DEFAULT_SOCKET
 
-DEFAULT_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 #: gRPC's 4 MiB default is too small for nodes with many pods, CPUs and devices.
 MAX_RECEIVE_BYTES = 64 * 1024 * 1024
 

@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import Protocol
 
 from exporter.attribution import EMPTY_VIEW, ClaimDevices, PodName, PodView, allocations
+from exporter.config import DEFAULT_POD_LOG_DIR
 from exporter.podresources import KubeletError, PodResourcesClient
 from exporter.repeats import RepeatedWarnings
 from exporter.worker import BackgroundThread
 
 log = logging.getLogger(__name__)
 
-DEFAULT_POD_LOG_DIR = Path("/var/log/pods")
 DEFAULT_GPU_INFO_DIR = Path("/proc/driver/nvidia/gpus")
 
 

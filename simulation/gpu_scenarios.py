@@ -20,9 +20,9 @@ from simulation.fake_nvml import (
     FakeThrottle,
 )
 from simulation.gpu_profiles import constant, sawtooth
+from simulation.gpu_scenario_names import SCENARIOS
 
 #: Scenario names accepted by ``--simulate``.
-SCENARIOS = ("idle", "busy", "sawtooth", "lost-gpu", "mig", "shared", "throttled")
 
 _BUSY = constant(97.0)
 _IDLE = constant(1.0)

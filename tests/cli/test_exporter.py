@@ -23,7 +23,7 @@ import pytest
 from cli.exporter import build_exporter, from_args, main
 from exporter.config import ConfigError, ExporterConfig, parse_listen
 from harness.servers import free_port
-from simulation.gpu_scenarios import SCENARIOS
+from simulation.gpu_scenario_names import SCENARIOS
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -16,8 +16,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 # No --help or --version needs these: the engines behind the commands and the libraries they use.
-# (pydantic itself still loads: common.logs imports common.timeutil, which defines a pydantic type.)
 ENGINES = (
+    "pydantic",
+    "grpc",
+    "google.protobuf",
+    "pynvml",
     "numpy",
     "pandas",
     "matplotlib",
