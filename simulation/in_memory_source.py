@@ -409,7 +409,9 @@ class InMemorySource:
             out[key] = DeviceSamples(key, t[order], v[order], dict(buckets.get(key, {})))
         return out
 
-    def memory_used(self, snapshot: FleetSnapshot, keys: Sequence[DeviceKey]) -> dict[DeviceKey, float]:
+    def _memory_mib(self, snapshot: FleetSnapshot, keys: Sequence[DeviceKey]) -> dict[DeviceKey, np.ndarray]:
+        """Framebuffer held per holder over the window (MiB): the GPU's own, and on shared GPUs each
+        pod's (our exporter's per-pod series, in bytes)."""
         wanted = set(keys)
         parts: dict[DeviceKey, list[np.ndarray]] = defaultdict(list)
         for metric, per_mib in ((dcgm.DEV_FB_USED, 1.0), (dcgm.POD_MEMORY_USED, 1024.0 * 1024.0)):
@@ -417,18 +419,15 @@ class InMemorySource:
                 key = self._key(s, snapshot.capabilities)
                 if key in wanted:
                     parts[key].append(v / per_mib)
-        return {k: float(np.concatenate(v).mean()) for k, v in parts.items()}
+        return {k: np.concatenate(v) for k, v in parts.items()}
+
+    def memory_used(self, snapshot: FleetSnapshot, keys: Sequence[DeviceKey]) -> dict[DeviceKey, float]:
+        return {k: float(v.mean()) for k, v in self._memory_mib(snapshot, keys).items()}
 
     def memory_peaks(
         self, snapshot: FleetSnapshot, keys: Sequence[DeviceKey], quantile: float
     ) -> dict[DeviceKey, MemoryPeak]:
         wanted = set(keys)
-        parts: dict[DeviceKey, list[np.ndarray]] = defaultdict(list)
-        for metric, per_mib in ((dcgm.DEV_FB_USED, 1.0), (dcgm.POD_MEMORY_USED, 1024.0 * 1024.0)):
-            for s, _, v in self._in_window(metric, snapshot.window):
-                key = self._key(s, snapshot.capabilities)
-                if key in wanted:
-                    parts[key].append(v / per_mib)
         capacity: dict[str, float] = {}  # by UUID: used + free at the last sample of each
         last: dict[tuple[str, str], float] = {}
         uuids = {k.uuid for k in wanted}
@@ -441,8 +440,8 @@ class InMemorySource:
             if (uuid, dcgm.DEV_FB_USED) in last and (uuid, dcgm.DEV_FB_FREE) in last:
                 capacity[uuid] = last[(uuid, dcgm.DEV_FB_USED)] + last[(uuid, dcgm.DEV_FB_FREE)]
         return {
-            k: MemoryPeak(float(np.quantile(np.concatenate(v), quantile)), capacity.get(k.uuid))
-            for k, v in parts.items()
+            k: MemoryPeak(float(np.quantile(v, quantile)), capacity.get(k.uuid))
+            for k, v in self._memory_mib(snapshot, keys).items()
         }
 
     def instant_value(self, promql: str, at: datetime) -> float | None:

@@ -23,6 +23,7 @@ import math
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 from analyzer.detection.mig import gpu_share
 from analyzer.detection.mig_profiles import MigGpu, mig_gpu, named_memory_mib, profile_named
@@ -163,21 +164,19 @@ def _mig(
             f"{where}no smaller MIG profile of the {gpu.family} holds its framebuffer peak "
             f"{need.peak_mib:,.0f} MiB plus {settings.memory_headroom:.0%} and its activity",
         )
-    saved_hours, equivalents, cost = _saving(view, shares, share, t)
-    return base.model_copy(
-        update={
-            "share": "mig",
-            "profile": chosen.name,
-            "resource": chosen.resource,
-            "share_of_gpu": round(share, 4),
-            "gpu_equivalents_saved": equivalents,
-            "saved_gpu_hours": saved_hours,
-            "saved_cost": cost,
-            "reason": f"{chosen.name} ({chosen.slices}/{gpu.slices} of the compute, "
-            f"{chosen.memory_mib:,.0f} MiB) is the smallest {gpu.family} profile holding "
-            f"{need.memory_mib:,.0f} MiB and {need.compute:.1%} of the GPU's compute at "
-            f"≤ {settings.compute_ceiling_percent:g} % of the slice",
-        }
+    return _recommended(
+        base,
+        view,
+        shares,
+        t,
+        share_kind="mig",
+        profile=chosen.name,
+        resource=chosen.resource,
+        share=share,
+        reason=f"{chosen.name} ({chosen.slices}/{gpu.slices} of the compute, "
+        f"{chosen.memory_mib:,.0f} MiB) is the smallest {gpu.family} profile holding "
+        f"{need.memory_mib:,.0f} MiB and {need.compute:.1%} of the GPU's compute at "
+        f"≤ {settings.compute_ceiling_percent:g} % of the slice",
     )
 
 
@@ -198,11 +197,8 @@ def _time_sliced(
             "its model name): a time-sliced share cannot be sized",
         )
     fraction = max(need.memory_mib / memory, need.compute / (settings.compute_ceiling_percent / 100.0))
-    replicas = (
-        min(settings.max_time_slice_replicas, math.floor(1.0 / fraction + _EPSILON)) if fraction > 0 else 0
-    )
-    if fraction <= 0:
-        replicas = settings.max_time_slice_replicas
+    most = settings.max_time_slice_replicas
+    replicas = most if fraction <= 0 else min(most, math.floor(1.0 / fraction + _EPSILON))
     share = 1.0 / replicas if replicas >= 2 else 1.0
     if replicas < 2 or share >= max(shares.values()) - _EPSILON:
         return _none(
@@ -210,20 +206,44 @@ def _time_sliced(
             f"{why}, and it needs {fraction:.0%} of a GPU ({need.memory_mib:,.0f} MiB of "
             f"{memory:,.0f}, {need.compute:.1%} of its compute): no smaller time-sliced share",
         )
+    return _recommended(
+        base.model_copy(update={"replaces": "nvidia.com/gpu"}),
+        view,
+        shares,
+        t,
+        share_kind="time_slice",
+        profile=f"1/{replicas}",
+        resource=TIME_SLICED_RESOURCE,
+        share=share,
+        reason=f"{why}; it needs {fraction:.0%} of a GPU ({need.memory_mib:,.0f} MiB of {memory:,.0f}, "
+        f"{need.compute:.1%} of its compute), so {replicas} such pods fit one time-sliced GPU — which "
+        "isolates neither memory nor faults",
+    )
+
+
+def _recommended(
+    base: RightSizing,
+    view: WorkloadView,
+    shares: Mapping[DeviceKey, float],
+    t: Thresholds,
+    *,
+    share_kind: Literal["mig", "time_slice"],
+    profile: str,
+    resource: str,
+    share: float,
+    reason: str,
+) -> RightSizing:
     saved_hours, equivalents, cost = _saving(view, shares, share, t)
     return base.model_copy(
         update={
-            "share": "time_slice",
-            "profile": f"1/{replicas}",
-            "resource": TIME_SLICED_RESOURCE,
-            "replaces": "nvidia.com/gpu",
+            "share": share_kind,
+            "profile": profile,
+            "resource": resource,
             "share_of_gpu": round(share, 4),
             "gpu_equivalents_saved": equivalents,
             "saved_gpu_hours": saved_hours,
             "saved_cost": cost,
-            "reason": f"{why}; it needs {fraction:.0%} of a GPU "
-            f"({need.memory_mib:,.0f} MiB of {memory:,.0f}, {need.compute:.1%} of its compute), so "
-            f"{replicas} such pods fit one time-sliced GPU — which isolates neither memory nor faults",
+            "reason": reason,
         }
     )
 

@@ -15,18 +15,12 @@ import pytest
 import yaml
 
 from analyzer.detection.controllers import owner_above
-from analyzer.pipeline import analyze_in_detail
 from analyzer.sources.aggregates import PodRecord
-from analyzer.sources.prometheus_api import PrometheusConfig
-from analyzer.sources.prometheus_source import PrometheusSource
 from common.model import Finding, FindingKind, WorkloadRef
-from common.thresholds import Thresholds
-from harness.servers import PrometheusServer, VictoriaMetricsServer, backfill_blocks
+from harness.analyses import TSDBS, report_on
 from reaper.cluster import read_snapshot
 from simulation.fleet import Fleet, Scenario, simulate
-from simulation.fleet.truth import window_of
 from simulation.in_memory_cluster import InMemoryCluster, fleet_objects
-from simulation.in_memory_source import SimulatedSource
 
 SCENARIO = """
 name: controller-owned
@@ -60,28 +54,7 @@ def fleet() -> Fleet:
 
 
 def _analyze(fleet: Fleet, tsdb: str, tmp_path: Path) -> dict[str, Finding]:
-    window = window_of(fleet)
-    if tsdb == "in-memory":
-        report = analyze_in_detail(SimulatedSource(fleet), window, Thresholds(), now=window.end).report
-    else:
-        server: PrometheusServer | VictoriaMetricsServer
-        if tsdb == "prometheus":
-            server = PrometheusServer(tmp_path / "tsdb", blocks=backfill_blocks(fleet.series, tmp_path / "b"))
-        else:
-            server = VictoriaMetricsServer(tmp_path / "tsdb")
-        with server:
-            if isinstance(server, VictoriaMetricsServer):
-                server.import_json_lines(fleet.series)
-            source = PrometheusSource(PrometheusConfig(server.url))
-            report = analyze_in_detail(source, window, Thresholds(), now=window.end).report
-    return {f.workload.key(): f for f in report.findings}
-
-
-TSDBS = [
-    pytest.param("in-memory"),
-    pytest.param("prometheus", marks=pytest.mark.prometheus),
-    pytest.param("victoriametrics", marks=pytest.mark.victoriametrics),
-]
+    return {f.workload.key(): f for f in report_on(fleet, tsdb, tmp_path).findings}
 
 
 @pytest.mark.parametrize("tsdb", TSDBS)

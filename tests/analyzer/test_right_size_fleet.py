@@ -13,16 +13,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from analyzer.pipeline import analyze_in_detail
-from analyzer.sources.prometheus_api import PrometheusConfig
-from analyzer.sources.prometheus_source import PrometheusSource
 from common.evidence import LowUtilizationEvidence, RightSizing
 from common.model import FindingKind
 from common.thresholds import Thresholds
-from harness.servers import PrometheusServer, VictoriaMetricsServer, backfill_blocks
+from harness.analyses import TSDBS, report_on
 from simulation.fleet import Fleet, Scenario, simulate
-from simulation.fleet.truth import window_of
-from simulation.in_memory_source import SimulatedSource
 
 SCENARIO = """
 name: right-size
@@ -42,11 +37,6 @@ workloads:
   - {namespace: batch, name: nightly, kind: Job, behaviour: low_utilization, memory_fraction: 0.1,
      node: h100-a}
 """
-TSDBS = [
-    pytest.param("in-memory"),
-    pytest.param("prometheus", marks=pytest.mark.prometheus),
-    pytest.param("victoriametrics", marks=pytest.mark.victoriametrics),
-]
 
 
 @pytest.fixture(scope="module")
@@ -55,21 +45,7 @@ def fleet() -> Fleet:
 
 
 def _sizes(fleet: Fleet, tsdb: str, tmp_path: Path) -> dict[str, RightSizing | None]:
-    window = window_of(fleet)
-    t = Thresholds(price_per_gpu_hour=2.5)
-    if tsdb == "in-memory":
-        report = analyze_in_detail(SimulatedSource(fleet), window, t, now=window.end).report
-    else:
-        server: PrometheusServer | VictoriaMetricsServer
-        if tsdb == "prometheus":
-            server = PrometheusServer(tmp_path / "tsdb", blocks=backfill_blocks(fleet.series, tmp_path / "b"))
-        else:
-            server = VictoriaMetricsServer(tmp_path / "tsdb")
-        with server:
-            if isinstance(server, VictoriaMetricsServer):
-                server.import_json_lines(fleet.series)
-            source = PrometheusSource(PrometheusConfig(server.url))
-            report = analyze_in_detail(source, window, t, now=window.end).report
+    report = report_on(fleet, tsdb, tmp_path, Thresholds(price_per_gpu_hour=2.5))
     out: dict[str, RightSizing | None] = {}
     for f in report.findings:
         assert f.kind is FindingKind.LOW_UTILIZATION, f.workload.key()
