@@ -1,1 +1,60 @@
-"""Analyzer: reads DCGM series from Prometheus and turns them into findings about GPU waste."""
+"""Analyzer: reads DCGM series from Prometheus and turns them into findings about GPU waste.
+
+The package's public surface, what the reaper (through ``reaper.analysis``) and the command line
+use; everything else is the analyzer's own. Each name is imported from its module when first asked
+for (PEP 562's module ``__getattr__``), so that importing one analyzer module — or starting a
+command for ``--help`` — does not load them all (docs/architecture.md, "Start-up time").
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+# name → the module that defines it
+_SURFACE = {
+    "Analysis": "analyzer.analysis",
+    "CLUSTER_LABEL": "analyzer.sources.dcgm",
+    "MetricsSource": "analyzer.sources.metrics_source",
+    "PrometheusConfig": "analyzer.sources.prometheus_config",
+    "PrometheusSource": "analyzer.sources.prometheus.source",
+    "analyze": "analyzer.pipeline",
+    "analyze_in_detail": "analyzer.pipeline",
+    "offender_series": "analyzer.report.offenders",
+    "render_html": "analyzer.report.html",
+    "render_table": "analyzer.report.table",
+    "scope_report": "analyzer.scope",
+}
+
+__all__ = [
+    "CLUSTER_LABEL",
+    "Analysis",
+    "MetricsSource",
+    "PrometheusConfig",
+    "PrometheusSource",
+    "analyze",
+    "analyze_in_detail",
+    "offender_series",
+    "render_html",
+    "render_table",
+    "scope_report",
+]
+
+if TYPE_CHECKING:  # what type checkers and editors see
+    from analyzer.analysis import Analysis
+    from analyzer.pipeline import analyze, analyze_in_detail
+    from analyzer.report.html import render_html
+    from analyzer.report.offenders import offender_series
+    from analyzer.report.table import render_table
+    from analyzer.scope import scope_report
+    from analyzer.sources.dcgm import CLUSTER_LABEL
+    from analyzer.sources.metrics_source import MetricsSource
+    from analyzer.sources.prometheus.source import PrometheusSource
+    from analyzer.sources.prometheus_config import PrometheusConfig
+
+
+def __getattr__(name: str) -> object:
+    module = _SURFACE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'analyzer' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

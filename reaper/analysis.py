@@ -14,11 +14,7 @@ from pathlib import Path
 
 from markupsafe import Markup
 
-from analyzer.pipeline import analyze
-from analyzer.scope import scope_report
-from analyzer.sources.dcgm import CLUSTER_LABEL
-from analyzer.sources.metrics_source import MetricsSource
-from analyzer.sources.prometheus_config import PrometheusConfig
+from analyzer import CLUSTER_LABEL, MetricsSource, PrometheusConfig, analyze, scope_report
 from common.errors import BadInputError
 from common.model import FindingsReport, InvalidFindingsError, TimeWindow
 from common.thresholds import Thresholds
@@ -47,7 +43,7 @@ def prometheus_source(
     carries the label's value. A source whose series name no cluster (the cluster's own Prometheus)
     is analysed whole; one that holds others but not this one is refused by the analyzer (bad input,
     naming the clusters it holds)."""
-    from analyzer.sources.prometheus_source import PrometheusSource
+    from analyzer import PrometheusSource
 
     def run(window: TimeWindow, thresholds: Thresholds) -> FindingsReport:
         source = PrometheusSource(config, util_scale=util_scale, cluster_label=cluster_label)
@@ -110,7 +106,7 @@ def prometheus_metrics(
     config: PrometheusConfig, util_scale: str = "auto", cluster_label: str = CLUSTER_LABEL
 ) -> MetricsSource:
     """Prometheus as a metrics source, for the report's plots of a ``gpu-reaper run``."""
-    from analyzer.sources.prometheus_source import PrometheusSource
+    from analyzer import PrometheusSource
 
     return PrometheusSource(config, util_scale=util_scale, cluster_label=cluster_label)
 
@@ -131,9 +127,7 @@ def write_html_report(
     runs again, in detail, of the run's ``cluster`` alone); without one (a findings file) it has the
     findings alone.
     """
-    from analyzer.pipeline import analyze_in_detail
-    from analyzer.report.html import render_html
-    from analyzer.report.offenders import offender_series
+    from analyzer import analyze_in_detail, offender_series, render_html
 
     if source is not None:
         clusters = _only(cluster, source, found.window, thresholds)
