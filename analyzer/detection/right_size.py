@@ -159,10 +159,11 @@ def _mig(
     share = gpu.share(chosen)
     if share >= current - _EPSILON:
         where = f"already on {now_on.name}, " if now_on is not None else ""
+        whole = f" (only {chosen.name}, the whole GPU, does)" if chosen.slices == gpu.slices else ""
         return _none(
             base,
             f"{where}no smaller MIG profile of the {gpu.family} holds its framebuffer peak "
-            f"{need.peak_mib:,.0f} MiB plus {settings.memory_headroom:.0%} and its activity",
+            f"{need.peak_mib:,.0f} MiB plus {settings.memory_headroom:.0%} and its activity{whole}",
         )
     return _recommended(
         base,
