@@ -66,8 +66,6 @@ class _Need:
     peak_mib: float
     memory_mib: float  # peak × (1 + headroom)
     compute: float  # the activity quantile, as a fraction of a whole GPU
-    compute_percent: float
-    compute_level: float
 
 
 def right_size(
@@ -100,8 +98,6 @@ def right_size(
         memory_mib=peak * (1.0 + settings.memory_headroom),
         # A MIG instance's activity is of the instance: of the whole GPU it is that times its share.
         compute=high.percent / 100.0 * max(shares.values()),
-        compute_percent=high.percent,
-        compute_level=high.level,
     )
     model = Counter(d.info.model for d in devices if d.info.model).most_common(1)
     model_name = model[0][0] if model else None
