@@ -368,8 +368,8 @@ def _write_report(
 
 def _finish(report: RunReport, args: argparse.Namespace, out: TextIO) -> int:
     from reaper.adapter_errors import PushgatewayError
-    from reaper.executor import Outcome
     from reaper.metrics import exposition, registry_for
+    from reaper.outcomes import Outcome
     from reaper.pushgateway import push
     from reaper.runner import EXIT_OK
 
@@ -407,7 +407,7 @@ def _finish(report: RunReport, args: argparse.Namespace, out: TextIO) -> int:
 
 def _how_it_ended(report: RunReport) -> str:
     """The run's last log line: a run that stopped never reads as one that finished."""
-    from reaper.executor import Outcome
+    from reaper.outcomes import Outcome
 
     if report.lease_held:
         return "run did nothing: another run holds the lease"
@@ -436,8 +436,9 @@ def _write_metrics(path: Path, text: str) -> None:
 
 def _cmd_restore(args: argparse.Namespace, out: TextIO) -> int:
     from reaper.adapter_errors import KubeError, LeaseHeldError
-    from reaper.executor import Executor, Outcome
+    from reaper.executor import Executor
     from reaper.kube import KubeClient, KubeSettings
+    from reaper.outcomes import Outcome
     from reaper.policy import RunMode
     from reaper.runner import EXIT_ACTION_FAILED, EXIT_OK
 

@@ -32,8 +32,7 @@ from reaper.state_store import StateStore
 from reaper.stop import Stopper
 from reaper.write_gate import WriteGate
 
-# Outcome too: cli.reaper imports it from here.
-__all__ = ["Executor", "Outcome"]
+__all__ = ["Executor"]
 
 log = logging.getLogger(__name__)
 

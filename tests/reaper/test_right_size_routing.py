@@ -17,8 +17,9 @@ from common.evidence import RightSizing
 from common.model import FindingKind
 from harness.findings import NOW, finding, report
 from reaper.cluster import read_snapshot
-from reaper.executor import Executor, Outcome
+from reaper.executor import Executor
 from reaper.messages import build_messages, preview
+from reaper.outcomes import Outcome
 from reaper.planner import plan
 from reaper.policy import Action, Policy, RunMode
 from simulation.in_memory_cluster import InMemoryCluster, manifest
