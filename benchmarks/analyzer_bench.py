@@ -57,7 +57,6 @@ import sys
 import tempfile
 import threading
 import time
-from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
@@ -73,6 +72,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # and this directory (bench_fleet).
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
 
+import strong_baseline  # noqa: E402
 from bench_fleet import (  # noqa: E402
     END,
     SLICE_SAMPLES,
@@ -103,7 +103,6 @@ DEFAULT_STEP = timedelta(seconds=15)
 
 # VictoriaMetrics' default -search.maxPointsPerTimeseries, which also bounds each series of a
 # subquery: 7 days at 15 s are 40,320 points.
-VM_MAX_POINTS = 30_000
 # A run, and a fleet's preparation (10,000 GPUs × 7 days is most of an hour on two busy cores).
 CHILD_TIMEOUT_S = 3600
 PREPARE_TIMEOUT_S = 4 * 3600
@@ -316,156 +315,11 @@ def floor(calls: list[Call], concurrency: int) -> float:
         return time.perf_counter() - start
 
 
-def subquery_step(window: timedelta, scrape: timedelta, max_points: int = VM_MAX_POINTS) -> timedelta:
-    """The finest multiple of the scrape step whose subquery over ``window`` stays under ``max_points``."""
-    points = window.total_seconds() / scrape.total_seconds()
-    return scrape * (int(points // max_points) + 1)
-
-
-class Strong:
-    """A competent user's script: fleet-wide PromQL aggregates, plain requests, simple rules.
-
-    The stalled and busy shares are subqueries; over a long window at the scrape step they would
-    exceed VictoriaMetrics' default point limit per series (30,000: 7 days at 15 s are 40,320), so,
-    as a user who hit that error would, they step at the finest multiple of the scrape step that
-    stays under it (30 s for 7 days at 15 s): the shares are then estimated from every other sample.
-    """
-
-    def __init__(self, url: str, window: TimeWindow, step: timedelta) -> None:
-        self.url, self.window, self.step = url, window, step
-        self.sub_step = subquery_step(window.duration, step)
-        self.http = _gzip_session()
-        self.requests = self.wire = self.body = 0
-
-    def query(self, q: str) -> list[dict[str, Any]]:
-        r = self.http.post(
-            f"{self.url}/api/v1/query",
-            data={"query": q, "time": self.window.end.timestamp()},
-            stream=True,
-            timeout=600,
-        )
-        raw = r.raw.read(decode_content=False)
-        data = gzip.decompress(raw) if r.headers.get("Content-Encoding") == "gzip" else raw
-        self.requests += 1
-        self.wire += len(raw)
-        self.body += len(data)
-        answer = json.loads(data)
-        if answer.get("status") != "success":
-            raise RuntimeError(f"strong query failed: {answer.get('error', '')[:300]}")
-        return list(answer["data"]["result"])
-
-    def run(self) -> list[tuple[FindingKind, WorkloadRef]]:
-        t = Thresholds()
-        w = f"{int(self.window.duration.total_seconds())}s"
-        sub = f"{int(self.sub_step.total_seconds())}s"
-        by = "by (UUID, namespace, pod)"
-        util = "DCGM_FI_DEV_GPU_UTIL"
-        queries = {
-            "avg": f"avg {by} (avg_over_time({util}[{w}]))",
-            "max": f"max {by} (max_over_time({util}[{w}]))",
-            "q90": f"max {by} (quantile_over_time(0.9, {util}[{w}]))",
-            "count": f"sum {by} (count_over_time({util}[{w}]))",
-            "stalled": f"avg {by} (avg_over_time(({util} <= bool {t.starvation_idle_percent})[{w}:{sub}]))",
-            "busy": f"avg {by} (avg_over_time(({util} > bool {t.starvation_busy_percent})[{w}:{sub}]))",
-            "memory": f"max {by} (avg_over_time(DCGM_FI_DEV_FB_USED[{w}]))",
-            "owner": f"max by (namespace, pod, owner_kind, owner_name) (last_over_time(kube_pod_owner[{w}]))",
-            "rs": f"max by (namespace, replicaset, owner_kind, owner_name) "
-            f"(last_over_time(kube_replicaset_owner[{w}]))",
-            "start": f"max by (namespace, pod) (max_over_time(kube_pod_start_time[{w}]))",
-            "cpu": f"sum by (namespace, pod) (rate(container_cpu_usage_seconds_total[{w}]))",
-            "limit": f"sum by (namespace, pod) (max_over_time("
-            f'kube_pod_container_resource_limits{{resource="cpu"}}[{w}]))',
-            "throttled": f"sum by (namespace, pod) (increase(container_cpu_cfs_throttled_periods_total"
-            f"[{w}])) / sum by (namespace, pod) (increase(container_cpu_cfs_periods_total[{w}]))",
-        }
-        with ThreadPoolExecutor(max_workers=4) as pool:
-            answers = dict(zip(queries, pool.map(self.query, queries.values()), strict=True))
-
-        def per(name: str, *labels: str) -> dict[tuple[str, ...], float]:
-            return {
-                tuple(i["metric"].get(lb, "") for lb in labels): float(i["value"][1]) for i in answers[name]
-            }
-
-        gpu = ("UUID", "namespace", "pod")
-        avg, top, q90, count = per("avg", *gpu), per("max", *gpu), per("q90", *gpu), per("count", *gpu)
-        stalled, busy = per("stalled", *gpu), per("busy", *gpu)
-        start = per("start", "namespace", "pod")
-        cpu, limit, throttled = (
-            per("cpu", "namespace", "pod"),
-            per("limit", "namespace", "pod"),
-            per("throttled", "namespace", "pod"),
-        )
-        rs_owner = {
-            (i["metric"].get("namespace", ""), i["metric"].get("replicaset", "")): (
-                i["metric"].get("owner_kind", ""),
-                i["metric"].get("owner_name", ""),
-            )
-            for i in answers["rs"]
-        }
-        owner: dict[tuple[str, str], WorkloadRef] = {}
-        for i in answers["owner"]:
-            m = i["metric"]
-            ns, pod, kind, name = (
-                m.get("namespace", ""),
-                m.get("pod", ""),
-                m.get("owner_kind"),
-                m.get("owner_name"),
-            )
-            if kind == "ReplicaSet" and (ns, name) in rs_owner:
-                kind, name = rs_owner[(ns, name)]
-            owner[(ns, pod)] = WorkloadRef(kind=kind or "Pod", name=name or pod, namespace=ns)
-        gpus: dict[WorkloadRef, list[tuple[str, ...]]] = defaultdict(list)
-        for key in avg:
-            if key[2]:
-                gpus[
-                    owner.get((key[1], key[2]), WorkloadRef(kind="Pod", name=key[2], namespace=key[1]))
-                ].append(key)
-        expected = self.window.duration / self.step
-        grace = t.warmup_grace.total_seconds()
-        found: list[tuple[FindingKind, WorkloadRef]] = []
-        for ref, keys in gpus.items():
-            pods = {(k[1], k[2]) for k in keys}
-            young = any(start.get(p, 0.0) + grace > self.window.start.timestamp() for p in pods)
-            coverage = min(count[k] / expected for k in keys)
-            mean = sum(avg[k] for k in keys) / len(keys)
-            if young or coverage < t.min_coverage:
-                kind = FindingKind.UNKNOWN
-            elif all(top[k] <= t.idle_percent for k in keys) and ref.kind in ("Deployment", "StatefulSet"):
-                kind = FindingKind.IDLE_ENDPOINT
-            elif min(
-                sum(stalled[k] for k in keys) / len(keys), sum(busy[k] for k in keys) / len(keys)
-            ) >= t.starvation_min_share or (
-                t.starvation_middling_min_percent <= mean <= t.starvation_middling_max_percent
-                and all(q90[k] - avg[k] <= t.starvation_flat_spread_percent / 2 for k in keys)
-                and any(
-                    (limit.get(p) and cpu.get(p, 0.0) / limit[p] >= t.cpu_saturation_ratio)
-                    or throttled.get(p, 0.0) >= t.cpu_throttling_ratio
-                    for p in pods
-                )
-            ):
-                kind = FindingKind.DATALOADER_STARVATION
-            elif mean < t.low_utilization_percent:
-                kind = FindingKind.LOW_UTILIZATION
-            else:
-                continue
-            found.append((kind, ref))
-        return found
-
-
 def run_strong(url: str, window: TimeWindow, step: timedelta) -> dict[str, Any]:
-    strong = Strong(url, window, step)
-    start = time.perf_counter()
-    found = strong.run()
-    wall = time.perf_counter() - start
-    return {
-        "wall_s": wall,
-        "requests": strong.requests,
-        "wire_bytes": strong.wire,
-        "body_bytes": strong.body,
-        "peak_rss_mb": peak_rss_mb(),
-        "subquery_step_s": strong.sub_step.total_seconds(),
-        "verdicts": sorted([k.value, r.key()] for k, r in found),
-    }
+    result = strong_baseline.run(
+        url, strong_baseline.Window(window.start.timestamp(), window.end.timestamp()), step
+    )
+    return result | {"peak_rss_mb": peak_rss_mb()}
 
 
 def _result(
@@ -687,6 +541,8 @@ def bench(
             for window in windows:
                 truth = window_truth(truths, window)
                 results.append(analyze_window(server.url, gpus, window, age, step, truth, options.runs))
+                if options.process:
+                    results[-1]["process"] = whole_processes(server.url, window, step, options.runs)
                 results[-1] |= {"tsdb": options.tsdb, "vm_flags": options.vm_flag}
         fleet["tsdb_peak_rss_mb"] = peak_rss_mb(server.pid) if server.pid else None
     shutil.rmtree(workdir, ignore_errors=True)
@@ -794,6 +650,60 @@ def analyze_window(
     return result
 
 
+def whole_processes(url: str, window: timedelta, step: timedelta, runs: int) -> dict[str, Any]:
+    """Whole processes, start-up included, taking turns after a warm-up each: ``gpu-analyzer
+    analyze`` (JSON to a file, as a CronJob would write it) against the strong baseline run as its
+    own script (``strong_baseline.py``, which imports nothing of ours)."""
+    span = TimeWindow.ending(END, window)
+    cli = Path(sys.executable).with_name("gpu-analyzer")
+    ours_cmd = [str(cli)] if cli.exists() else [sys.executable, "-m", "analyzer"]
+    with tempfile.TemporaryDirectory() as tmp:
+        commands = {
+            "ours": [
+                *ours_cmd,
+                "analyze",
+                "--prometheus-url",
+                url,
+                "--window",
+                f"{int(window.total_seconds())}s",
+                "--end",
+                span.end.isoformat(),
+                "--format",
+                "json",
+                "--output",
+                str(Path(tmp) / "findings.json"),
+            ],
+            "strong": [
+                sys.executable,
+                str(ROOT / "benchmarks" / "strong_baseline.py"),
+                url,
+                str(span.start.timestamp()),
+                str(span.end.timestamp()),
+                str(step.total_seconds()),
+            ],
+        }
+
+        def timed(side: str) -> float:
+            started = time.perf_counter()
+            done = subprocess.run(commands[side], capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
+            wall = time.perf_counter() - started
+            if done.returncode != 0:
+                raise RuntimeError(f"{side}: exit {done.returncode}: {done.stderr.strip()[-300:]}")
+            return wall
+
+        for side in commands:  # warm-up: first disk reads, the interpreter's caches
+            timed(side)
+        walls: dict[str, list[float]] = {"ours": [], "strong": []}
+        for _ in range(runs):
+            for side in commands:
+                walls[side].append(timed(side))
+        findings = json.loads((Path(tmp) / "findings.json").read_text())["findings"]
+    return {
+        side: {"wall_p50_s": nearest_rank(w, 50), "wall_p99_s": nearest_rank(w, 99), "wall_s": w}
+        for side, w in walls.items()
+    } | {"findings": len(findings)}
+
+
 # --- output ----------------------------------------------------------------------------------------
 
 
@@ -839,6 +749,30 @@ def _ratio(ours: dict[str, Any], replayed: str) -> str:
     """A replay's p50 over the TSDB's (blank for results written before that replay existed)."""
     value = ours.get(f"{replayed}_p50_s")
     return "" if value is None else f"{value / ours['tsdb_p50_s']:.2f}"
+
+
+def process_table(results: list[dict[str, Any]]) -> str:
+    """Whole processes, where ``--process`` timed them."""
+    rows = [r for r in results if "process" in r]
+    if not rows:
+        return ""
+    lines = [
+        "",
+        "Whole processes, start-up included (gpu-analyzer analyze --format json against the baseline "
+        "script), taking turns:",
+        "",
+        "| GPUs | window | ours p50 s | ours p99 s | strong p50 s | strong p99 s | ours ÷ strong p50 | p99 |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in rows:
+        ours, strong = r["process"]["ours"], r["process"]["strong"]
+        p50, p99 = ours["wall_p50_s"] / strong["wall_p50_s"], ours["wall_p99_s"] / strong["wall_p99_s"]
+        lines.append(
+            f"| {r['gpus']:,} | {r['window_s'] / 3600:g} h "
+            f"| {ours['wall_p50_s']:.2f} | {ours['wall_p99_s']:.2f} "
+            f"| {strong['wall_p50_s']:.2f} | {strong['wall_p99_s']:.2f} | {p50:.2f} | {p99:.2f} |"
+        )
+    return "\n".join(lines)
 
 
 def table(fleets: list[dict[str, Any]], results: list[dict[str, Any]], runs: int) -> str:
@@ -1024,6 +958,11 @@ def main() -> int:
     add_options(parser, sizes="100,1000", windows="6h,24h")
     parser.add_argument("--tsdb", choices=("victoriametrics", "prometheus"), default="victoriametrics")
     parser.add_argument("--prepare-only", action="store_true", help="build and import the fleets only")
+    parser.add_argument(
+        "--process",
+        action="store_true",
+        help="also time whole processes: gpu-analyzer analyze against the baseline script, start-up included",
+    )
     parser.add_argument("--child", choices=("ours", "strong", "prepare"), help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--target", help=argparse.SUPPRESS)
@@ -1047,6 +986,7 @@ def main() -> int:
 
     fleets, results = run_fleets(args, "analyzer-bench-", one, table)
     print(table(fleets, results, args.runs))
+    print(process_table(results))
     return 0
 
 

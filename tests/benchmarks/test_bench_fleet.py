@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import requests
 
-from benchmarks.analyzer_bench import nearest_rank, subquery_step
+from benchmarks.analyzer_bench import nearest_rank
 from benchmarks.bench_fleet import (
     END,
     ImportStats,
@@ -27,7 +27,9 @@ from benchmarks.bench_fleet import (
     sliced_fleet,
     trimmed,
 )
+from benchmarks.strong_baseline import THRESHOLDS, subquery_step
 from common.model import TimeWindow
+from common.thresholds import Thresholds
 from harness.servers import VictoriaMetricsServer, _json_line_chunks
 from simulation.fleet import Series, expected_findings, simulate
 
@@ -120,3 +122,11 @@ def test_p99_of_fewer_than_a_hundred_runs_is_the_worst_run() -> None:
     assert nearest_rank(runs, 50) == 3.0
     assert nearest_rank(runs, 99) == 5.0
     assert nearest_rank([7.0], 99) == 7.0
+
+
+def test_the_strong_baseline_applies_the_analyzers_default_thresholds() -> None:
+    # The baseline is a standalone script (it imports nothing of ours): its copy must not drift.
+    t = Thresholds()
+    for name, value in THRESHOLDS._asdict().items():
+        expected = t.warmup_grace.total_seconds() if name == "warmup_grace_s" else getattr(t, name)
+        assert value == expected, name
