@@ -25,7 +25,8 @@ def test_the_busiest_node_stays_within_its_nvml_call_budget(tmp_path: Path) -> N
 
 def test_each_call_is_charged_its_cost(tmp_path: Path) -> None:
     node = Node(tmp_path, 2, 1, assumed_call_us=200.0)
-    node.collect()
+    for _ in range(3):  # steady state: the first cycles also allocate GPM buffers (41, 29, then 27 calls)
+        node.collect()
     calls = node.calls_per_cycle()
     node.binding.charging = True
     started = time.perf_counter()  # wall time: a spin the scheduler interrupts still takes its time
