@@ -31,7 +31,7 @@ from analyzer.detection.views import WorkloadView
 from analyzer.sources.aggregates import DeviceKey, MemoryPeak
 from common.evidence import LowUtilizationEvidence, RightSizing
 from common.model import Finding, FindingKind
-from common.thresholds import RightSizeSettings, Thresholds
+from common.thresholds import Thresholds
 
 # Controllers that keep pods running until told otherwise: what a smaller share is for. Jobs end on
 # their own and bare Pods have no template to change.
@@ -115,7 +115,7 @@ def right_size(
     per_pod = Counter(d.key.pod_id for d in devices)
     several = max(per_pod.values()) > 1
     if gpu is not None and not several:
-        return _mig(gpu, need, view, shares, settings, t, base)
+        return _mig(gpu, need, view, shares, t, base)
     memory = capacity or (gpu.memory_mib if gpu is not None else None) or named_memory_mib(model_name)
     base = base.model_copy(update={"gpu_memory_mib": memory})
     why = (
@@ -123,7 +123,7 @@ def right_size(
         if several
         else f"{model_name or 'this GPU'} offers no MIG"
     )
-    return _time_sliced(need, memory, why, view, shares, settings, t, base)
+    return _time_sliced(need, memory, why, view, shares, t, base)
 
 
 def _mig(
@@ -131,10 +131,10 @@ def _mig(
     need: _Need,
     view: WorkloadView,
     shares: Mapping[DeviceKey, float],
-    settings: RightSizeSettings,
     t: Thresholds,
     base: RightSizing,
 ) -> RightSizing:
+    settings = t.right_size
     base = base.model_copy(update={"gpu_memory_mib": gpu.memory_mib, "replaces": "nvidia.com/gpu"})
     ceiling = settings.compute_ceiling_percent / 100.0
     slices = max(1, math.ceil(need.compute * gpu.slices / ceiling - _EPSILON))
@@ -183,10 +183,10 @@ def _time_sliced(
     why: str,
     view: WorkloadView,
     shares: Mapping[DeviceKey, float],
-    settings: RightSizeSettings,
     t: Thresholds,
     base: RightSizing,
 ) -> RightSizing:
+    settings = t.right_size
     if memory is None or memory <= 0:
         return _none(
             base,

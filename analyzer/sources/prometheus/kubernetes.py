@@ -67,20 +67,20 @@ def pods(
 
 
 def replicasets(batch: Batch, q: FleetQueries, at: datetime) -> dict[PodId, tuple[str, str]]:
-    out: dict[PodId, tuple[str, str]] = {}
-    for s in batch.vector(q.replicaset_owners(), at):
-        rs = (s.labels.get("namespace", ""), s.labels.get("replicaset", ""))
-        if s.labels.get("owner_is_controller") == "true" or rs not in out:
-            out[rs] = (s.labels.get("owner_kind", ""), s.labels.get("owner_name", ""))
-    return out
+    return _owners(batch, q.replicaset_owners(), "replicaset", at)
 
 
 def jobs(batch: Batch, q: FleetQueries, at: datetime) -> dict[PodId, tuple[str, str]]:
+    return _owners(batch, q.job_owners(), "job_name", at)
+
+
+def _owners(batch: Batch, query: str, name_label: str, at: datetime) -> dict[PodId, tuple[str, str]]:
+    """(namespace, name) → (owner kind, owner name): the controlling owner where one is marked so."""
     out: dict[PodId, tuple[str, str]] = {}
-    for s in batch.vector(q.job_owners(), at):
-        job = (s.labels.get("namespace", ""), s.labels.get("job_name", ""))
-        if s.labels.get("owner_is_controller") == "true" or job not in out:
-            out[job] = (s.labels.get("owner_kind", ""), s.labels.get("owner_name", ""))
+    for s in batch.vector(query, at):
+        owned = (s.labels.get("namespace", ""), s.labels.get(name_label, ""))
+        if s.labels.get("owner_is_controller") == "true" or owned not in out:
+            out[owned] = (s.labels.get("owner_kind", ""), s.labels.get("owner_name", ""))
     return out
 
 

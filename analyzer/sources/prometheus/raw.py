@@ -101,50 +101,45 @@ class RawReads:
 
     def memory_used(self, snapshot: FleetSnapshot, keys: Sequence[DeviceKey]) -> dict[DeviceKey, float]:
         """Mean framebuffer memory used (MiB) over the window, for devices that report it."""
-        caps = snapshot.capabilities
-        if not keys or not caps.memory:
+        if not keys or not snapshot.capabilities.memory:
             return {}
-        q = FleetQueries(caps, snapshot.window.duration)
+        q = FleetQueries(snapshot.capabilities, snapshot.window.duration)
         wanted = set(keys)
-        out = {}
-        uuids = sorted({k.uuid for k in keys})
-        at = snapshot.window.end
-        chunks = [(q.memory(c), at) for c in _chunks(uuids)]
-        for answer in self.client.vectors(chunks):  # side by side, through the bounded pool
-            for s in answer:
-                key = self.batch.key(s.labels, caps)
-                if key in wanted and np.isfinite(s.value):
-                    out[key] = s.value
-        return out
+        (used,) = self._per_holder(snapshot, keys, q.memory)
+        return {key: value for key, value in used if key in wanted}
 
     def memory_peaks(
         self, snapshot: FleetSnapshot, keys: Sequence[DeviceKey], quantile: float
     ) -> dict[DeviceKey, MemoryPeak]:
         """The ``quantile`` of memory used over the window and the GPU's memory (right-sizing)."""
-        caps = snapshot.capabilities
-        if not keys or not caps.memory:
+        if not keys or not snapshot.capabilities.memory:
             return {}
-        q = FleetQueries(caps, snapshot.window.duration)
+        q = FleetQueries(snapshot.capabilities, snapshot.window.duration)
         wanted = set(keys)
-        uuids = sorted({k.uuid for k in keys})
-        at = snapshot.window.end
-        chunks = list(_chunks(uuids))
-        queries = [(q.memory_peak(c, quantile), at) for c in chunks]
-        queries += [(q.memory_capacity(c), at) for c in chunks]
-        answers = self.client.vectors(queries)  # side by side, through the bounded pool
-        peaks: dict[DeviceKey, float] = {}
+        peaks, totals = self._per_holder(
+            snapshot, keys, lambda uuids: q.memory_peak(uuids, quantile), q.memory_capacity
+        )
         capacity: dict[str, float] = {}  # by UUID: every holder of a GPU shares its memory
+        for key, value in totals:
+            capacity[key.uuid] = max(capacity.get(key.uuid, 0.0), value)
+        return {key: MemoryPeak(value, capacity.get(key.uuid)) for key, value in peaks if key in wanted}
+
+    def _per_holder(
+        self, snapshot: FleetSnapshot, keys: Sequence[DeviceKey], *queries: Callable[[Sequence[str]], str]
+    ) -> list[list[tuple[DeviceKey, float]]]:
+        """Each query over ``keys``' GPUs (a few hundred UUIDs a query), all side by side through the
+        bounded pool: per query, its finite rows by holder, in answer order."""
+        caps = snapshot.capabilities
+        chunks = list(_chunks(sorted({k.uuid for k in keys})))
+        at = snapshot.window.end
+        answers = self.client.vectors([(query(chunk), at) for query in queries for chunk in chunks])
+        out: list[list[tuple[DeviceKey, float]]] = [[] for _ in queries]
         for i, answer in enumerate(answers):
             for s in answer:
                 key = self.batch.key(s.labels, caps)
-                if key is None or not np.isfinite(s.value):
-                    continue
-                if i < len(chunks):
-                    if key in wanted:
-                        peaks[key] = s.value
-                else:
-                    capacity[key.uuid] = max(capacity.get(key.uuid, 0.0), s.value)
-        return {k: MemoryPeak(v, capacity.get(k.uuid)) for k, v in peaks.items()}
+                if key is not None and np.isfinite(s.value):
+                    out[i // len(chunks)].append((key, s.value))
+        return out
 
     def instant_value(self, promql: str, at: datetime) -> float | None:
         """Sum of an instant query's result; None when it returned no series (no data is not zero)."""
