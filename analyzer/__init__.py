@@ -2,14 +2,16 @@
 
 The package's public surface, what the reaper (through ``reaper.analysis``) and the command line
 use; everything else is the analyzer's own. Each name is imported from its module when first asked
-for (PEP 562's module ``__getattr__``), so that importing one analyzer module — or starting a
-command for ``--help`` — does not load them all (docs/architecture.md, "Start-up time").
+for (PEP 562's module ``__getattr__``, built by ``common.surface``), so that importing one analyzer
+module — or starting a command for ``--help`` — does not load them all (docs/architecture.md,
+"Public surfaces" and "Start-up time").
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from common.surface import lazy_surface
 
 # name → the module that defines it
 _SURFACE = {
@@ -53,8 +55,4 @@ if TYPE_CHECKING:  # what type checkers and editors see
     from analyzer.sources.prometheus_config import PrometheusConfig
 
 
-def __getattr__(name: str) -> object:
-    module = _SURFACE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'analyzer' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__, __dir__ = lazy_surface(__name__, _SURFACE)

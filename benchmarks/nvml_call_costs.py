@@ -29,12 +29,12 @@ sys.path.insert(0, str(ROOT))
 
 import pynvml  # noqa: E402
 
+from common.version import VERSION  # noqa: E402
 from exporter.attribution import ContainerDevices, PodView, allocations  # noqa: E402
 from exporter.cgroups import PodUidResolver  # noqa: E402
 from exporter.cycle import Cycle  # noqa: E402
 from exporter.nvml import FIELD_IDS, SLOW_FIELD_CYCLES, Nvml, NvmlUnavailable  # noqa: E402
 from exporter.snapshot import SnapshotBuilder  # noqa: E402
-from exporter.version import __version__  # noqa: E402
 
 
 class TimedBinding:
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     resolver = None if pods is None else PodUidResolver(Path("/proc"))
     cycle = Cycle(
         nvml,
-        SnapshotBuilder("cost-node", version=__version__),
+        SnapshotBuilder("cost-node", version=VERSION),
         pods=pods,
         pid_resolver=resolver,
         # The slow counters every SLOW_FIELD_CYCLES cycles, as the exporter at any interval.

@@ -23,9 +23,7 @@ from cli import conventions, prometheus_options
 from common.errors import BadInputError, DataUnavailableError, ExitCode
 
 if TYPE_CHECKING:
-    from rich.console import Console
-
-    from analyzer.sources.metrics_source import MetricsSource
+    from analyzer import MetricsSource
     from common.model import FindingsReport, TimeWindow
 
 PROG = "gpu-analyzer"
@@ -90,19 +88,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = conventions.parse(build_parser(), argv, _check)
     if isinstance(args, int):
         return args
-    from rich.console import Console
-
     from common.memory import limit_malloc_arenas
 
     limit_malloc_arenas()  # before the query threads start: see common.memory
-    err = Console(stderr=True, soft_wrap=True)  # messages stay one line each in logs
     with conventions.logging_for(args):
         try:
             if args.output is not None:
                 conventions.check_writable(args.output)
             if args.command == "simulate":
                 return _simulate(args)
-            return _analyze(args, err)
+            return _analyze(args)
         except DataUnavailableError as e:
             code = conventions.fail(PROG, e)
             print(
@@ -116,8 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _source_and_window(args: argparse.Namespace) -> tuple[MetricsSource, TimeWindow, datetime]:
     if args.simulate is not None:
-        from simulation.fleet import ScenarioError, load_scenario, simulate
-        from simulation.in_memory_source import SimulatedSource
+        from simulation import ScenarioError, SimulatedSource, load_scenario, simulate
 
         try:
             fleet = simulate(load_scenario(args.simulate))
@@ -127,7 +121,7 @@ def _source_and_window(args: argparse.Namespace) -> tuple[MetricsSource, TimeWin
         end = args.end or fleet.scenario.end
         return SimulatedSource(fleet), _window(end, args.window), fleet.scenario.end
 
-    from analyzer.sources.prometheus_source import PrometheusSource
+    from analyzer import PrometheusSource
 
     config = prometheus_options.prometheus_config(args)
     now = datetime.now(UTC)
@@ -145,17 +139,20 @@ def _window(end: datetime, length: timedelta) -> TimeWindow:
 
 
 @contextmanager
-def _progress(console: Console) -> Iterator[Callable[[str], None]]:
-    """A spinner with the current step on stderr, only when a person is watching."""
-    if not console.is_terminal:
+def _progress() -> Iterator[Callable[[str], None]]:
+    """A spinner with the current step on stderr, only when a person is watching (rich is loaded
+    for it then only: a CronJob's run does without its import)."""
+    if not sys.stderr.isatty():
         yield lambda message: None
         return
-    with console.status("analyzing…") as status:
+    from rich.console import Console
+
+    with Console(stderr=True).status("analyzing…") as status:
         yield lambda message: status.update(message)
 
 
-def _analyze(args: argparse.Namespace, err: Console) -> int:
-    from analyzer.pipeline import analyze, analyze_in_detail
+def _analyze(args: argparse.Namespace) -> int:
+    from analyzer import analyze, analyze_in_detail
     from common.thresholds import Pricing, Thresholds, load_pricing, load_thresholds
 
     thresholds = load_thresholds(args.policy) if args.policy is not None else Thresholds()
@@ -163,7 +160,7 @@ def _analyze(args: argparse.Namespace, err: Console) -> int:
     source, window, now = _source_and_window(args)
     namespaces, clusters = args.namespaces or (), args.clusters or ()
     if args.format != "html":
-        with _progress(err) as progress:
+        with _progress() as progress:
             # Findings alone: of many clusters, each one's analysis is dropped once its findings are in.
             report = analyze(
                 source,
@@ -175,10 +172,10 @@ def _analyze(args: argparse.Namespace, err: Console) -> int:
                 clusters=clusters,
             )
         _write_findings(args, report, currency)
-        return _wrote(args, err)
-    from analyzer.report.offenders import offender_series  # the HTML report's plots only
+        return _wrote(args)
+    from analyzer import offender_series  # the HTML report's plots only
 
-    with _progress(err) as progress:
+    with _progress() as progress:
         analysis = analyze_in_detail(
             source, window, thresholds, now=now, progress=progress, namespaces=namespaces, clusters=clusters
         )
@@ -186,7 +183,7 @@ def _analyze(args: argparse.Namespace, err: Console) -> int:
         if args.top:
             progress("pulling utilization of the top offenders for the plots")
             offenders = offender_series(source, analysis, top=args.top, thresholds=thresholds)
-    from analyzer.report.html import render_html
+    from analyzer import render_html
 
     html = render_html(
         analysis.report,
@@ -197,7 +194,7 @@ def _analyze(args: argparse.Namespace, err: Console) -> int:
         currency=currency,
     )
     _write(args.output, lambda out: out.write(html))
-    return _wrote(args, err)
+    return _wrote(args)
 
 
 def _write_findings(args: argparse.Namespace, report: FindingsReport, currency: str) -> None:
@@ -206,7 +203,7 @@ def _write_findings(args: argparse.Namespace, report: FindingsReport, currency: 
         return
     from rich.console import Console
 
-    from analyzer.report.table import render_table
+    from analyzer import render_table
 
     def table(out: TextIO) -> None:
         # Piped or written to a file, the table keeps a readable width rather than 80 columns.
@@ -215,11 +212,9 @@ def _write_findings(args: argparse.Namespace, report: FindingsReport, currency: 
     _write(args.output, table)
 
 
-def _wrote(args: argparse.Namespace, err: Console) -> int:
-    from rich.markup import escape
-
+def _wrote(args: argparse.Namespace) -> int:
     if args.output is not None:
-        err.print(f"{PROG}: wrote {args.format} report to {escape(str(args.output))}", highlight=False)
+        print(f"{PROG}: wrote {args.format} report to {args.output}", file=sys.stderr)
     return ExitCode.OK
 
 
@@ -235,7 +230,7 @@ def _write(path: Path | None, emit: Callable[[TextIO], object]) -> None:
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from simulation.fleet import (
+    from simulation import (
         ScenarioError,
         load_scenario,
         prometheus_text_chunks,

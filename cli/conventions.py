@@ -24,6 +24,7 @@ from typing import Any
 
 from common import logs
 from common.errors import BadInputError, DataUnavailableError, ExitCode, GpuToolError
+from common.version import VERSION
 
 log = logging.getLogger("cli")
 
@@ -32,22 +33,11 @@ _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 
 
-def tool_version() -> str:
-    # Imported here: only --version reads it, and importlib.metadata alone takes about as long to
-    # import as the rest of argument parsing (docs/architecture.md, "Start-up time").
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("kube-gpu-reaper")
-    except PackageNotFoundError:  # running from a source tree that was never installed
-        return "0.0.0+source"
-
-
 # --- parsers ---------------------------------------------------------------------------------------
 
 
 class _VersionAction(argparse._VersionAction):
-    """argparse's ``--version``, the version looked up only when the flag is given (``tool_version``)."""
+    """argparse's ``--version``, the version imported only when the flag is given."""
 
     def __init__(self, option_strings: Sequence[str], tool: str, **kwargs: Any) -> None:
         super().__init__(option_strings, **kwargs)
@@ -60,7 +50,7 @@ class _VersionAction(argparse._VersionAction):
         values: Any,
         option_string: str | None = None,
     ) -> None:
-        self.version = f"{self.tool} {tool_version()}"
+        self.version = f"{self.tool} {VERSION}"
         super().__call__(parser, namespace, values, option_string)
 
 

@@ -2,6 +2,8 @@
 
 The exporter itself (NVML, the collection cycle, the HTTP server) is imported by ``build_exporter``,
 not at the top: ``--help`` and ``--version`` need only the parser (docs/architecture.md, "Start-up time").
+It reads the exporter and the simulation through their packages' public surfaces, not their modules
+(docs/architecture.md, "Public surfaces").
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from cli import conventions
-from exporter.config import (
+from exporter import (  # the configuration only: no NVML, no gRPC
     DEFAULT_POD_LOG_DIR,
     DEFAULT_SOCKET,
     ConfigError,
@@ -26,10 +28,10 @@ from exporter.config import (
     parse_duration,
     parse_listen,
 )
-from simulation.gpu_scenario_names import SCENARIOS
+from simulation import SCENARIOS  # the names only: no fake NVML
 
 if TYPE_CHECKING:
-    from exporter.app import Exporter
+    from exporter import Exporter
 
 log = logging.getLogger("exporter")
 
@@ -107,9 +109,8 @@ def _config(args: argparse.Namespace, env: Mapping[str, str]) -> ExporterConfig:
 
 def build_exporter(config: ExporterConfig) -> Exporter:
     """The exporter for ``config``: over the real NVML, or over a scripted fake with ``--simulate``."""
-    from exporter.app import Exporter
-    from exporter.nvml import Nvml
-    from simulation.gpu_scenarios import build_scenario
+    from exporter import Exporter, Nvml
+    from simulation import build_scenario
 
     if config.simulate:
         return Exporter(config, Nvml(build_scenario(config.simulate, interval_s=config.interval_s)))

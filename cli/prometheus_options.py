@@ -19,7 +19,7 @@ from cli import conventions
 from common.errors import BadInputError
 
 if TYPE_CHECKING:
-    from analyzer.sources.prometheus_config import PrometheusConfig
+    from analyzer import PrometheusConfig
 
 
 class _Option(NamedTuple):  # not a dataclass: parsing needs no dataclasses module (nor its inspect)
@@ -210,7 +210,7 @@ def from_environment(args: argparse.Namespace, env: Mapping[str, str] | None = N
 
 def prometheus_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> PrometheusConfig:
     """The one Prometheus config, from the parsed options (flags, then environment) and the secrets."""
-    from analyzer.sources.prometheus_config import PrometheusConfig  # a run's, not the parser's
+    from analyzer import PrometheusConfig  # a run's, not the parser's
 
     return PrometheusConfig.from_options(
         args.prometheus_url,

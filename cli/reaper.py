@@ -3,9 +3,11 @@
 Exit codes: 0 ok, 1 some action failed, 2 bad input, 3 data source unavailable. Options shared with
 the other commands (logging, Prometheus, ``--end``, ``--namespace``) come from ``cli.conventions``.
 
-Only what argument parsing needs is imported at the top; each command imports the reaper's modules
-(the Kubernetes and Slack clients, the policy models) when it runs, so ``--help`` and ``--version``
-start quickly (docs/architecture.md, "Start-up time").
+Only what argument parsing needs is imported at the top; each command imports what it uses of the
+reaper (the Kubernetes and Slack clients, the policy models) when it runs, so ``--help`` and
+``--version`` start quickly (docs/architecture.md, "Start-up time"). It reads the reaper and the
+simulation through their packages' public surfaces, not their modules (docs/architecture.md,
+"Public surfaces").
 """
 
 from __future__ import annotations
@@ -23,12 +25,16 @@ from cli import conventions, prometheus_options
 from common.errors import BadInputError, DataUnavailableError, ExitCode, GpuToolError
 
 if TYPE_CHECKING:
-    from analyzer.sources.metrics_source import MetricsSource
-    from reaper.executor import Executor
-    from reaper.kube import KubeClient, KubeSettings
-    from reaper.policy import Policy
-    from reaper.runner import RunReport, RunSettings
-    from reaper.slack import SlackCredentials
+    from analyzer import MetricsSource
+    from reaper import (
+        Executor,
+        KubeClient,
+        KubeSettings,
+        Policy,
+        RunReport,
+        RunSettings,
+        SlackCredentials,
+    )
 
 log = logging.getLogger("cli.reaper")
 
@@ -201,7 +207,7 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None) -> int
 
 
 def _reaper_namespace(args: argparse.Namespace, policy: Policy | None) -> str:
-    from reaper import names
+    from reaper import DEFAULT_REAPER_NAMESPACE
 
     if args.reaper_namespace:
         return str(args.reaper_namespace)
@@ -210,7 +216,7 @@ def _reaper_namespace(args: argparse.Namespace, policy: Policy | None) -> str:
     try:
         return SERVICE_ACCOUNT_NAMESPACE.read_text(encoding="utf-8").strip()
     except OSError:
-        return policy.reaper_namespace if policy else names.DEFAULT_REAPER_NAMESPACE
+        return policy.reaper_namespace if policy else DEFAULT_REAPER_NAMESPACE
 
 
 def _cluster(args: argparse.Namespace, policy: Policy) -> str | None:
@@ -242,9 +248,7 @@ class _RunInputs(NamedTuple):  # not a dataclass: see cli.prometheus_options._Op
 
 
 def _run_inputs(args: argparse.Namespace) -> _RunInputs:
-    from reaper.kube import KubeSettings
-    from reaper.policy import RunMode, load_policy
-    from reaper.runner import RunSettings
+    from reaper import KubeSettings, RunMode, RunSettings, load_policy
 
     policy = load_policy(args.policy)
     if args.window:
@@ -274,7 +278,7 @@ _STOPPED = {ExitCode.BAD_INPUT: "bad_input", ExitCode.DATA_UNAVAILABLE: "data_un
 
 def _cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     """One run; it ends with its summary line on stdout, whatever stopped it (docs/reaper.md)."""
-    from reaper.policy import RunMode
+    from reaper import RunMode
 
     mode = RunMode.APPLY if args.apply else RunMode.DRY_RUN if args.dry_run else None
     try:
@@ -289,10 +293,16 @@ def _cmd_run(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _run(args: argparse.Namespace, inputs: _RunInputs, out: TextIO) -> int:
-    from reaper import analysis  # the analyzer (pandas, numpy) loads only for commands that analyse
-    from reaper.kube import KubeClient
-    from reaper.runner import run
-    from reaper.slack import SlackNotifier, load_credentials
+    # The analyzer (pandas, numpy) loads only here, with the sources: for commands that analyse.
+    from reaper import (
+        KubeClient,
+        SlackNotifier,
+        file_source,
+        load_credentials,
+        prometheus_metrics,
+        prometheus_source,
+        run,
+    )
 
     settings = inputs.settings
     namespaces = tuple(args.namespaces or ())
@@ -301,19 +311,17 @@ def _run(args: argparse.Namespace, inputs: _RunInputs, out: TextIO) -> int:
             conventions.check_writable(path, flag)  # before the run, not after it
     metrics = None
     if args.findings is not None:
-        source = analysis.file_source(args.findings, namespaces)
+        source = file_source(args.findings, namespaces)
     else:
         config = prometheus_options.prometheus_config(args)
-        source = analysis.prometheus_source(
+        source = prometheus_source(
             config,
             util_scale=args.util_scale,
             namespaces=namespaces,
             cluster=settings.cluster,
             cluster_label=args.cluster_label,
         )
-        metrics = analysis.prometheus_metrics(
-            config, util_scale=args.util_scale, cluster_label=args.cluster_label
-        )
+        metrics = prometheus_metrics(config, util_scale=args.util_scale, cluster_label=args.cluster_label)
     credentials = load_credentials()
     notifier = SlackNotifier(credentials, api_url=settings.policy.slack.api_url) if credentials else None
     # The kubeconfig is read now, before an analysis that can take minutes: a typo fails at once.
@@ -335,8 +343,7 @@ def _write_report(
     credentials: SlackCredentials | None,
 ) -> None:
     """The HTML report of the run; a run that never got its findings has nothing to show."""
-    from reaper import analysis
-    from reaper.plan_report import run_section
+    from reaper import run_section, write_html_report
 
     if report.found is None:
         log.warning("no HTML report: the run stopped before it had findings (%s)", report.failure)
@@ -346,7 +353,7 @@ def _write_report(
     thresholds, currency = settings.policy.thresholds, settings.policy.currency
     try:
         try:
-            analysis.write_html_report(
+            write_html_report(
                 path,
                 report.found,
                 thresholds,
@@ -358,7 +365,7 @@ def _write_report(
         except DataUnavailableError as e:
             # The plots need Prometheus again; the plan must not be lost because they cannot be drawn.
             log.warning("the report's plots are left out: %s", e)
-            analysis.write_html_report(path, report.found, thresholds, sections=sections, currency=currency)
+            write_html_report(path, report.found, thresholds, sections=sections, currency=currency)
     except BadInputError as e:
         # The run is done (and may have acted): its exit code says how it went, the log says this.
         log.error("%s", e)
@@ -367,11 +374,7 @@ def _write_report(
 
 
 def _finish(report: RunReport, args: argparse.Namespace, out: TextIO) -> int:
-    from reaper.adapter_errors import PushgatewayError
-    from reaper.metrics import exposition, registry_for
-    from reaper.outcomes import Outcome
-    from reaper.pushgateway import push
-    from reaper.runner import EXIT_OK
+    from reaper import EXIT_OK, Outcome, PushgatewayError, exposition, push, registry_for
 
     metrics = report.metrics()
     text = exposition(metrics)
@@ -407,7 +410,7 @@ def _finish(report: RunReport, args: argparse.Namespace, out: TextIO) -> int:
 
 def _how_it_ended(report: RunReport) -> str:
     """The run's last log line: a run that stopped never reads as one that finished."""
-    from reaper.outcomes import Outcome
+    from reaper import Outcome
 
     if report.lease_held:
         return "run did nothing: another run holds the lease"
@@ -435,12 +438,17 @@ def _write_metrics(path: Path, text: str) -> None:
 
 
 def _cmd_restore(args: argparse.Namespace, out: TextIO) -> int:
-    from reaper.adapter_errors import KubeError, LeaseHeldError
-    from reaper.executor import Executor
-    from reaper.kube import KubeClient, KubeSettings
-    from reaper.outcomes import Outcome
-    from reaper.policy import RunMode
-    from reaper.runner import EXIT_ACTION_FAILED, EXIT_OK
+    from reaper import (
+        EXIT_ACTION_FAILED,
+        EXIT_OK,
+        Executor,
+        KubeClient,
+        KubeError,
+        KubeSettings,
+        LeaseHeldError,
+        Outcome,
+        RunMode,
+    )
 
     namespace = _reaper_namespace(args, None)
     kube_settings = KubeSettings(
@@ -504,8 +512,7 @@ def _check_restore_target(client: KubeClient, executor: Executor, args: argparse
 def _cmd_policy(args: argparse.Namespace, out: TextIO) -> int:
     import json
 
-    from reaper.policy import explain, json_schema, load_policy
-    from reaper.runner import EXIT_OK
+    from reaper import EXIT_OK, explain, json_schema, load_policy
 
     if args.policy_command == "schema":
         print(json.dumps(json_schema(), indent=2, sort_keys=True), file=out)
@@ -520,11 +527,11 @@ def _cmd_policy(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
-    from simulation import demo
+    from simulation import run_demo
 
     conventions.check_writable(args.output)  # before the demo, not after it
 
-    return demo.run_demo(scenario=args.scenario, policy_path=args.policy, output=args.output, out=out)
+    return run_demo(scenario=args.scenario, policy_path=args.policy, output=args.output, out=out)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -12,7 +12,7 @@ from __future__ import annotations
 import string
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from pydantic import (
     BaseModel,
@@ -25,7 +25,9 @@ from pydantic.alias_generators import to_camel
 
 from common.durations import Duration
 from common.errors import PolicyError
-from common.policy_file import PolicyDocument, load_policy_document
+
+if TYPE_CHECKING:
+    from common.policy_file import PolicyDocument
 
 # Placeholders a request-rate query template may use (see docs/detectors.md).
 REQUEST_RATE_PLACEHOLDERS = frozenset({"namespace", "kind", "workload", "pods", "window", "cluster"})
@@ -157,6 +159,8 @@ def load_thresholds(path: str | Path) -> Thresholds:
 
     The rest of the file is the reaper's: only its YAML must be sound here, not its content.
     """
+    from common.policy_file import load_policy_document  # the YAML parser, only when a file is read
+
     document = load_policy_document(path)
     detection = document.validate(Thresholds, section="detection")
     return _pricing(document, path, detection).applied_to(detection)
@@ -164,6 +168,8 @@ def load_thresholds(path: str | Path) -> Thresholds:
 
 def load_pricing(path: str | Path) -> Pricing:
     """The policy's top-level price and currency (what reports print next to costs)."""
+    from common.policy_file import load_policy_document
+
     document = load_policy_document(path)
     return _pricing(document, path, document.validate(Thresholds, section="detection"))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import logging
 
+from common.version import VERSION
 from exporter.cgroups import PodUidResolver
 from exporter.collectors import load_collectors
 from exporter.config import ExporterConfig
@@ -16,7 +17,6 @@ from exporter.nvml import SLOW_FIELD_CYCLES, Nvml
 from exporter.podresources import PodResourcesClient
 from exporter.pods import PodViewRefresher
 from exporter.snapshot import SnapshotBuilder
-from exporter.version import __version__
 from exporter.webconfig import WebConfig, load_web_config
 from exporter.xid import XidCounter, XidWatcher
 
@@ -67,7 +67,7 @@ class Exporter:
         self.xid_watcher = XidWatcher(nvml, xids)
         self.cycle = Cycle(
             nvml,
-            SnapshotBuilder(config.hostname, version=__version__),
+            SnapshotBuilder(config.hostname, version=VERSION),
             pods=self.pods,
             pid_resolver=None if self.pods is None else PodUidResolver(config.proc_root),
             xid_counter=xids,
@@ -97,7 +97,7 @@ class Exporter:
         self.server.start()
         log.info(
             "gpu-exporter %s serving on port %d (%s) every %.3gs%s",
-            __version__,
+            VERSION,
             self.server.port,
             "https" if self._config.web_config and self.server.tls else "http",
             self._config.interval_s,

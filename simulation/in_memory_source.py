@@ -29,17 +29,19 @@ from analyzer.sources.aggregates import (
     PodId,
     PodRecord,
     SpanNumbers,
-    counter_increase,
-    counter_rate,
-    first_busy_from_samples,
     histogram_shares,
     pod_records,
     quantile_levels,
-    span_numbers_from_samples,
-    util_stats,
     with_sharers,
 )
 from analyzer.sources.dcgm import Capabilities
+from analyzer.sources.sample_math import (
+    counter_increase,
+    counter_rate,
+    first_busy_from_samples,
+    span_numbers_from_samples,
+    util_stats,
+)
 from analyzer.sources.source_errors import NoDataError
 from common.model import TimeWindow
 from common.thresholds import Thresholds
@@ -152,7 +154,7 @@ class InMemorySource:
         for job, ts in longest.items():
             if t.scrape_interval is not None:
                 out[job] = t.scrape_interval.total_seconds()
-            elif (interval := dcgm.median_interval(ts)) is not None:
+            elif (interval := dcgm.median_interval([ts.tolist()])) is not None:
                 out[job] = interval
         return out
 

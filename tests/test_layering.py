@@ -13,8 +13,6 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 
 
@@ -52,16 +50,3 @@ def test_layers_cover_every_package() -> None:
         if "." not in layer  # layers inside a package (the analyzer's) are that package's own order
     }
     assert layered == set(config["root_packages"])
-
-
-def test_the_analyzers_public_surface_is_what_its_modules_define() -> None:
-    """``from analyzer import X`` gives the very object its module defines, for every listed name."""
-    import importlib
-
-    import analyzer
-
-    assert sorted(analyzer.__all__) == sorted(analyzer._SURFACE)
-    for name, module in analyzer._SURFACE.items():
-        assert getattr(analyzer, name) is getattr(importlib.import_module(module), name), name
-    with pytest.raises(AttributeError, match="no attribute 'pipeline_internals'"):
-        _ = analyzer.pipeline_internals

@@ -1,9 +1,9 @@
 """Per-device and per-pod aggregates: what every metrics source hands to the detectors.
 
-A Prometheus-backed source gets these numbers from PromQL the TSDB evaluates; the simulated source
-and the closer look at raw samples compute them here with numpy, with the same definitions
-(``quantile_over_time``'s linear interpolation, ``increase``'s counter-reset handling). Utilization
-is always in percent (0-100) by the time it is stored here.
+A Prometheus-backed source gets these numbers from PromQL the TSDB evaluates; a source that holds
+raw samples computes them with ``analyzer.sources.sample_math`` (numpy, the same definitions).
+This module is the data model alone and does not load numpy: an analysis of a TSDB's data never
+needs it. Utilization is always in percent (0-100) by the time it is stored here.
 """
 
 from __future__ import annotations
@@ -13,13 +13,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from itertools import pairwise
-from typing import Literal, NamedTuple
-
-import numpy as np
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from analyzer.sources.dcgm import JOB_GROUP_LABEL, POD_LABELS_READ, Capabilities
 from common.model import TimeWindow
 from common.timeutil import format_duration
+
+if TYPE_CHECKING:
+    import numpy as np
 
 PodId = tuple[str, str]  # (namespace, pod)
 
@@ -347,51 +348,12 @@ def quantile_levels(min_share: float) -> tuple[float, float]:
     return low, 1.0 - low
 
 
-def util_stats(values: np.ndarray, q_level: float) -> UtilStats | None:
-    """Mean, max and two quantiles with ``quantile_over_time``'s linear interpolation."""
-    finite = values[np.isfinite(values)]
-    if finite.size == 0:
-        return None
-    q_low, median, q_high = np.quantile(finite, [q_level, 0.5, 1.0 - q_level])
-    return UtilStats(
-        samples=int(finite.size),
-        mean=float(finite.mean()),
-        max=float(finite.max()),
-        q_low=float(q_low),
-        q_high=float(q_high),
-        q_level=q_level,
-        median=float(median),
-    )
-
-
-def sample_shares(values: np.ndarray, idle_percent: float, busy_percent: float) -> Shares | None:
-    finite = values[np.isfinite(values)]
-    if finite.size == 0:
-        return None
-    return Shares(
-        stalled=float((finite <= idle_percent).mean()),
-        busy=float((finite > busy_percent).mean()),
-        weight=float(finite.size),
-        source="samples",
-    )
-
-
 @dataclass(frozen=True)
 class Phases:
     """Mean length (seconds) of the runs of consecutive stalled and of consecutive busy samples."""
 
     stalled_s: float
     busy_s: float
-
-
-def run_count(state: np.ndarray) -> int:
-    """Runs of True in a boolean sequence: each True followed by a False ends one, as does the end.
-
-    The TSDB counts them the same way: ``resets`` of the 0/1 series plus its last value.
-    """
-    if state.size == 0:
-        return 0
-    return int(np.count_nonzero(state[:-1] & ~state[1:]) + bool(state[-1]))
 
 
 def phases_from_counts(
@@ -401,29 +363,6 @@ def phases_from_counts(
     if stalled <= 0 or busy <= 0 or stalled_runs <= 0 or busy_runs <= 0 or interval_s <= 0:
         return None
     return Phases(stalled_s=stalled * interval_s / stalled_runs, busy_s=busy * interval_s / busy_runs)
-
-
-def phase_lengths(
-    timestamps: np.ndarray, values: np.ndarray, idle_percent: float, busy_percent: float
-) -> Phases | None:
-    """How long a GPU stays stalled, and busy, before switching: the time scale of its alternation.
-
-    The mean run of each state, in sample intervals (the median gap between samples). Samples
-    between the bounds end a run. None without both states. A TSDB computes the same from four
-    aggregates (see ``analyzer.sources.span_queries``), so no raw samples are needed.
-    """
-    finite = np.isfinite(values)
-    t, v = timestamps[finite], values[finite]
-    if t.size < 2:
-        return None
-    stalled, busy = v <= idle_percent, v > busy_percent
-    return phases_from_counts(
-        float(stalled.sum()),
-        run_count(stalled),
-        float(busy.sum()),
-        run_count(busy),
-        float(np.median(np.diff(t))),
-    )
 
 
 @dataclass(frozen=True)
@@ -445,51 +384,6 @@ class SpanNumbers:
     histogram: Shares | None = None
     shares: Shares | None = None
     phases: Phases | None = None
-
-
-def span_numbers_from_samples(
-    look: CloserLook,
-    samples: DeviceSamples,
-    histogram_le: tuple[str, ...],
-    idle: float,
-    busy: float,
-    q_level: float,
-) -> SpanNumbers:
-    """The numpy twin of the TSDB's span aggregates, for sources that hold raw samples."""
-    cut = samples.between(look.span)
-    stats = util_stats(cut.values, q_level) if look.stats else None
-    histogram = None
-    if look.histogram and len(histogram_le) == 3 and all(le in cut.buckets for le in histogram_le):
-        inc = {le: counter_increase(cut.buckets[le][1]) for le in histogram_le}
-        histogram = histogram_shares(inc[histogram_le[0]], inc[histogram_le[1]], inc[histogram_le[2]])
-    shares = phases = None
-    if look.shares:
-        shares = sample_shares(cut.values, idle, busy)
-        phases = phase_lengths(cut.timestamps, cut.values, idle, busy)
-    return SpanNumbers(stats=stats, histogram=histogram, shares=shares, phases=phases)
-
-
-def first_busy_from_samples(samples: DeviceSamples, span: TimeWindow, idle: float) -> float | None:
-    """Time of the first sample above ``idle`` in (start, end] of ``span``."""
-    cut = samples.between(span)
-    busy = cut.timestamps[cut.values > idle]
-    return float(busy[0]) if busy.size else None
-
-
-def counter_increase(values: np.ndarray) -> float:
-    """Increase of a counter over its samples; a drop means it restarted from zero, as in PromQL."""
-    if values.size < 2:
-        return 0.0
-    steps = np.diff(values)
-    # After a reset the counter counted from 0 to the new value.
-    return float(np.where(steps >= 0, steps, values[1:]).sum())
-
-
-def counter_rate(timestamps: np.ndarray, values: np.ndarray) -> float | None:
-    """Per-second rate between the first and last sample (no extrapolation to the window edges)."""
-    if values.size < 2 or timestamps[-1] <= timestamps[0]:
-        return None
-    return counter_increase(values) / float(timestamps[-1] - timestamps[0])
 
 
 def histogram_shares(stalled_count: float, busy_bound_count: float, total: float) -> Shares | None:

@@ -39,7 +39,6 @@ from typing import Any, Literal, NamedTuple, Self, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 import msgspec
-import numpy as np
 import requests
 import urllib3
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
@@ -79,9 +78,11 @@ class VectorSample(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class RangeSeries:
+    """One series of a range query, as decoded: lists, which readers needing arrays convert."""
+
     labels: Mapping[str, str]
-    timestamps: np.ndarray
-    values: np.ndarray
+    timestamps: list[float]
+    values: list[float]
 
 
 @dataclass
@@ -572,7 +573,7 @@ def _samples(result: list[Any], promql: str) -> list[VectorSample]:
     Any fault sends the answer through the item-by-item path, which names the item at fault.
     """
     try:
-        values = np.fromiter(map(float, map(_second, map(_pair, result))), dtype=float, count=len(result))
+        values = list(map(float, map(_second, map(_pair, result))))
         labels = list(map(_metric, result))
         _check_label_sets(labels)
     except (TypeError, ValueError, OverflowError, KeyError, IndexError):
@@ -580,7 +581,7 @@ def _samples(result: list[Any], promql: str) -> list[VectorSample]:
             VectorSample(_labels(item, promql), _value(_field(item, "value", promql), promql))
             for item in result
         ]
-    return samples_of(labels, values.tolist())
+    return samples_of(labels, values)
 
 
 def samples_of(labels: Iterable[Mapping[str, str]], values: Iterable[float]) -> list[VectorSample]:
@@ -600,18 +601,16 @@ def _check_label_sets(labels: list[Any]) -> None:
 
 
 def _series(item: Any, promql: str) -> RangeSeries:
-    """One series' samples: ``[timestamp, "value"]`` pairs into two arrays, without a Python loop.
+    """One series' samples: ``[timestamp, "value"]`` pairs into two lists, without a Python loop.
 
-    Values come as strings ("NaN", "+Inf" included); ``float`` reads them all, and refuses a null
-    that numpy would silently read as NaN.
+    Values come as strings ("NaN", "+Inf" included); ``float`` reads them all, and refuses a null.
     """
     values = _field(item, "values", promql)
     try:
         if not isinstance(values, list):
             raise TypeError(type(values).__name__)
-        n = len(values)
-        ts = np.fromiter(map(float, map(_first, values)), dtype=float, count=n)
-        vs = np.fromiter(map(float, map(_second, values)), dtype=float, count=n)
+        ts = list(map(float, map(_first, values)))
+        vs = list(map(float, map(_second, values)))
     except (TypeError, ValueError, OverflowError, IndexError, KeyError) as e:
         raise BadResponseError(f"malformed samples for {promql!r}: {e}") from e
     return RangeSeries(_labels(item, promql), ts, vs)

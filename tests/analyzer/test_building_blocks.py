@@ -15,15 +15,17 @@ from analyzer.sources.aggregates import (
     DeviceInfo,
     DeviceKey,
     PodRecord,
-    counter_increase,
-    counter_rate,
     coverage,
     histogram_shares,
     pod_records,
+)
+from analyzer.sources.prometheus_source import PODS_PER_QUERY, _near_spans
+from analyzer.sources.sample_math import (
+    counter_increase,
+    counter_rate,
     sample_shares,
     util_stats,
 )
-from analyzer.sources.prometheus_source import PODS_PER_QUERY, _near_spans
 from common.model import TimeWindow, WorkloadRef
 
 
@@ -92,10 +94,16 @@ def test_a_job_of_only_zeros_and_ones(ones_share: float, scale: float) -> None:
             np.concatenate([np.arange(0, 300, 30.0), np.arange(3600, 4000, 30.0)]), 30.0, id="with-a-gap"
         ),
         pytest.param(np.array([0.0, 60.0]), None, id="too-few"),
+        pytest.param([60.0, 0.0, 30.0, 45.0], 15.0, id="a-decoded-list-out-of-order"),
     ],
 )
-def test_median_interval(stamps: np.ndarray, expected: float | None) -> None:
-    assert dcgm.median_interval(stamps) == expected
+def test_median_interval(stamps: np.ndarray | list[float], expected: float | None) -> None:
+    assert dcgm.median_interval([stamps]) == expected
+
+
+def test_median_interval_takes_gaps_within_each_series() -> None:
+    """Two replicas scraping 15 s apart in phase: 30 s each, never the 15 s between them."""
+    assert dcgm.median_interval([[0.0, 30.0, 60.0, 90.0], [15.0, 45.0, 75.0]]) == 30.0
 
 
 @pytest.mark.parametrize(

@@ -23,8 +23,10 @@ from analyzer.sources.aggregates import (
     PodRecord,
     Shares,
     coverage,
-    phase_lengths,
     quantile_levels,
+)
+from analyzer.sources.sample_math import (
+    phase_lengths,
     sample_shares,
     util_stats,
 )

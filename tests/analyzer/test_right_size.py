@@ -22,7 +22,8 @@ from analyzer.detection.mig_profiles import MIG_GPUS, mig_gpu
 from analyzer.detection.views import DeviceView, PodView, WorkloadView
 from analyzer.report.html import render_html
 from analyzer.report.table import render_table
-from analyzer.sources.aggregates import DeviceInfo, DeviceKey, MemoryPeak, quantile_levels, util_stats
+from analyzer.sources.aggregates import DeviceInfo, DeviceKey, MemoryPeak, quantile_levels
+from analyzer.sources.sample_math import util_stats
 from common.evidence import LowUtilizationEvidence, RightSizing
 from common.model import Finding, FindingKind, FindingsReport, TimeWindow, WorkloadRef
 from common.thresholds import RightSizeSettings, Thresholds

@@ -12,14 +12,17 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta
 from functools import partial
-
-import numpy as np
+from math import ceil, isfinite
+from typing import TYPE_CHECKING
 
 from analyzer.sources import dcgm
 from analyzer.sources.aggregates import DeviceAggregate, DeviceKey, DeviceSamples, FleetSnapshot, MemoryPeak
 from analyzer.sources.fleet_queries import FleetQueries
 from analyzer.sources.prometheus.batch import Batch
 from analyzer.sources.prometheus_api import RangeSeries
+
+if TYPE_CHECKING:
+    import numpy as np
 
 # Prometheus refuses range queries over 11,000 points per series; stay under it for raw pulls too.
 MAX_POINTS_PER_SERIES = 10_000
@@ -50,7 +53,7 @@ class RawReads:
         caps = snapshot.capabilities
         q = FleetQueries(caps, snapshot.window.duration)
         wanted = {k: snapshot.devices[k] for k in set(keys) | set(bucket_keys) if k in snapshot.devices}
-        util: dict[DeviceKey, list[RangeSeries]] = defaultdict(list)
+        util: dict[DeviceKey, list[tuple[RangeSeries, float]]] = defaultdict(list)
         by_metric: dict[str, list[DeviceAggregate]] = defaultdict(list)
         for dev in wanted.values():
             by_metric[dev.info.metric].append(dev)
@@ -59,15 +62,17 @@ class RawReads:
                 key = self.batch.key(series.labels, caps)
                 if key in wanted:
                     scale = caps.scale(metric, series.labels.get(dcgm.JOB, ""))
-                    util[key].append(RangeSeries(series.labels, series.timestamps, series.values * scale))
-        buckets: dict[DeviceKey, dict[str, list[RangeSeries]]] = defaultdict(lambda: defaultdict(list))
+                    util[key].append((series, scale))
+        buckets: dict[DeviceKey, dict[str, list[tuple[RangeSeries, float]]]] = defaultdict(
+            lambda: defaultdict(list)
+        )
         bucket_devs = [snapshot.devices[k] for k in bucket_keys if k in snapshot.devices]
         if bucket_devs and caps.histogram:
             for series in self._pull(snapshot, bucket_devs, q.bucket_raw, per_series=len(caps.histogram_le)):
                 key = self.batch.key(series.labels, caps)
                 le = series.labels.get(dcgm.LE)
                 if key in wanted and le is not None:
-                    buckets[key][le].append(series)
+                    buckets[key][le].append((series, 1.0))
         return {
             key: DeviceSamples(
                 key,
@@ -88,7 +93,7 @@ class RawReads:
         window = snapshot.window
         interval = min((d.interval_s for d in devs if d.interval_s > 0), default=15.0)
         points = window.duration.total_seconds() / interval
-        time_chunks = max(1, int(np.ceil(points / self.max_points_per_series)))
+        time_chunks = max(1, ceil(points / self.max_points_per_series))
         chunk = window.duration / time_chunks
         points_per_chunk = points / time_chunks
         # Several holders of one GPU share a UUID: count series generously per device.
@@ -137,7 +142,7 @@ class RawReads:
         for i, answer in enumerate(answers):
             for s in answer:
                 key = self.batch.key(s.labels, caps)
-                if key is not None and np.isfinite(s.value):
+                if key is not None and isfinite(s.value):
                     out[i // len(chunks)].append((key, s.value))
         return out
 
@@ -154,11 +159,14 @@ def _chunks(uuids: list[str]) -> Iterator[list[str]]:
         yield uuids[i : i + UUIDS_PER_MEMORY_QUERY]
 
 
-def _merge(parts: Sequence[RangeSeries]) -> tuple[np.ndarray, np.ndarray]:
-    """One time-ordered series from pieces (time chunks overlap by one sample at their edges)."""
+def _merge(parts: Sequence[tuple[RangeSeries, float]]) -> tuple[np.ndarray, np.ndarray]:
+    """One time-ordered series of arrays from pieces, each piece's values times its scale (time
+    chunks overlap by one sample at their edges)."""
+    import numpy as np  # here, not at the top: only raw pulls (the plots) need arrays
+
     if not parts:
         return np.empty(0), np.empty(0)
-    t = np.concatenate([p.timestamps for p in parts])
-    v = np.concatenate([p.values for p in parts])
+    t = np.concatenate([np.asarray(p.timestamps, dtype=float) for p, _ in parts])
+    v = np.concatenate([np.asarray(p.values, dtype=float) * scale for p, scale in parts])
     t, first = np.unique(t, return_index=True)
     return t, v[first]

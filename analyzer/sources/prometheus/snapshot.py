@@ -14,8 +14,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
-
-import numpy as np
+from math import isfinite
 
 from analyzer.sources import dcgm, promql
 from analyzer.sources.aggregates import (
@@ -262,7 +261,7 @@ def _intervals(
                 "cannot measure the sample interval of job %r from %d samples; its GPUs are "
                 "reported as unknown (set detection.scrapeInterval to override)",
                 job,
-                sum(t.size for t in stamps),
+                sum(map(len, stamps)),
             )
             continue
         out[job] = interval
@@ -339,7 +338,7 @@ def _with_histograms(
     for s in batch.vector(q.histogram_increase(), at):
         key = batch.key(s.labels, caps)
         le = s.labels.get(dcgm.LE)
-        if key is not None and le is not None and np.isfinite(s.value):
+        if key is not None and le is not None and isfinite(s.value):
             increases[key][le] = s.value
     idle_le, busy_le, total_le = caps.histogram_le
     out = dict(devices)

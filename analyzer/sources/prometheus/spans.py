@@ -15,9 +15,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from functools import partial
 from itertools import repeat
-from math import ceil, isfinite
-
-import numpy as np
+from math import ceil, inf, isfinite
 
 from analyzer.sources import dcgm, promql
 from analyzer.sources.aggregates import (
@@ -115,12 +113,12 @@ def first_busy(
 
     def firsts(answer: list[VectorSample]) -> list[tuple[DeviceKey, float]]:
         keyed = ((batch.key(s.labels, caps), s.value) for s in answer)
-        return [(key, value) for key, value in keyed if key is not None and np.isfinite(value)]
+        return [(key, value) for key, value in keyed if key is not None and isfinite(value)]
 
     earliest: dict[DeviceKey, float] = {}
     for answer in client.read_vectors(queries, firsts):
         for found, value in answer:
-            earliest[found] = min(value, earliest.get(found, np.inf))
+            earliest[found] = min(value, earliest.get(found, inf))
     out: dict[Window, float] = {}
     again = []
     for key, span in wanted:
