@@ -90,7 +90,6 @@ from analyzer.sources import pacing, prometheus_api  # noqa: E402
 from analyzer.sources.pacing import AdaptiveLimit  # noqa: E402
 from analyzer.sources.prometheus_api import PrometheusClient, PrometheusConfig, PrometheusSession  # noqa: E402
 from analyzer.sources.prometheus_source import PrometheusSource  # noqa: E402
-from common.memory import limit_malloc_arenas  # noqa: E402
 from common.model import FindingKind, FindingsReport, TimeWindow, WorkloadRef  # noqa: E402
 from common.thresholds import Thresholds  # noqa: E402
 from common.timeutil import parse_duration  # noqa: E402
@@ -896,8 +895,6 @@ def run_child(args: argparse.Namespace) -> dict[str, Any]:
         split = ClusterSplit(args.clusters, not args.merged) if args.clusters else None
         return run_prepare(args.tsdb, args.target, gpus, windows, age, step, args.slice_samples, split)
     _, span, _, _, step = _shape(args.shape)
-    # Both sides run as gpu-analyzer does: glibc's arenas capped before any thread starts.
-    limit_malloc_arenas()
     if args.child == "ours":
         return run_ours(args.url, span, step, whole=args.whole, in_detail=args.in_detail)
     return run_strong(args.url, span, step)

@@ -88,9 +88,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = conventions.parse(build_parser(), argv, _check)
     if isinstance(args, int):
         return args
-    from common.memory import limit_malloc_arenas
-
-    limit_malloc_arenas()  # before the query threads start: see common.memory
     with conventions.logging_for(args):
         try:
             if args.output is not None:

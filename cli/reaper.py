@@ -180,9 +180,6 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None) -> int
     args = conventions.parse(_build_parser(), argv, _check)
     if isinstance(args, int):
         return args
-    from common.memory import limit_malloc_arenas
-
-    limit_malloc_arenas()  # before the query threads start: see common.memory
     if (
         args.command == "demo"
         and getattr(args, "log_level", None) is None

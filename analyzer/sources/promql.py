@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import string
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Literal
@@ -20,6 +20,10 @@ _METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 _RE2_META = re.compile(r"([\\.+*?()|\[\]{}^$])")
 
 MatchOp = Literal["=", "!=", "=~", "!~"]
+
+# The longest query text sent: VictoriaMetrics refuses more than 16,384 characters by default
+# (-search.maxQueryLen), Prometheus takes more; queries naming many series are split to fit.
+MAX_QUERY_CHARS = 15_000
 
 
 def check_label_name(name: str) -> str:
@@ -196,3 +200,19 @@ def render_template(
     filled = {k: escape(v) for k, v in values.items()}
     filled |= {k: escape(regex_of(v)) for k, v in regex_values.items()}
     return string.Template(template).substitute(filled)
+
+
+def fitting(names: Sequence[str], build: Callable[[Sequence[str]], str], most: int) -> Iterator[list[str]]:
+    """``names`` in runs of at most ``most`` whose query, ``build(run)``, stays within
+    MAX_QUERY_CHARS: a run whose text is longer is halved until it fits (or holds one name)."""
+    for start in range(0, len(names), most):
+        yield from _halved(list(names[start : start + most]), build)
+
+
+def _halved(run: list[str], build: Callable[[Sequence[str]], str]) -> Iterator[list[str]]:
+    if len(run) > 1 and len(build(run)) > MAX_QUERY_CHARS:
+        half = len(run) // 2
+        yield from _halved(run[:half], build)
+        yield from _halved(run[half:], build)
+    else:
+        yield run

@@ -40,11 +40,10 @@ AGGREGATE = "gpu_analyzer_aggregate"  # the label naming each aggregate in a joi
 # Per-span terms joined in one query: keeps the PromQL text (POSTed) well under servers' limits.
 TERMS_PER_QUERY = 40
 # Names one term holds, GPUs or pods (a run count repeats its selector six times: 15 UUIDs or 40 pod
-# names keep one aggregate near 7,000 characters), and the longest PromQL text sent
-# (VictoriaMetrics' default limit is 16,384 characters): a query over more is split between aggregates.
+# names keep one aggregate near 7,000 characters, under promql.MAX_QUERY_CHARS): a query over more
+# is split between aggregates.
 HOLDERS_PER_TERM = 15
 PODS_PER_TERM = 40
-MAX_QUERY_CHARS = 15_000
 # Steps one subquery may take: VictoriaMetrics refuses more than 30,000 points per series by default
 # (`-search.maxPointsPerTimeseries`), which a 7-day span at 15 s passes; longer spans are cut.
 MAX_SUBQUERY_STEPS = 10_000

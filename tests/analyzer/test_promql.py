@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import promql_parser
 import pytest
@@ -12,6 +12,10 @@ from analyzer.sources import dcgm, promql
 from analyzer.sources.aggregates import DeviceKey
 from analyzer.sources.dcgm import Capabilities, PodLabels
 from analyzer.sources.fleet_queries import FleetQueries
+from analyzer.sources.prometheus_api import PrometheusClient
+from analyzer.sources.prometheus_config import PrometheusConfig
+from common.errors import DataUnavailableError
+from harness.servers import VictoriaMetricsServer
 
 HOSTILE = [
     pytest.param('a"} or vector(1) #', id="quote-breaks-out-of-the-literal"),
@@ -155,3 +159,39 @@ def test_aggregates_carry_only_the_identifying_labels() -> None:
     q = FleetQueries(_capabilities(), timedelta(hours=6))
     assert q.device_max(dcgm.DEV_GPU_UTIL).startswith("max by (UUID, GPU_I_ID, namespace, pod) (")
     assert "Hostname" in q.device_count(dcgm.DEV_GPU_UTIL)
+
+
+def _uuids(count: int) -> list[str]:
+    return [f"GPU-{i:08x}-9ad2-5dc5-8ae8-5e66d2e9af27" for i in range(count)]
+
+
+def test_fitting_splits_runs_whose_text_is_too_long_and_keeps_every_name_once() -> None:
+    names = _uuids(1_000)
+    # A query naming each UUID twice (used + free) is too long at 200 a run: the runs halve.
+    build = FleetQueries(_capabilities(), timedelta(hours=6)).memory_capacity
+    runs = list(promql.fitting(names, build, 200))
+    assert [name for run in runs for name in run] == names
+    assert all(len(build(run)) <= promql.MAX_QUERY_CHARS for run in runs)
+    assert max(map(len, runs)) <= 200 and len(runs) > 1_000 / 200
+    # A short text keeps the runs at the count given.
+    assert [len(run) for run in promql.fitting(names[:450], lambda run: "x", 200)] == [200, 200, 50]
+    # One name too long for the limit is still sent alone: the server will say why it refuses it.
+    assert list(promql.fitting(["n"], lambda run: "x" * (promql.MAX_QUERY_CHARS + 1), 200)) == [["n"]]
+
+
+@pytest.mark.victoriametrics
+def test_every_memory_query_over_a_thousand_gpus_is_short_enough_for_victoriametrics(
+    victoria_standard: VictoriaMetricsServer,
+) -> None:
+    """VictoriaMetrics refuses query texts over 16 KiB by default: the memory reads (the likely
+    idle endpoints', right-sizing's peaks and capacity) over 1,000 GPUs, on a fleet with per-pod
+    memory (each query naming every UUID twice), must all be accepted."""
+    q = FleetQueries(_capabilities(pod_memory=True), timedelta(hours=6))
+    client = PrometheusClient(PrometheusConfig(victoria_standard.url))
+    at = datetime(2026, 1, 5, tzinfo=UTC)
+    builds = [q.memory, lambda run: q.memory_peak(run, 0.99), q.memory_capacity]
+    texts = [build(run) for build in builds for run in promql.fitting(_uuids(1_000), build, 200)]
+    assert max(map(len, texts)) > 8_000  # long texts were sent, not only short ones
+    assert client.vectors([(text, at) for text in texts]) == [[] for _ in texts]
+    with pytest.raises(DataUnavailableError, match="maxQueryLen"):  # what 200 UUIDs a text met
+        client.vector(q.memory_capacity(_uuids(200)), at)

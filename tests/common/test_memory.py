@@ -1,70 +1,13 @@
-"""The arena cap the command-line tools set before their query threads start, and the collector's
-pause around an analysis."""
+"""The collector's pause around an analysis."""
 
 from __future__ import annotations
 
 import gc
-import subprocess
-import sys
-import textwrap
 import threading
-from pathlib import Path
 
 import pytest
 
-from common.memory import collector_paused, limit_malloc_arenas
-
-glibc = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt is Linux-only")
-
-
-@glibc
-def test_an_operators_own_setting_wins(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MALLOC_ARENA_MAX", "8")
-    assert limit_malloc_arenas() is False
-
-
-@glibc
-def test_threads_allocate_in_at_most_two_arenas(tmp_path: Path) -> None:
-    # malloc_info lists one <heap> per arena in use: eight threads allocating at once make eight
-    # arenas by default, two once capped. Run apart, so the test process keeps its own settings.
-    script = textwrap.dedent(
-        """
-        import ctypes, os, sys, threading
-        from common.memory import collector_paused, limit_malloc_arenas
-        os.environ.pop("MALLOC_ARENA_MAX", None)
-        capped = sys.argv[1] == "capped" and limit_malloc_arenas()
-        barrier = threading.Barrier(8)
-        def work():
-            barrier.wait()
-            keep = [bytes(1000) for _ in range(20000)]
-            barrier.wait()
-        threads = [threading.Thread(target=work) for _ in range(8)]
-        for t in threads: t.start()
-        for t in threads: t.join()
-        libc = ctypes.CDLL(None)
-        libc.fopen.restype = ctypes.c_void_p
-        libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
-        libc.fclose.argtypes = [ctypes.c_void_p]
-        stream = libc.fopen(sys.argv[2].encode(), b"w")
-        libc.malloc_info(0, stream)
-        libc.fclose(stream)
-        print(int(capped), open(sys.argv[2]).read().count("<heap nr="))
-        """
-    )
-    counts = {}
-    for mode in ("capped", "default"):
-        out = subprocess.run(
-            [sys.executable, "-c", script, mode, str(tmp_path / f"{mode}.xml")],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=60,
-        )
-        capped, heaps = out.stdout.split()
-        counts[mode] = (capped == "1", int(heaps))
-    assert counts["capped"][0] is True
-    assert counts["capped"][1] <= 2
-    assert counts["default"][1] > 2
+from common.memory import collector_paused
 
 
 def test_the_collector_resumes_after_the_last_pause_ends_and_only_if_it_ran() -> None:

@@ -12,7 +12,6 @@ from collections import defaultdict
 from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 from concurrent.futures import Future, wait
 from datetime import datetime
-from functools import partial
 from itertools import groupby, repeat
 from operator import itemgetter, methodcaller
 from typing import Any
@@ -43,25 +42,9 @@ def device_key(labels: Mapping[str, str], caps: Capabilities) -> DeviceKey | Non
     )
 
 
-class KeyMemo(dict[tuple[tuple[str, ...], tuple[str, ...]], DeviceKey | None]):
-    """Device keys by label set (its names and its values, in order), each made on first sight.
-
-    Names and values apart, the names' tuple kept once per shape of label set: a key holds three
-    objects, where a tuple of (name, value) pairs holds one per label (at 10,000 GPUs, megabytes
-    held while the quantiles' answers are parsed)."""
-
-    def __init__(self, make: Callable[[Mapping[str, str]], DeviceKey | None]) -> None:
-        super().__init__()
-        self.make = make
-        self.names: dict[tuple[str, ...], tuple[str, ...]] = {}
-
-    def __missing__(self, label_set: tuple[tuple[str, ...], tuple[str, ...]]) -> DeviceKey | None:
-        key = self[label_set] = self.make(dict(zip(*label_set, strict=True)))
-        return key
-
-    @classmethod
-    def of(cls, caps: Capabilities) -> KeyMemo:
-        return cls(partial(device_key, caps=caps))
+def keys_of(answer: Sequence[VectorSample], caps: Capabilities) -> list[DeviceKey | None]:
+    """The holder each row of an answer names."""
+    return [device_key(s.labels, caps) for s in answer]
 
 
 def label_sets(
@@ -74,14 +57,8 @@ def label_sets(
     return zip(shapes, map(tuple, map(_values, labels)), strict=True)
 
 
-def keys_by_label_set(memo: KeyMemo, labels: list[dict[str, str]]) -> Iterator[DeviceKey | None]:
-    """Each label set's key from ``memo``, mapped in C (no Python call per set but a miss)."""
-    return map(memo.__getitem__, label_sets(memo.names, labels))
-
-
 class Batch:
-    """Answers asked for side by side, by (query, time), until read or dropped; and, within a
-    snapshot, the key memo of its label sets."""
+    """Answers asked for side by side, by (query, time), until read or dropped."""
 
     def __init__(self, client: PrometheusClient) -> None:
         self.client = client
@@ -90,9 +67,6 @@ class Batch:
         # Answers whose rows one label tells apart (the level of `device_quantiles`, the rollup of
         # `device_sum_and_series`), by that label's value.
         self.tagged: dict[tuple[str, datetime], Future[dict[str, list[VectorSample]]]] = {}
-        # Device keys of the snapshot's label sets: each made once (a device's labels recur in
-        # every per-device aggregate); cleared with the fetched answers.
-        self.keys: KeyMemo | None = None
 
     def vector(self, promql: str, at: datetime) -> list[VectorSample]:
         """The answer fetched ahead, or asked now."""
@@ -158,22 +132,6 @@ class Batch:
         self.fetched.clear()
         self.tagged.clear()
         wait(pending)
-
-    def keys_of(self, answer: Sequence[VectorSample], caps: Capabilities) -> list[DeviceKey | None]:
-        """``key`` of each sample; within the snapshot, looked up in C (a Python call per sample
-        costs more than the lookup itself at 10,000 GPUs)."""
-        memo = self.keys
-        if memo is None:
-            return [device_key(s.labels, caps) for s in answer]
-        return list(keys_by_label_set(memo, list(map(labels_of, answer))))
-
-    def key(self, labels: Mapping[str, str], caps: Capabilities) -> DeviceKey | None:
-        """The holder a row names, from the snapshot's memo where one is kept."""
-        memo = self.keys
-        if memo is None:
-            return device_key(labels, caps)
-        names = tuple(labels)
-        return memo[(memo.names.setdefault(names, names), tuple(labels.values()))]
 
 
 def added(

@@ -15,10 +15,10 @@ from functools import partial
 from math import ceil, isfinite
 from typing import TYPE_CHECKING
 
-from analyzer.sources import dcgm
+from analyzer.sources import dcgm, promql
 from analyzer.sources.aggregates import DeviceAggregate, DeviceKey, DeviceSamples, FleetSnapshot, MemoryPeak
 from analyzer.sources.fleet_queries import FleetQueries
-from analyzer.sources.prometheus.batch import Batch
+from analyzer.sources.prometheus.batch import Batch, device_key
 from analyzer.sources.prometheus_api import RangeSeries
 
 if TYPE_CHECKING:
@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 MAX_POINTS_PER_SERIES = 10_000
 # Samples one raw pull may return (series × points): far below Prometheus' default 50 M query limit.
 MAX_SAMPLES_PER_QUERY = 2_000_000
-# GPUs one memory query names (a UUID takes about 45 characters of the text).
+# GPUs one memory query names at most (a UUID takes about 45 characters of the text, and a query
+# may name each twice: promql.fitting halves a run whose text is too long).
 UUIDS_PER_MEMORY_QUERY = 200
 
 
@@ -59,7 +60,7 @@ class RawReads:
             by_metric[dev.info.metric].append(dev)
         for metric, devs in by_metric.items():
             for series in self._pull(snapshot, devs, partial(q.device_raw, metric)):
-                key = self.batch.key(series.labels, caps)
+                key = device_key(series.labels, caps)
                 if key in wanted:
                     scale = caps.scale(metric, series.labels.get(dcgm.JOB, ""))
                     util[key].append((series, scale))
@@ -69,7 +70,7 @@ class RawReads:
         bucket_devs = [snapshot.devices[k] for k in bucket_keys if k in snapshot.devices]
         if bucket_devs and caps.histogram:
             for series in self._pull(snapshot, bucket_devs, q.bucket_raw, per_series=len(caps.histogram_le)):
-                key = self.batch.key(series.labels, caps)
+                key = device_key(series.labels, caps)
                 le = series.labels.get(dcgm.LE)
                 if key in wanted and le is not None:
                     buckets[key][le].append((series, 1.0))
@@ -99,8 +100,7 @@ class RawReads:
         # Several holders of one GPU share a UUID: count series generously per device.
         per_query = max(1, int(self.max_samples_per_query // (points_per_chunk * per_series * 2)))
         uuids = sorted({d.key.uuid for d in devs})
-        for i in range(0, len(uuids), per_query):
-            batch = uuids[i : i + per_query]
+        for batch in promql.fitting(uuids, lambda run: build(run, chunk), per_query):
             for c in range(time_chunks):
                 yield from self.client.matrix(build(batch, chunk), window.start + chunk * (c + 1))
 
@@ -132,18 +132,24 @@ class RawReads:
     def _per_holder(
         self, snapshot: FleetSnapshot, keys: Sequence[DeviceKey], *queries: Callable[[Sequence[str]], str]
     ) -> list[list[tuple[DeviceKey, float]]]:
-        """Each query over ``keys``' GPUs (a few hundred UUIDs a query), all side by side through the
-        bounded pool: per query, its finite rows by holder, in answer order."""
+        """Each query over ``keys``' GPUs (a few hundred UUIDs a query, fewer where the text would be
+        too long), all side by side through the bounded pool: per query, its finite rows by
+        holder, in answer order."""
         caps = snapshot.capabilities
-        chunks = list(_chunks(sorted({k.uuid for k in keys})))
+        uuids = sorted({k.uuid for k in keys})
         at = snapshot.window.end
-        answers = self.client.vectors([(query(chunk), at) for query in queries for chunk in chunks])
+        asked = [
+            (which, query(run))
+            for which, query in enumerate(queries)
+            for run in promql.fitting(uuids, query, UUIDS_PER_MEMORY_QUERY)
+        ]
+        answers = self.client.vectors([(text, at) for _, text in asked])
         out: list[list[tuple[DeviceKey, float]]] = [[] for _ in queries]
-        for i, answer in enumerate(answers):
+        for (which, _), answer in zip(asked, answers, strict=True):
             for s in answer:
-                key = self.batch.key(s.labels, caps)
+                key = device_key(s.labels, caps)
                 if key is not None and isfinite(s.value):
-                    out[i // len(chunks)].append((key, s.value))
+                    out[which].append((key, s.value))
         return out
 
     def instant_value(self, promql: str, at: datetime) -> float | None:
@@ -152,11 +158,6 @@ class RawReads:
         if not samples:
             return None
         return float(sum(s.value for s in samples))
-
-
-def _chunks(uuids: list[str]) -> Iterator[list[str]]:
-    for i in range(0, len(uuids), UUIDS_PER_MEMORY_QUERY):
-        yield uuids[i : i + UUIDS_PER_MEMORY_QUERY]
 
 
 def _merge(parts: Sequence[tuple[RangeSeries, float]]) -> tuple[np.ndarray, np.ndarray]:

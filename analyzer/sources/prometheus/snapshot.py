@@ -30,7 +30,15 @@ from analyzer.sources.aggregates import (
 from analyzer.sources.dcgm import Capabilities
 from analyzer.sources.fleet_queries import SERIES, SUM, FleetQueries, fleet_parts
 from analyzer.sources.prometheus import kubernetes, log
-from analyzer.sources.prometheus.batch import Batch, KeyMemo, Query, added, quantile_names, value_of
+from analyzer.sources.prometheus.batch import (
+    Batch,
+    Query,
+    added,
+    device_key,
+    keys_of,
+    quantile_names,
+    value_of,
+)
 from analyzer.sources.prometheus.discovery import rollup_covers
 from analyzer.sources.prometheus.union import Counts, union_numbers
 from analyzer.sources.prometheus_api import PrometheusClient, VectorSample
@@ -67,7 +75,6 @@ def snapshot(
     at = window.end
 
     batch.drop()
-    batch.keys = KeyMemo.of(caps)
     batch.fetch(_independent(caps, q, levels), at)
     counts = _counts(batch, caps, q, at)
     gpu_requests: list[VectorSample] = []
@@ -130,7 +137,7 @@ def _counts(batch: Batch, caps: Capabilities, q: FleetQueries, at: datetime) -> 
     counts: Counts = {}
     for metric in caps.util_metrics:
         answer = batch.vector(q.device_count(metric), at)
-        for key, s in zip(batch.keys_of(answer, caps), answer, strict=True):
+        for key, s in zip(keys_of(answer, caps), answer, strict=True):
             if key is None or s.value <= 0:
                 continue
             known = counts.get(key)
@@ -167,9 +174,9 @@ def _numbers(
             continue
         rolled = both[metric]
         summed = rolled.get(SUM, []) if rolled is not None else batch.vector(q.device_sum(metric), at)
-        numbers["sum"].update(added(batch.keys_of(summed, caps), summed, mine))
+        numbers["sum"].update(added(keys_of(summed, caps), summed, mine))
         for name, answer in _ranked(batch, q, metric, levels, at):
-            pairs = zip(batch.keys_of(answer, caps), map(value_of, answer), strict=True)
+            pairs = zip(keys_of(answer, caps), map(value_of, answer), strict=True)
             numbers[name].update((key, value) for key, value in pairs if key in mine)
     series = {
         metric: rolled.get(SERIES, [])
@@ -336,7 +343,7 @@ def _with_histograms(
     """The devices with the sample histogram's stalled and busy shares over the window."""
     increases: dict[DeviceKey, dict[str, float]] = defaultdict(dict)
     for s in batch.vector(q.histogram_increase(), at):
-        key = batch.key(s.labels, caps)
+        key = device_key(s.labels, caps)
         le = s.labels.get(dcgm.LE)
         if key is not None and le is not None and isfinite(s.value):
             increases[key][le] = s.value

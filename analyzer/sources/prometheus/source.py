@@ -127,7 +127,6 @@ class PrometheusSource:
             )
         finally:
             self._batch.drop()
-            self._batch.keys = None
 
     def span_numbers(
         self, snapshot: FleetSnapshot, looks: Sequence[CloserLook], t: Thresholds

@@ -14,7 +14,6 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from functools import partial
-from itertools import repeat
 from math import ceil, inf, isfinite
 
 from analyzer.sources import dcgm, promql
@@ -32,18 +31,14 @@ from analyzer.sources.aggregates import (
 from analyzer.sources.dcgm import Capabilities
 from analyzer.sources.prometheus.batch import (
     Batch,
-    KeyMemo,
-    keys_by_label_set,
-    labels_of,
+    device_key,
     quantile_names,
-    value_of,
 )
 from analyzer.sources.prometheus_api import PrometheusClient, VectorSample
 from analyzer.sources.span_queries import (
     ADDITIVE,
     AGGREGATE,
     HOLDERS_PER_TERM,
-    MAX_QUERY_CHARS,
     PODS_PER_TERM,
     RANKED,
     TERMS_PER_QUERY,
@@ -112,7 +107,7 @@ def first_busy(
             queries.append((term.first_busy(idle_percent), reach.end))
 
     def firsts(answer: list[VectorSample]) -> list[tuple[DeviceKey, float]]:
-        keyed = ((batch.key(s.labels, caps), s.value) for s in answer)
+        keyed = ((device_key(s.labels, caps), s.value) for s in answer)
         return [(key, value) for key, value in keyed if key is not None and isfinite(value)]
 
     earliest: dict[DeviceKey, float] = {}
@@ -319,7 +314,7 @@ def _ask_terms(
             ]
             groups.append((owner, parts))
     plan = _plan(groups, client.limit.ceiling)
-    read = partial(_read_numbers, KeyMemo.of(caps), _NameMemo(levels or {}))
+    read = partial(_read_numbers, caps, _NameMemo(levels or {}))
     return _by_window(plan, client.read_vectors([(query, at) for _, query in plan], read))
 
 
@@ -333,7 +328,7 @@ def _plan(
     # answer parsed is held whole meanwhile: at most MAX_ROWS_PER_QUERY rows each.
     total = sum(len(part) + 4 for _, parts in groups for part, _ in parts)
     spread = ceil(total / ceiling)
-    budget = min(MAX_QUERY_CHARS, max(spread, MAX_QUERY_CHARS // 4))
+    budget = min(promql.MAX_QUERY_CHARS, max(spread, promql.MAX_QUERY_CHARS // 4))
     plan: list[tuple[dict[DeviceKey, TimeWindow], str]] = []
     for owner, parts in groups:
         chunk: list[str] = []
@@ -351,19 +346,16 @@ def _plan(
 
 
 def _read_numbers(
-    keys: KeyMemo, names: _NameMemo, answer: list[VectorSample]
+    caps: Capabilities, names: _NameMemo, answer: list[VectorSample]
 ) -> list[tuple[DeviceKey, tuple[str, ...], float]]:
-    """Only what the caller reads of an answer: each row's key, the aggregates it holds, its value."""
-    # The tags come off each row's labels (parsed for this answer alone), which then name the
-    # holder as every other row of its device does: the key is looked up, and the tags' names
-    # too, in C (at 10,000 GPUs young, tens of thousands of rows a round).
-    labels = list(map(labels_of, answer))
-    # Popped before the keys are looked up: they key on what is left.
-    popped = (map(dict.pop, labels, repeat(tag), repeat("")) for tag in _ROW_TAGS)
-    tags = list(zip(*popped, strict=True))
-    aggregates = map(names.__getitem__, tags)
-    found = zip(keys_by_label_set(keys, labels), aggregates, map(value_of, answer), strict=True)
-    return [(key, of, value) for key, of, value in found if key is not None and of and isfinite(value)]
+    """Only what the caller reads of an answer: each row's holder, the aggregates its tags name,
+    its value."""
+    out = []
+    for labels, value in answer:
+        key, of = device_key(labels, caps), names[tuple(labels.get(tag, "") for tag in _ROW_TAGS)]
+        if key is not None and of and isfinite(value):
+            out.append((key, of, value))
+    return out
 
 
 def _by_window(
@@ -396,7 +388,7 @@ def _fitting(
     """Terms for ``keys`` whose longest aggregate (a run count, repeated once per piece of a long
     span) stays under the query length limit: halved until it does."""
     term = SpanTerm(caps, metric, keys, span, step, scale)
-    if len(keys) == 1 or len(term.state_runs(True, 0.0)) <= MAX_QUERY_CHARS - 500:
+    if len(keys) == 1 or len(term.state_runs(True, 0.0)) <= promql.MAX_QUERY_CHARS - 500:
         return [term]
     half = len(keys) // 2
     return _fitting(caps, metric, keys[:half], span, step, scale) + _fitting(

@@ -18,7 +18,7 @@ from analyzer.sources.aggregates import DeviceKey
 from analyzer.sources.dcgm import Capabilities
 from analyzer.sources.fleet_queries import FleetQueries
 from analyzer.sources.prometheus import log
-from analyzer.sources.prometheus.batch import Batch, added
+from analyzer.sources.prometheus.batch import Batch, added, keys_of
 from analyzer.sources.prometheus_api import VectorSample
 from analyzer.sources.span_queries import AGGREGATE, MAX_SUBQUERY_STEPS, joined, tagged
 
@@ -58,7 +58,7 @@ def union_numbers(
         texts = _queries(q, metric, sorted({k.uuid for k in split}), step, levels)
         batch.fetch([(text, AGGREGATE) for text in texts], at)
         for name, rows in batch.tagged_rows(texts, at).items():
-            for key, s in zip(batch.keys_of(rows, caps), rows, strict=True):
+            for key, s in zip(keys_of(rows, caps), rows, strict=True):
                 if key is None or key not in split:
                     continue
                 if name == "count":
@@ -76,7 +76,7 @@ def _split(
     # A row counts the series of one label set; rows of one holder are added up only where each
     # has several, as PromQL's filtered count (`> 1`) leaves them.
     rows = [s for s in series if s.value > 1]
-    per_key = added(batch.keys_of(rows, caps), rows, counts)
+    per_key = added(keys_of(rows, caps), rows, counts)
     return {key for key, n in per_key.items() if n > 1 and counts[key][0] == metric}
 
 
