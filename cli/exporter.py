@@ -11,9 +11,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
-import socket
-import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
@@ -96,7 +93,7 @@ def _config(args: argparse.Namespace, env: Mapping[str, str]) -> ExporterConfig:
         listen_port=port,
         interval_s=interval_s,
         kubelet_socket=None if args.no_kubernetes else args.kubelet_socket,
-        hostname=args.hostname or env.get("NODE_NAME") or socket.gethostname(),
+        hostname=args.hostname or env.get("NODE_NAME") or _hostname(),
         simulate=args.simulate,
         log_format=args.log_format or "text",
         pod_log_dir=args.pod_log_dir,
@@ -105,6 +102,12 @@ def _config(args: argparse.Namespace, env: Mapping[str, str]) -> ExporterConfig:
         collectors=args.collectors,
         web_config=args.web_config,
     )
+
+
+def _hostname() -> str:
+    import socket  # here: the only use of socket a --help would otherwise load
+
+    return socket.gethostname()
 
 
 def build_exporter(config: ExporterConfig) -> Exporter:
@@ -131,6 +134,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _serve(config: ExporterConfig) -> int:
+    import signal
+    import threading
+
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
