@@ -101,8 +101,9 @@ class RawReads:
         per_query = max(1, int(self.max_samples_per_query // (points_per_chunk * per_series * 2)))
         uuids = sorted({d.key.uuid for d in devs})
         for batch in promql.fitting(uuids, lambda run: build(run, chunk), per_query):
+            text = build(batch, chunk)  # the same range for every time chunk: only its end moves
             for c in range(time_chunks):
-                yield from self.client.matrix(build(batch, chunk), window.start + chunk * (c + 1))
+                yield from self.client.matrix(text, window.start + chunk * (c + 1))
 
     def memory_used(self, snapshot: FleetSnapshot, keys: Sequence[DeviceKey]) -> dict[DeviceKey, float]:
         """Mean framebuffer memory used (MiB) over the window, for devices that report it."""
