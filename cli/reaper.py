@@ -290,7 +290,7 @@ def _cmd_run(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _run(args: argparse.Namespace, inputs: _RunInputs, out: TextIO) -> int:
-    # The analyzer (pandas, numpy) loads only here, with the sources: for commands that analyse.
+    # The analyzer (numpy, requests, msgspec) loads only here, with the sources: for commands that analyse.
     from reaper import (
         KubeClient,
         SlackNotifier,

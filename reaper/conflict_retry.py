@@ -7,6 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+
 from reaper.adapter_errors import ConflictError, TooManyRequestsError
 from reaper.cluster import with_scale_replicas
 from reaper.kube_api import KubeApi
@@ -45,15 +47,20 @@ class ConflictRetry:
     sleep: Callable[[float], None]
 
     def run(self, read: Read, attempt: Callable[[dict[str, Any]], T]) -> T:
-        """Run ``attempt`` on the object; on 409 (or 429) re-read it and try again with the fresh version."""
-        obj = read()
-        for n in range(1, self.attempts + 1):
-            try:
-                return attempt(obj)
-            except (ConflictError, TooManyRequestsError) as e:
-                if n == self.attempts:
-                    raise
-                log.info("%s on attempt %d; re-reading", type(e).__name__, n)
-                self.sleep(min(0.05 * 2**n, 1.0))
-                obj = read()
-        raise AssertionError("unreachable")  # pragma: no cover
+        """Run ``attempt`` on the object; on 409 (or 429) re-read it and try again with the fresh version.
+
+        Waits 0.1 s, 0.2 s, 0.4 s ... (at most 1 s) between tries; the last error is raised as it was.
+        """
+        retrying = Retrying(
+            stop=stop_after_attempt(self.attempts),
+            wait=wait_exponential(multiplier=0.1, max=1.0),
+            retry=retry_if_exception_type((ConflictError, TooManyRequestsError)),
+            sleep=self.sleep,
+            reraise=True,
+            before_sleep=lambda state: log.info(
+                "%s on attempt %d; re-reading",
+                type(state.outcome.exception()).__name__ if state.outcome else "conflict",
+                state.attempt_number,
+            ),
+        )
+        return retrying(lambda: attempt(read()))

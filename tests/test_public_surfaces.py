@@ -28,7 +28,6 @@ HEAVY = {
     "slack_sdk",
     "pydantic",
     "numpy",
-    "pandas",
     "pynvml",
     "prometheus_client",
     "prometheus_api_client",

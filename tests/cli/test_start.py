@@ -24,7 +24,6 @@ ENGINES = (
     "google.protobuf",
     "pynvml",
     "numpy",
-    "pandas",
     "matplotlib",
     "jinja2",
     "rich",
