@@ -4,7 +4,10 @@ Runs the exporter's own collection cycle (the production ``Nvml`` wrapper and re
 against the real driver, with the binding wrapped so that every call is timed, wall clock and the
 calling thread's CPU clock. Prints, per NVML function, the calls per cycle and the p50 / p99 / mean
 cost, then the cycle's own wall and CPU p50 / p99; ``--json FILE`` writes the same for
-``exporter_bench.py --call-costs FILE``.
+``exporter_bench.py --call-costs FILE``. Every reading is taken every cycle here (each costly one too,
+whatever its cadence in production: ``--production-cadences`` runs the exporter's own), so each call's
+cost is measured. It also measures the depth of the driver's utilization-sample ring: the samples it
+answers when asked from timestamp 0, and the time they span.
 
 Needs a GPU and its driver; on a machine without one it stops with NVML's reason.
 
@@ -31,10 +34,13 @@ import pynvml  # noqa: E402
 
 from common.version import VERSION  # noqa: E402
 from exporter.attribution import ContainerDevices, PodView, allocations  # noqa: E402
+from exporter.cadence import Cadences  # noqa: E402
 from exporter.cgroups import PodUidResolver  # noqa: E402
 from exporter.cycle import Cycle  # noqa: E402
-from exporter.nvml import FIELD_IDS, SLOW_FIELD_CYCLES, Nvml, NvmlUnavailable  # noqa: E402
+from exporter.device_reader import FIELD_IDS  # noqa: E402
+from exporter.nvml import Nvml, NvmlUnavailable  # noqa: E402
 from exporter.snapshot import SnapshotBuilder  # noqa: E402
+from simulation.gpu_scenarios import build_scenario  # noqa: E402
 
 
 class TimedBinding:
@@ -92,7 +98,7 @@ class SharedPods:
         return self._view
 
 
-def field_costs(handle: Any, repeats: int = 20) -> dict[str, float]:
+def field_costs(library: Any, handle: Any, repeats: int = 20) -> dict[str, float]:
     """Each field of the exporter's batch asked alone: p50 µs by field id (the batch's cost is about
     their sum; exporter_bench.py charges a batch the fields it asks for)."""
     out = {}
@@ -101,10 +107,25 @@ def field_costs(handle: Any, repeats: int = 20) -> dict[str, float]:
         for _ in range(repeats):
             started = time.perf_counter_ns()
             with contextlib.suppress(pynvml.NVMLError):
-                pynvml.nvmlDeviceGetFieldValues(handle, [field])
+                library.nvmlDeviceGetFieldValues(handle, [field])
             times.append((time.perf_counter_ns() - started) / 1000)
         out[str(field if isinstance(field, int) else field[0])] = round(statistics.median(times), 2)
     return out
+
+
+def sample_ring(library: Any, handle: Any) -> dict[str, float]:
+    """The driver's utilization-sample ring as it answers from timestamp 0 (all it holds): how many
+    samples, the time they span and the mean period. Read after the cycles, so it has filled."""
+    _, samples = library.nvmlDeviceGetSamples(handle, pynvml.NVML_GPU_UTILIZATION_SAMPLES, 0)
+    stamps = sorted(int(s.timeStamp) for s in samples)
+    span_s = (stamps[-1] - stamps[0]) / 1e6 if len(stamps) > 1 else 0.0
+    period_ms = span_s * 1000 / (len(stamps) - 1) if len(stamps) > 1 else float("nan")
+    return {"depth": len(stamps), "span_s": round(span_s, 3), "period_ms": round(period_ms, 2)}
+
+
+PROCESS_UTILIZATION = "nvmlDeviceGetProcessUtilization"
+#: Every reading every cycle, so that each call's cost is measured.
+EVERY_CYCLE = Cadences(gpm=1, samples=1, process_utilization=1, slow_fields=1, mig_fallback=1)
 
 
 def p50_p99(values: list[float]) -> tuple[float, float]:
@@ -121,9 +142,20 @@ def main(argv: list[str] | None = None) -> int:
         "--whole", action="store_true", help="whole GPUs: no per-process calls (default: time-sliced)"
     )
     parser.add_argument("--json", type=Path, help="write the figures here for exporter_bench.py")
+    parser.add_argument(
+        "--production-cadences",
+        action="store_true",
+        help="the exporter's own cadences (costly readings every few cycles), not every reading each cycle",
+    )
+    parser.add_argument(
+        "--simulate",
+        metavar="SCENARIO",
+        help="a fake GPU scenario (gpu-exporter --simulate's) instead of the driver: checks the tool runs",
+    )
     args = parser.parse_args(argv)
 
-    binding = TimedBinding(pynvml)
+    library = pynvml if args.simulate is None else build_scenario(args.simulate, interval_s=args.interval)
+    binding = TimedBinding(library)
     nvml = Nvml(binding)
     try:
         nvml.init()
@@ -131,8 +163,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"nvml_call_costs: no GPU to measure: {exc}", file=sys.stderr)
         return 2
     uuids = [
-        pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i))
-        for i in range(pynvml.nvmlDeviceGetCount())
+        library.nvmlDeviceGetUUID(library.nvmlDeviceGetHandleByIndex(i))
+        for i in range(library.nvmlDeviceGetCount())
     ]
     pods = None if args.whole else SharedPods(uuids)
     # Processes are read only where they can be attributed: the host's /proc, as the DaemonSet mounts it.
@@ -142,8 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         SnapshotBuilder("cost-node", version=VERSION),
         pods=pods,
         pid_resolver=resolver,
-        # The slow counters every SLOW_FIELD_CYCLES cycles, as the exporter at any interval.
-        slow_fields_every_s=SLOW_FIELD_CYCLES * args.interval,
+        interval_s=args.interval,
+        cadences=Cadences() if args.production_cadences else EVERY_CYCLE,
     )
     for _ in range(10):  # first GPM sample, handles, capability probes
         cycle.run()
@@ -157,13 +189,22 @@ def main(argv: list[str] | None = None) -> int:
         wall_ms.append((time.perf_counter() - started) * 1000)
         time.sleep(args.interval)
 
-    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-    field_us = field_costs(handle)
+    handle = library.nvmlDeviceGetHandleByIndex(0)
+    per_cycle = {name: len(wall) / args.cycles for name, wall in binding.wall_us.items()}
+    if not binding.wall_us.get(PROCESS_UTILIZATION):
+        # Asked only of a shared GPU where processes run: timed apart on a GPU without any.
+        for _ in range(20):
+            with contextlib.suppress(pynvml.NVMLError):
+                binding.nvmlDeviceGetProcessUtilization(handle, 0)
+        per_cycle[PROCESS_UTILIZATION] = 0.0
+    field_us = field_costs(library, handle)
+    ring = sample_ring(library, handle)
+    nvml_version = getattr(library, "nvmlSystemGetNVMLVersion", None)
     device = {
-        "name": pynvml.nvmlDeviceGetName(handle),
-        "gpus": pynvml.nvmlDeviceGetCount(),
-        "driver": pynvml.nvmlSystemGetDriverVersion(),
-        "nvml": pynvml.nvmlSystemGetNVMLVersion(),
+        "name": library.nvmlDeviceGetName(handle),
+        "gpus": library.nvmlDeviceGetCount(),
+        "driver": library.nvmlSystemGetDriverVersion(),
+        "nvml": "simulated" if nvml_version is None else nvml_version(),
         "binding": getattr(pynvml, "__version__", "unknown"),
         "python": sys.version.split()[0],
     }
@@ -173,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         w50, w99 = p50_p99(wall)
         calls[name] = {
-            "per_cycle": len(wall) / args.cycles,
+            "per_cycle": per_cycle.get(name, 0.0),
             "wall_p50_us": round(w50, 2),
             "wall_p99_us": round(w99, 2),
             "wall_mean_us": round(statistics.fmean(wall), 2),
@@ -211,8 +252,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"| whole cycle (ms) | | {c50:.3f} | {c99:.3f} | | CPU p50 {u50:.3f}, p99 {u99:.3f} | |")
     print()
     print("each field alone, p50 µs:", ", ".join(f"{k} {v}" for k, v in field_us.items()))
+    print(
+        f"utilization-sample ring: {ring['depth']} samples over {ring['span_s']} s "
+        f"(one every {ring['period_ms']} ms)"
+    )
     if args.json is not None:
-        document = {"device": device, "calls": calls, "cycle": cycle_figures, "field_us": field_us}
+        document = {
+            "device": device,
+            "calls": calls,
+            "cycle": cycle_figures,
+            "field_us": field_us,
+            "sample_ring": ring,
+        }
         args.json.write_text(json.dumps(document, indent=1))
     return 0
 

@@ -20,10 +20,14 @@ from cli import conventions
 from exporter import (  # the configuration only: no NVML, no gRPC
     DEFAULT_POD_LOG_DIR,
     DEFAULT_SOCKET,
+    HOSTNAME_LABELS,
+    METRIC_NAMINGS,
     ConfigError,
     ExporterConfig,
+    hostname_label,
     parse_duration,
     parse_listen,
+    parse_resource_names,
 )
 from simulation import SCENARIOS  # the names only: no fake NVML
 
@@ -34,6 +38,13 @@ log = logging.getLogger("exporter")
 
 
 PROG = "gpu-exporter"
+#: Environment fallbacks of the naming and label options: $GPU_ + the flag, as the analyzer's options
+#: have; the resource names under dcgm-exporter's own variable, so a switching user's setting carries over.
+METRIC_NAMES_ENV = "GPU_METRIC_NAMES"
+HOSTNAME_LABEL_ENV = "GPU_HOSTNAME_LABEL"
+NO_HOSTNAME_ENV = "GPU_NO_HOSTNAME"
+POD_UID_ENV = "GPU_POD_UID"
+RESOURCE_NAMES_ENV = "NVIDIA_RESOURCE_NAMES"
 
 
 def parser() -> argparse.ArgumentParser:
@@ -49,7 +60,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--kubelet-socket", type=Path, default=DEFAULT_SOCKET, help=f"default {DEFAULT_SOCKET}")
     p.add_argument("--no-kubernetes", action="store_true", help="no pod attribution (not on Kubernetes)")
     p.add_argument(
-        "--hostname", default=None, help="Hostname label (default: $NODE_NAME, else the host name)"
+        "--hostname", default=None, help="node label's value (default: $NODE_NAME, else the host name)"
     )
     p.add_argument(
         "--simulate", metavar="SCENARIO", choices=SCENARIOS, help=f"fake GPUs: {', '.join(SCENARIOS)}"
@@ -75,6 +86,41 @@ def parser() -> argparse.ArgumentParser:
         help=f"kubelet pod log directory: pod UID to name, for shared GPUs (default {DEFAULT_POD_LOG_DIR})",
     )
     p.add_argument("--proc-root", type=Path, default=Path("/proc"), help="host /proc, for process cgroups")
+    g = p.add_argument_group("names and labels (dcgm-exporter compatibility)")
+    g.add_argument(
+        "--metric-names",
+        choices=METRIC_NAMINGS,
+        default=None,
+        help="legacy: dcgm-exporter's names and units up to 4.8; dcgm-4.7: DCGM 4.7's names and base "
+        f"units, as dcgm-exporter 4.9 serves them (default legacy) [${METRIC_NAMES_ENV}]",
+    )
+    g.add_argument(
+        "--hostname-label",
+        choices=HOSTNAME_LABELS,
+        default=None,
+        help="name of the node label, or none (default: Hostname with legacy names, hostname with "
+        f"dcgm-4.7) [${HOSTNAME_LABEL_ENV}]",
+    )
+    g.add_argument(
+        "-n",
+        "--no-hostname",
+        action="store_true",
+        default=None,
+        help=f"no node label: --hostname-label none, in dcgm-exporter's spelling [${NO_HOSTNAME_ENV}]",
+    )
+    g.add_argument(
+        "--pod-uid",
+        action="store_true",
+        default=None,
+        help=f"a pod_uid label beside pod, from the pod log directory [${POD_UID_ENV}]",
+    )
+    g.add_argument(
+        "--nvidia-resource-names",
+        metavar="NAMES",
+        default=None,
+        help="comma-separated resource names, beyond nvidia.com/*, whose devices are NVIDIA GPUs "
+        f"[${RESOURCE_NAMES_ENV}]",
+    )
     return p
 
 
@@ -88,6 +134,12 @@ def _config(args: argparse.Namespace, env: Mapping[str, str]) -> ExporterConfig:
     interval_s = parse_duration(args.interval)
     if not 0.05 <= interval_s <= 3600:
         raise ConfigError(f"--interval {args.interval}: expected 50ms to 1h")
+    naming = _choice(args.metric_names, env, METRIC_NAMES_ENV, METRIC_NAMINGS) or METRIC_NAMINGS[0]
+    label = _node_label(args, env)
+    resources = args.nvidia_resource_names
+    where = "--nvidia-resource-names"
+    if resources is None:
+        resources, where = env.get(RESOURCE_NAMES_ENV, ""), f"${RESOURCE_NAMES_ENV}"
     return ExporterConfig(
         listen_host=host,
         listen_port=port,
@@ -101,7 +153,46 @@ def _config(args: argparse.Namespace, env: Mapping[str, str]) -> ExporterConfig:
         log_level=args.log_level or "info",
         collectors=args.collectors,
         web_config=args.web_config,
+        metric_names=naming,
+        hostname_label=hostname_label(naming, label),
+        pod_uid=_switch(args.pod_uid, env, POD_UID_ENV),
+        nvidia_resource_names=parse_resource_names(resources, where),
     )
+
+
+def _node_label(args: argparse.Namespace, env: Mapping[str, str]) -> str | None:
+    """``--hostname-label`` or ``--no-hostname`` (a flag beats the environment); ``None``: unset."""
+    if args.no_hostname and args.hostname_label not in (None, "none"):
+        raise ConfigError(f"--no-hostname and --hostname-label {args.hostname_label}: choose one")
+    if args.no_hostname:
+        return "none"
+    if args.hostname_label is not None:
+        return str(args.hostname_label)
+    label = _choice(None, env, HOSTNAME_LABEL_ENV, HOSTNAME_LABELS)
+    if _switch(None, env, NO_HOSTNAME_ENV):
+        if label not in (None, "none"):
+            raise ConfigError(f"${NO_HOSTNAME_ENV} and ${HOSTNAME_LABEL_ENV} {label}: choose one")
+        return "none"
+    return label
+
+
+def _choice(flag: str | None, env: Mapping[str, str], name: str, choices: Sequence[str]) -> str | None:
+    """The flag's value, else its environment variable's (checked as argparse checks the flag)."""
+    if flag is not None:
+        return flag
+    value = env.get(name) or None
+    if value is not None and value not in choices:
+        raise ConfigError(f"${name} {value!r}: expected one of {', '.join(choices)}")
+    return value
+
+
+def _switch(flag: bool | None, env: Mapping[str, str], name: str) -> bool:
+    if flag is not None:
+        return flag
+    try:
+        return conventions.bool_arg(env.get(name, ""))
+    except argparse.ArgumentTypeError as exc:
+        raise ConfigError(f"${name}: {exc}") from None
 
 
 def _hostname() -> str:

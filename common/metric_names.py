@@ -182,6 +182,7 @@ XID_TOTAL: Final = "gpu_xid_errors_total"
 COLLECT_DURATION: Final = "gpu_exporter_collect_duration_seconds"
 LAST_COLLECT: Final = "gpu_exporter_last_collect_timestamp_seconds"
 NVML_ERRORS: Final = "gpu_exporter_nvml_errors_total"
+NVML_SECONDS: Final = "gpu_exporter_nvml_seconds_total"  # seconds spent in NVML, by function
 KUBELET_ERRORS: Final = "gpu_exporter_kubelet_errors_total"
 BUILD_INFO: Final = "gpu_exporter_build_info"
 #: Per GPU and capability (exporter/capabilities.py): 1 when NVML offers that family there, 0 when not.

@@ -7,13 +7,14 @@ import logging
 
 from common.version import VERSION
 from exporter.cgroups import PodUidResolver
-from exporter.collectors import load_collectors
 from exporter.config import ExporterConfig
+from exporter.counters_file import load_collectors
 from exporter.cycle import Cycle
 from exporter.exposition import Exposition
 from exporter.http import MetricsServer
 from exporter.loop import CollectionLoop
-from exporter.nvml import SLOW_FIELD_CYCLES, Nvml
+from exporter.naming import Naming
+from exporter.nvml import Nvml
 from exporter.podresources import PodResourcesClient
 from exporter.pods import PodViewRefresher
 from exporter.snapshot import SnapshotBuilder
@@ -50,6 +51,7 @@ class Exporter:
                     ", ".join(collectors.skipped),
                 )
         web = WebConfig() if config.web_config is None else load_web_config(config.web_config)
+        naming = Naming(config.metric_names, config.hostname_label)
         if nvml is None:
             nvml = Nvml()
         self.nvml = nvml
@@ -61,20 +63,23 @@ class Exporter:
                 pod_log_dir=config.pod_log_dir,
                 gpu_info_dir=config.proc_root / "driver/nvidia/gpus",
                 refresh_s=max(config.interval_s, 1.0),
+                resource_names=config.nvidia_resource_names,
             )
         )
         xids = XidCounter()
         self.xid_watcher = XidWatcher(nvml, xids)
         self.cycle = Cycle(
             nvml,
-            SnapshotBuilder(config.hostname, version=VERSION),
+            SnapshotBuilder(config.hostname, version=VERSION, naming=naming, pod_uid=config.pod_uid),
             pods=self.pods,
             pid_resolver=None if self.pods is None else PodUidResolver(config.proc_root),
             xid_counter=xids,
             xid_watcher=self.xid_watcher,
-            slow_fields_every_s=SLOW_FIELD_CYCLES * config.interval_s,
+            interval_s=config.interval_s,
+            # Only what is served is read from NVML (the counters file, else this naming's defaults).
+            served=naming.default_served() if served is None else served,
         )
-        self.exposition = Exposition(lambda: self.loop.latest(), served)
+        self.exposition = Exposition(lambda: self.loop.latest(), naming.families(served))
         self.loop = CollectionLoop(
             self.cycle.run, interval_s=config.interval_s, after=self.exposition.prepare
         )

@@ -21,7 +21,7 @@ which the node's driver directory maps to a UUID (``exporter.pods.scan_gpu_minor
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -152,10 +152,18 @@ def dra_gpu_minor(name: str) -> int | None:
     return None if match is None else int(match.group(1))
 
 
+NVIDIA_RESOURCE_PREFIX = "nvidia.com/"
+
+
 def allocations(
-    assignments: Iterable[Assignment], gpu_minors: Mapping[int, str] | None = None
+    assignments: Iterable[Assignment],
+    gpu_minors: Mapping[int, str] | None = None,
+    resource_names: Collection[str] = (),
 ) -> dict[str, tuple[Holder, ...]]:
-    """Device key → the containers holding it, for NVIDIA devices only.
+    """Device key → the containers holding it, for NVIDIA devices only: resources named
+    ``nvidia.com/…`` (``gpu``, ``mig-1g.10gb``, ``gpu.shared``, …) and those of ``resource_names``
+    (``--nvidia-resource-names``, as dcgm-exporter's ``NVIDIA_RESOURCE_NAMES``: a device plugin that
+    registers NVIDIA GPUs under another domain).
 
     ``gpu_minors`` (device minor → GPU UUID) resolves GPUs allocated through DRA claims; without it,
     or for a minor it lacks, such a GPU stays unattributed.
@@ -170,7 +178,8 @@ def allocations(
                 if uuid is not None:
                     found.setdefault(uuid, set()).add(holder)
             continue
-        if not assignment.resource_name.startswith("nvidia.com/"):
+        resource = assignment.resource_name
+        if not resource.startswith(NVIDIA_RESOURCE_PREFIX) and resource not in resource_names:
             continue
         for device_id in assignment.device_ids:
             key, replica = parse_device_id(device_id)

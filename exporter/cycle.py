@@ -3,21 +3,29 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from contextlib import nullcontext
+from dataclasses import replace
+from types import MappingProxyType
 
+from exporter import fields as f
 from exporter.attribution import EMPTY_VIEW, PodView, holders_of, is_shared
+from exporter.cadence import DEFAULT_CADENCES, Cadences
 from exporter.cgroups import PodUidResolver
-from exporter.nvml import SLOW_FIELDS_EVERY_S, Nvml
+from exporter.node_reader import GpuReader
+from exporter.nvml import Nvml
 from exporter.pods import PodViewSource
-from exporter.reader import GpuReader
 from exporter.readings import DeviceIdentity, MigLabels, NodeReading
-from exporter.snapshot import Counters, Snapshot, SnapshotBuilder
+from exporter.snapshot import Counters, Series, Snapshot, SnapshotBuilder
 from exporter.xid import XidCounter, XidWatcher
 
 
 class Cycle:
-    """Runs one collection; the collection loop calls :meth:`run` every interval."""
+    """Runs one collection; the collection loop calls :meth:`run` every interval.
+
+    ``interval_s`` is that interval: the costly readings' cadences count in it (``cadences``), on the
+    ``monotonic`` clock. ``served``: the families ``/metrics`` serves (``None``: all); nothing else is
+    read."""
 
     def __init__(
         self,
@@ -29,11 +37,21 @@ class Cycle:
         xid_counter: XidCounter | None = None,
         xid_watcher: XidWatcher | None = None,
         wall_clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
         timer: Callable[[], float] = time.perf_counter,
-        slow_fields_every_s: float = SLOW_FIELDS_EVERY_S,
+        interval_s: float = 5.0,
+        cadences: Cadences = DEFAULT_CADENCES,
+        served: Collection[str] | None = None,
     ) -> None:
         self._nvml = nvml
-        self._reader = GpuReader(nvml, wall_clock=wall_clock, slow_fields_every_s=slow_fields_every_s)
+        self._reader = GpuReader(
+            nvml,
+            wall_clock=wall_clock,
+            monotonic=monotonic,
+            interval_s=interval_s,
+            cadences=cadences,
+            served=served,
+        )
         self._builder = builder
         self._pods = pods
         self._pid_resolver = pid_resolver
@@ -62,7 +80,7 @@ class Cycle:
             nvml_errors=self._nvml.error_counts(),
             kubelet_errors=0 if self._pods is None else self._pods.errors,
         )
-        return self._builder.build(
+        snapshot = self._builder.build(
             reading,
             view,
             pid_uids,
@@ -70,6 +88,16 @@ class Cycle:
             taken_at=self._wall_clock(),
             duration_s=self._timer() - started,
         )
+        return self._with_driver_time(snapshot)
+
+    def _with_driver_time(self, snapshot: Snapshot) -> Snapshot:
+        """``gpu_exporter_nvml_seconds_total{call}``: the seconds spent in NVML so far, by function, so
+        operators see the driver time the exporter costs the node (docs/exporter.md, "Driver time")."""
+        seconds = self._nvml.call_seconds()
+        if not seconds:
+            return snapshot
+        series = tuple(Series({"call": call}, spent) for call, spent in sorted(seconds.items()))
+        return replace(snapshot, series=MappingProxyType({**snapshot.series, f.NVML_SECONDS: series}))
 
     def _read(self, view: PodView) -> NodeReading:
         def shared(gpu: DeviceIdentity, mig: MigLabels | None) -> bool:

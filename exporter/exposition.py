@@ -10,18 +10,22 @@ OpenMetrics requires a counter's samples to end in ``_total``, so there they cou
 ``unknown`` — and Prometheus, which asks for OpenMetrics first, would record them as such. Nothing
 OpenMetrics adds is served here (no exemplars, no ``_created`` series), so the ``Accept`` header
 changes nothing and every Prometheus, whatever protocols it prefers, reads the same bytes.
+
+Names and units are the naming's (:mod:`exporter.naming`): a snapshot holds the legacy names and
+units, and each family is renamed, and its values converted, here, as the bytes are written.
 """
 
 from __future__ import annotations
 
 import gzip
 import threading
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Final
 
 from prometheus_client.utils import floatToGoString
 
 from exporter import fields as f
+from exporter.naming import LEGACY_NAMING, Family
 from exporter.snapshot import HistogramSeries, Labels, Snapshot
 
 TEXT_CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
@@ -29,6 +33,7 @@ _LE_LABELS: Final = tuple(f'le="{le}"' for le in (*map(floatToGoString, f.SAMPLE
 #: gzip level 1: the 130 KB exposition of an 8-GPU shared node shrinks to about 5 KB, at a fraction
 #: of level 6's CPU time.
 _GZIP_LEVEL: Final = 1
+_LEGACY_FAMILIES: Final = LEGACY_NAMING.families()
 
 
 def _quality(params: list[str]) -> float:
@@ -94,25 +99,28 @@ def _histogram_lines(name: str, histograms: Iterable[HistogramSeries], out: list
         out.append(f"{name}_sum{plain} {floatToGoString(histogram.total)}\n")
 
 
-def encode(snapshot: Snapshot, served: Collection[str] | None = None) -> bytes:
-    """The text exposition of ``snapshot``; families without samples, or not in ``served``, are left
-    out. Every family is typed as :data:`exporter.fields.SPECS` says, under its own name."""
+def encode(snapshot: Snapshot, families: Sequence[Family] | None = None) -> bytes:
+    """The text exposition of ``snapshot``: each of ``families`` (default: every family, legacy
+    naming) that has samples, under its served name and type, its values in its served unit."""
     out: list[str] = []
     labels = _LabelCache()
-    for name, spec in f.SPECS.items():
-        if served is not None and name not in served:
-            continue
-        if spec.type == "histogram":
+    for family in _LEGACY_FAMILIES if families is None else families:
+        if family.type == "histogram":
             if not snapshot.histograms:
                 continue
-        elif not snapshot.series.get(name):
+        elif not snapshot.series.get(family.key):
             continue
-        out.append(f"# HELP {name} {_escape_help(spec.help)}\n")
-        out.append(f"# TYPE {name} {spec.type}\n")
-        if spec.type == "histogram":
+        name = family.name
+        out.append(f"# HELP {name} {_escape_help(family.help)}\n")
+        out.append(f"# TYPE {name} {family.type}\n")
+        if family.type == "histogram":
             _histogram_lines(name, snapshot.histograms, out)
+        elif family.converts:
+            multiply, divide = family.multiply, family.divide
+            for s in snapshot.series[family.key]:
+                out.append(f"{name}{labels(s.labels)} {floatToGoString(s.value * multiply / divide)}\n")
         else:
-            for s in snapshot.series[name]:
+            for s in snapshot.series[family.key]:
                 out.append(f"{name}{labels(s.labels)} {floatToGoString(s.value)}\n")
     return "".join(out).encode()
 
@@ -120,11 +128,11 @@ def encode(snapshot: Snapshot, served: Collection[str] | None = None) -> bytes:
 class EncodedSnapshot:
     """The exposition of one snapshot, plain and gzip, each built on first request and then reused."""
 
-    __slots__ = ("_lock", "_served", "_variants", "snapshot")
+    __slots__ = ("_families", "_lock", "_variants", "snapshot")
 
-    def __init__(self, snapshot: Snapshot, served: Collection[str] | None = None) -> None:
+    def __init__(self, snapshot: Snapshot, families: Sequence[Family] | None = None) -> None:
         self.snapshot = snapshot
-        self._served = served
+        self._families = families
         self._variants: dict[bool, bytes] = {}
         self._lock = threading.RLock()  # the gzip variant builds the plain one under the same lock
 
@@ -142,18 +150,21 @@ class EncodedSnapshot:
                         plain = self.body(compressed=False)
                         body = gzip.compress(plain, compresslevel=_GZIP_LEVEL, mtime=0)
                     else:
-                        body = encode(self.snapshot, self._served)
+                        body = encode(self.snapshot, self._families)
                     self._variants[compressed] = body
         return body
 
 
 class Exposition:
     """``/metrics`` content for whatever snapshot is newest; encodes each snapshot at most once per
-    variant. ``served`` limits the families (a ``--collectors`` file); ``None`` serves all."""
+    variant. ``families`` are what is served and how (:meth:`exporter.naming.Naming.families`, from
+    the naming and a ``--collectors`` file); ``None`` serves every family in the legacy naming."""
 
-    def __init__(self, latest: Callable[[], Snapshot | None], served: Collection[str] | None = None) -> None:
+    def __init__(
+        self, latest: Callable[[], Snapshot | None], families: Sequence[Family] | None = None
+    ) -> None:
         self._latest = latest
-        self._served = None if served is None else frozenset(served)
+        self._families = _LEGACY_FAMILIES if families is None else tuple(families)
         self._current: EncodedSnapshot | None = None
         self._asked: set[bool] = set()
 
@@ -163,7 +174,7 @@ class Exposition:
             return None
         current = self._current
         if current is None or current.snapshot is not snapshot:
-            current = EncodedSnapshot(snapshot, self._served)
+            current = EncodedSnapshot(snapshot, self._families)
             self._current = current  # a racing scrape may wrap the same snapshot too; both are right
         return current
 

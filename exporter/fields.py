@@ -5,6 +5,10 @@ the analyzer read either exporter. DCGM's counters are named without ``_total`` 
 under those exact names, as dcgm-exporter types them, which is why the exposition is the Prometheus
 text format only (OpenMetrics would demand ``_total``). The exporter's own metrics follow Prometheus
 naming: one prefix, base units.
+
+:data:`SPECS` is keyed by the legacy DCGM names (dcgm-exporter up to 4.8), which are also the keys of
+every reading and snapshot; :data:`SPECS_4_7` says how the renamed ones are served in DCGM 4.7's naming
+(dcgm-exporter 4.9), whose units :mod:`exporter.naming` converts to.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from common.metric_names import (
     ENC_UTIL,
     FB_FREE,
     FB_RESERVED,
+    FB_TOTAL,
     FB_USED,
     GPU_TEMP,
     GPU_UP,
@@ -37,6 +42,7 @@ from common.metric_names import (
     MEMORY_TEMP,
     NVLINK_BANDWIDTH_TOTAL,
     NVML_ERRORS,
+    NVML_SECONDS,
     PCIE_REPLAY,
     POD_MEMORY_USED,
     POD_SM_UTILIZATION,
@@ -59,6 +65,7 @@ from common.metric_names import (
     UTILIZATION_SAMPLES,
     XID_ERRORS,
     XID_TOTAL,
+    current_name,
 )
 
 __all__ = [
@@ -77,6 +84,7 @@ __all__ = [
     "ENC_UTIL",
     "FB_FREE",
     "FB_RESERVED",
+    "FB_TOTAL",
     "FB_USED",
     "GPU_TEMP",
     "GPU_UP",
@@ -88,6 +96,7 @@ __all__ = [
     "MEM_COPY_UTIL",
     "NVLINK_BANDWIDTH_TOTAL",
     "NVML_ERRORS",
+    "NVML_SECONDS",
     "PCIE_REPLAY",
     "POD_MEMORY_USED",
     "POD_SM_UTILIZATION",
@@ -105,6 +114,7 @@ __all__ = [
     "SAMPLE_BUCKETS",
     "SM_CLOCK",
     "SPECS",
+    "SPECS_4_7",
     "THERMAL_VIOLATION",
     "TOTAL_ENERGY",
     "UNCORRECTABLE_REMAPPED_ROWS",
@@ -127,6 +137,7 @@ _SPECS: Final = (
     MetricSpec(FB_USED, "Framebuffer memory used (in MiB).", "gauge"),
     MetricSpec(FB_FREE, "Framebuffer memory free (in MiB).", "gauge"),
     MetricSpec(FB_RESERVED, "Framebuffer memory reserved (in MiB).", "gauge"),
+    MetricSpec(FB_TOTAL, "Framebuffer memory total (in MiB).", "gauge"),
     MetricSpec(POWER_USAGE, "Power draw (in W).", "gauge"),
     MetricSpec(POWER_USAGE_INSTANT, "Current instantaneous power usage of the device (in W).", "gauge"),
     MetricSpec(GPU_TEMP, "GPU temperature (in C).", "gauge"),
@@ -174,10 +185,15 @@ _SPECS: Final = (
         "gauge",
     ),
     MetricSpec(POD_MEMORY_USED, "Frame-buffer memory a pod's processes hold on a shared GPU.", "gauge"),
-    MetricSpec(XID_TOTAL, "XID critical errors reported by the driver, by XID.", "counter"),
+    MetricSpec(
+        XID_TOTAL,
+        "XID critical errors reported by the driver: by XID (label xid), and all of a GPU's (no xid).",
+        "counter",
+    ),
     MetricSpec(COLLECT_DURATION, "Wall time of the last collection cycle.", "gauge"),
     MetricSpec(LAST_COLLECT, "Unix time at which the last successful collection finished.", "gauge"),
     MetricSpec(NVML_ERRORS, "NVML calls that failed, by function and NVML error code.", "counter"),
+    MetricSpec(NVML_SECONDS, "Seconds spent in NVML calls (the driver's time), by function.", "counter"),
     MetricSpec(KUBELET_ERRORS, "Failed refreshes of the kubelet PodResources API.", "counter"),
     MetricSpec(BUILD_INFO, "Exporter build information; the value is always 1.", "gauge"),
     MetricSpec(
@@ -189,6 +205,47 @@ _SPECS: Final = (
 )
 
 SPECS: Final[dict[str, MetricSpec]] = {spec.name: spec for spec in _SPECS}
+
+
+def _renamed(legacy: str, help: str) -> tuple[str, MetricSpec]:
+    return legacy, MetricSpec(current_name(legacy), help, SPECS[legacy].type)
+
+
+#: Legacy name → how DCGM 4.7's naming serves that family (its name, and help in its units); the
+#: families absent here are served under their legacy name in both namings.
+SPECS_4_7: Final[dict[str, MetricSpec]] = dict(
+    (
+        _renamed(GPU_UTIL, "GPU utilization (ratio 0-1)."),
+        _renamed(MEM_COPY_UTIL, "Memory copy utilization (ratio 0-1)."),
+        _renamed(FB_USED, "Framebuffer memory used (in bytes)."),
+        _renamed(FB_FREE, "Framebuffer memory free (in bytes)."),
+        _renamed(FB_RESERVED, "Framebuffer memory reserved (in bytes)."),
+        _renamed(FB_TOTAL, "Framebuffer memory capacity (in bytes)."),
+        _renamed(POWER_USAGE, "Power draw (in W)."),
+        _renamed(POWER_USAGE_INSTANT, "Current instantaneous power usage of the device (in W)."),
+        _renamed(GPU_TEMP, "GPU temperature (in C)."),
+        _renamed(MEMORY_TEMP, "Memory temperature (in C)."),
+        _renamed(SM_CLOCK, "SM clock frequency (in Hz)."),
+        _renamed(MEM_CLOCK, "Memory clock frequency (in Hz)."),
+        _renamed(TOTAL_ENERGY, "Total energy consumption since the driver loaded (in J)."),
+        _renamed(ENC_UTIL, "Encoder utilization (ratio 0-1)."),
+        _renamed(DEC_UTIL, "Decoder utilization (ratio 0-1)."),
+        _renamed(PCIE_REPLAY, "Total number of PCIe retries."),
+        _renamed(XID_ERRORS, "Value of the last XID error encountered."),
+        _renamed(UNCORRECTABLE_REMAPPED_ROWS, "Number of remapped rows for uncorrectable errors."),
+        _renamed(CORRECTABLE_REMAPPED_ROWS, "Number of remapped rows for correctable errors."),
+        _renamed(ROW_REMAP_FAILURE, "Whether remapping of rows has failed."),
+        _renamed(
+            NVLINK_BANDWIDTH_TOTAL,
+            "NVLink data traffic over all links, TX + RX, since the previous collection (in B/s).",
+        ),
+        _renamed(PROF_GR_ENGINE_ACTIVE, "Ratio of time the graphics engine is active."),
+        _renamed(PROF_SM_ACTIVE, "The ratio of cycles an SM has at least 1 warp assigned."),
+        _renamed(PROF_SM_OCCUPANCY, "The ratio of number of warps resident on an SM."),
+        _renamed(PROF_PIPE_TENSOR_ACTIVE, "Ratio of cycles the tensor (HMMA) pipe is active."),
+        _renamed(PROF_DRAM_ACTIVE, "Ratio of cycles the device memory interface is active."),
+    )
+)
 
 #: The DCGM-named families, which a dcgm-exporter counters file (``--collectors``) may select.
 DCGM_FIELDS: Final = frozenset(name for name in SPECS if name.startswith("DCGM_FI_"))

@@ -1,10 +1,14 @@
-"""The HTTP endpoints: ``/metrics`` (pre-encoded bytes), ``/healthz`` (liveness), ``/readyz`` (NVML).
+"""The HTTP endpoints: ``/metrics`` (pre-encoded bytes), ``/healthz`` (liveness), ``/readyz`` (NVML),
+and ``/health`` as dcgm-exporter serves it.
 
 Liveness and readiness answer different questions. ``/healthz`` says the process works — its
 collection loop keeps running — so the kubelet restarts only an exporter that is stuck; a node whose
 driver is loading or missing does not restart-loop the pod. ``/readyz`` says NVML answered the last
-collection, recently. With a web config, TLS and basic auth guard every path except the two probes,
-which the kubelet calls without credentials and which reveal nothing but a status line.
+collection, recently. ``/health`` answers as dcgm-exporter's does (``internal/pkg/server/server.go``,
+``Health``), for probes and monitors written against it: 200 and ``OK`` whenever the server answers,
+with its ``X-Registry-Available: true`` and ``nosniff`` headers. With a web config, TLS and basic auth
+guard every path except the probes, which the kubelet calls without credentials and which reveal
+nothing but a status line.
 
 The server is meant to be left running facing any client: connections time out when idle
 (:class:`ConnectionLimits`), their number is capped (:mod:`exporter.connections`), and what goes wrong
@@ -42,8 +46,12 @@ class Content(Protocol):
     def render(self, accept: str = "", accept_encoding: str = "") -> tuple[bytes, str, str | None]: ...
 
 
-_INDEX = b"gpu-exporter: /metrics, /healthz (liveness), /readyz (NVML readiness)\n"
-_PROBES = frozenset({"/healthz", "/readyz"})
+_INDEX = b"gpu-exporter: /metrics, /healthz (liveness), /readyz (NVML readiness), /health (dcgm-exporter's)\n"
+_PROBES = frozenset({"/healthz", "/readyz", "/health"})
+#: dcgm-exporter's answer on /health: its body and headers once its metrics registry exists, which it
+#: does from the start here (a collection that has not finished yet serves an empty exposition).
+_DCGM_HEALTH_BODY = b"OK"
+_DCGM_HEALTH_HEADERS = {"X-Content-Type-Options": "nosniff", "X-Registry-Available": "true"}
 
 
 @dataclass(frozen=True)
@@ -205,6 +213,8 @@ def _handler(
                     self.headers.get("Accept", ""), self.headers.get("Accept-Encoding", "")
                 )
                 self._send(200, content_type, body, encoding)
+            elif path == "/health":
+                self._send(200, "text/plain; charset=utf-8", _DCGM_HEALTH_BODY, extra=_DCGM_HEALTH_HEADERS)
             elif path in _PROBES:
                 ok, reason = (liveness if path == "/healthz" else readiness)()
                 self._send(200 if ok else 503, "text/plain; charset=utf-8", f"{reason}\n".encode())

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Protocol
 
@@ -72,7 +72,8 @@ class PodViewSource(Protocol):
 
 
 class PodViewRefresher(BackgroundThread):
-    """Refreshes a :class:`PodView` every ``refresh_s`` seconds on its own thread.
+    """Refreshes a :class:`PodView` every ``refresh_s`` seconds on its own thread; ``resource_names``
+    are the resources beyond ``nvidia.com/…`` whose devices are NVIDIA GPUs.
 
     On failure the last good view is served until it is ``max_age_s`` old, then none: metrics go out
     without pod labels rather than with stale ones. Every failure counts in :attr:`errors`.
@@ -87,9 +88,11 @@ class PodViewRefresher(BackgroundThread):
         refresh_s: float = 10.0,
         max_age_s: float = 60.0,
         monotonic: Callable[[], float] = time.monotonic,
+        resource_names: Collection[str] = (),
     ) -> None:
         super().__init__("kubelet-pod-resources")
         self._client = client
+        self._resource_names = frozenset(resource_names)
         self._pod_log_dir = pod_log_dir
         self._gpu_info_dir = gpu_info_dir
         self._refresh_s = refresh_s
@@ -124,7 +127,8 @@ class PodViewRefresher(BackgroundThread):
             return False
         self._warnings.clear("kubelet", "kubelet pod resources available again")
         claimed = any(isinstance(d, ClaimDevices) for d in devices)
-        self._view = PodView(allocations(devices, self._gpu_minors() if claimed else None), self._uid_names())
+        minors = self._gpu_minors() if claimed else None
+        self._view = PodView(allocations(devices, minors, self._resource_names), self._uid_names())
         self._fetched_at = self._monotonic()
         return True
 

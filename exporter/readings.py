@@ -51,41 +51,12 @@ class Clocks(NamedTuple):
     memory: int | None
 
 
-class FieldReadings(NamedTuple):
-    """Readings batched through one ``nvmlDeviceGetFieldValues`` call; ``None`` where unsupported.
-
-    ``power_instant_mw``: board power right now, milliwatts (nvidia-smi ``power.draw.instant``);
-    ``energy_mj``: energy since the driver loaded, millijoules (no nvidia-smi query field);
-    ``pcie_replays``: PCIe replay counter (nvidia-smi ``-q``: "Replays Since Reset");
-    ``power_violation_ns``, ``thermal_violation_ns``: cumulative time the power / thermal policy held
-    the clocks below the application clocks, nanoseconds (``nvidia-smi dmon -s v`` shows each
-    interval's share as ``pviol`` / ``tviol``); ``memory_temp_c``: HBM temperature (nvidia-smi
-    ``temperature.memory``); ``ecc_*``: single / double bit ECC errors, volatile and aggregate
-    (``ecc.errors.corrected.volatile.total`` …); ``remapped_*``, ``remap_failure``: row remapping
-    (``nvidia-smi -q -d ROW_REMAPPER``); ``nvlink_kib``: NVLink data sent + received over all links,
-    KiB (``nvidia-smi nvlink -gt d``).
-    """
-
-    power_instant_mw: float | None = None
-    energy_mj: float | None = None
-    pcie_replays: float | None = None
-    power_violation_ns: float | None = None
-    thermal_violation_ns: float | None = None
-    memory_temp_c: float | None = None
-    ecc_sbe_volatile: float | None = None
-    ecc_dbe_volatile: float | None = None
-    ecc_sbe_aggregate: float | None = None
-    ecc_dbe_aggregate: float | None = None
-    remapped_correctable: float | None = None
-    remapped_uncorrectable: float | None = None
-    remap_failure: float | None = None
-    nvlink_kib: float | None = None
-
-
 class UtilizationSamples(NamedTuple):
     """New entries of NVML's sub-second GPU-utilization buffer (``nvmlDeviceGetSamples``): each one's
     percent (0–100) in buffer order, and the oldest and newest CPU timestamps among them (µs). No
-    object per sample: a cycle reads hundreds, and only these are used.
+    object per sample: a cycle reads hundreds, and only these are used. ``buffered``: how many samples
+    the driver answered (all it holds when asked from timestamp 0), ``oldest_us`` the oldest of those:
+    what tells the buffer's depth, and whether samples were lost before a read.
 
     nvidia-smi: none (it shows the average); ``nvidia-smi -q -d UTILIZATION`` shows the min/max/avg of
     this buffer.
@@ -94,6 +65,8 @@ class UtilizationSamples(NamedTuple):
     percents: tuple[int, ...]
     first_us: int = 0
     last_us: int = 0
+    buffered: int = 0
+    oldest_us: int = 0
 
 
 class ProcessMemory(NamedTuple):

@@ -26,6 +26,7 @@ from exporter.attribution import (
     sole_holder,
     usage_of_pods,
 )
+from exporter.naming import LEGACY_NAMING, Naming
 from exporter.readings import DeviceIdentity, DeviceReading, MigLabels, NodeReading
 from exporter.xid_catalogue import describe
 
@@ -90,21 +91,47 @@ class _Histogram:
         return tuple(out)
 
 
-def gpu_labels(gpu: DeviceIdentity, hostname: str, driver_version: str) -> Labels:
-    """dcgm-exporter's identifying labels for a physical GPU."""
-    return {
+def gpu_labels(
+    gpu: DeviceIdentity, hostname: str, driver_version: str, naming: Naming = LEGACY_NAMING
+) -> Labels:
+    """dcgm-exporter's identifying labels for a physical GPU, the node's and the driver's named as
+    ``naming`` says (the node's left out when it says none)."""
+    labels = {
         "gpu": str(gpu.gpu_index),
         "UUID": gpu.uuid,
         "pci_bus_id": gpu.pci_bus_id,
         "device": f"nvidia{gpu.gpu_index}",
         "modelName": gpu.name,
-        "Hostname": hostname,
-        "DCGM_FI_DRIVER_VERSION": driver_version,
     }
+    if naming.node_label is not None:
+        labels[naming.node_label] = hostname
+    labels[naming.driver_label] = driver_version
+    return labels
 
 
-def _with_holder(labels: Labels, holder: Holder) -> Labels:
+#: Pod → its UID, where the node's pod directory names exactly one (``--pod-uid``).
+PodUids = Mapping[PodName, str]
+
+
+def pod_uids(view: PodView) -> dict[PodName, str]:
+    """Each pod's UID from the view's UID → name map. A name listed under two UIDs (a pod deleted and
+    created again under the same name, the old one's directory not yet removed) gets none: which one
+    holds the GPU cannot be told from names, and a wrong UID is worse than none."""
+    found: dict[PodName, str] = {}
+    ambiguous: set[PodName] = set()
+    for uid, name in view.uid_names.items():
+        if name in found:
+            ambiguous.add(name)
+        found[name] = uid
+    for name in ambiguous:
+        del found[name]
+    return found
+
+
+def _with_holder(labels: Labels, holder: Holder, uids: PodUids | None = None) -> Labels:
     out = {**labels, "pod": holder.pod, "namespace": holder.namespace, "container": holder.container}
+    if uids is not None and (uid := uids.get(PodName(holder.namespace, holder.pod))) is not None:
+        out["pod_uid"] = uid
     if holder.vgpu is not None:
         out["vgpu"] = holder.vgpu
     return out
@@ -140,7 +167,9 @@ class _Attribution:
     capability_labels: Mapping[str, Labels]  # physical GPUs: each capability's labels
 
 
-def _attribution(view: PodView, device: DeviceReading, labels: Labels) -> _Attribution:
+def _attribution(
+    view: PodView, device: DeviceReading, labels: Labels, node_label: str | None, uids: PodUids | None
+) -> _Attribution:
     if device.mig is not None:
         mig = device.mig
         labels = {**labels, "GPU_I_PROFILE": mig.profile, "GPU_I_ID": str(mig.gpu_instance_id)}
@@ -148,20 +177,20 @@ def _attribution(view: PodView, device: DeviceReading, labels: Labels) -> _Attri
     shared = is_shared(holders)
     # One pod holding the device, alone on a time-sliced GPU too, is named on its series.
     owner = sole_holder(holders)
-    device_labels = labels if owner is None else _with_holder(labels, owner)
+    device_labels = labels if owner is None else _with_holder(labels, owner, uids)
     pods = pods_holding(holders) if shared else {}
     capability_labels: dict[str, Labels] = {}
     if device.mig is None:
         # Only identifying labels that are snake_case or DCGM's upper case: the exporter's own
         # families stay lint-clean (modelName is on gpu_up, to join on).
-        gpu = {key: labels[key] for key in ("gpu", "UUID", "Hostname")}
+        gpu = {key: labels[key] for key in ("gpu", "UUID", node_label) if key is not None}
         capability_labels = {name: {**gpu, "capability": name} for name in cap.NAMES}
     return _Attribution(
         labels=labels,
         device_labels=device_labels,
         shared=shared,
         pods=pods,
-        pod_labels={holder: _with_holder(labels, holder) for holder in pods.values()},
+        pod_labels={holder: _with_holder(labels, holder, uids) for holder in pods.values()},
         histogram_key=(
             device.uuid,
             tuple(device_labels.get(k, "") for k in ("namespace", "pod", "container")),
@@ -171,11 +200,20 @@ def _attribution(view: PodView, device: DeviceReading, labels: Labels) -> _Attri
 
 
 class SnapshotBuilder:
-    """Builds :class:`Snapshot` objects; keeps cumulative histogram state between cycles."""
+    """Builds :class:`Snapshot` objects; keeps cumulative histogram state between cycles.
 
-    def __init__(self, hostname: str, *, version: str) -> None:
+    ``naming`` names the node and driver labels (values and family names are the encoder's);
+    ``pod_uid`` adds ``pod_uid`` wherever a pod is named, as dcgm-exporter's
+    ``--kubernetes-enable-pod-uid`` does."""
+
+    def __init__(
+        self, hostname: str, *, version: str, naming: Naming = LEGACY_NAMING, pod_uid: bool = False
+    ) -> None:
         self._hostname = hostname
         self._version = version
+        self._naming = naming
+        self._pod_uid = pod_uid
+        self._uids: PodUids | None = None
         self._histograms: dict[tuple[str, tuple[str, ...]], _Histogram] = {}
         self._last_success_at: float | None = None
         # Labels and attribution per device, valid for one pod view and driver version.
@@ -191,12 +229,13 @@ class SnapshotBuilder:
             self._gpu_labels = {}
             self._attributions = {}
             self._driver = driver
+            self._uids = pod_uids(view) if self._pod_uid else None
         self._view = view
 
     def _gpu_labels_of(self, gpu: DeviceIdentity) -> Labels:
         labels = self._gpu_labels.get(gpu)
         if labels is None:
-            labels = self._gpu_labels[gpu] = gpu_labels(gpu, self._hostname, self._driver or "")
+            labels = self._gpu_labels[gpu] = gpu_labels(gpu, self._hostname, self._driver or "", self._naming)
         return labels
 
     def build(
@@ -230,7 +269,7 @@ class SnapshotBuilder:
             attribution = self._attributions.get((device.gpu, device.mig))
             if attribution is None:
                 labels = base_labels.get(device.gpu.uuid) or self._gpu_labels_of(device.gpu)
-                attribution = _attribution(view, device, labels)
+                attribution = _attribution(view, device, labels, self._naming.node_label, self._uids)
             attributions[(device.gpu, device.mig)] = attribution
             device_labels = attribution.device_labels
 
@@ -266,19 +305,12 @@ class SnapshotBuilder:
             read = whole_gpu_labels.get(gpu.uuid)
             if read is None:  # not read this cycle; who holds it is still known
                 owner = sole_holder(holders_of(view.allocated, gpu.uuid, gpu.gpu_index))
-                read = base_labels[gpu.uuid] if owner is None else _with_holder(base_labels[gpu.uuid], owner)
+                base = base_labels[gpu.uuid]
+                read = base if owner is None else _with_holder(base, owner, self._uids)
             xid = counters.last_xid.get(gpu.uuid, 0)
             add(f.XID_ERRORS, _with_xid(read, xid), float(xid))
 
-        identities = {gpu.uuid: gpu for gpu, _ in reading.gpus}
-        for (uuid, xid), count in sorted(counters.xids.items()):
-            identity = identities.get(uuid)
-            if identity is not None:
-                add(
-                    f.XID_TOTAL,
-                    {**gpu_labels(identity, self._hostname, driver), "xid": str(xid)},
-                    float(count),
-                )
+        self._add_xid_counts(add, base_labels, counters.xids)
 
         if reading.ok:
             self._last_success_at = taken_at
@@ -291,6 +323,25 @@ class SnapshotBuilder:
             histograms=tuple(histograms),
             error=reading.error,
         )
+
+    @staticmethod
+    def _add_xid_counts(
+        add: _Add, base_labels: Mapping[str, Labels], xids: Mapping[tuple[str, int], int]
+    ) -> None:
+        """Each GPU's XIDs, all of them (no ``xid`` label) and by XID. The GPU's total is served from
+        its first collection on, at 0 until an XID comes, so ``increase()`` counts the first one: a
+        series by XID only begins at its first event, and ``increase()`` sees no rise in a series'
+        first sample."""
+        totals = dict.fromkeys(base_labels, 0)
+        for (uuid, _), count in xids.items():
+            if uuid in totals:
+                totals[uuid] += count
+        for uuid, total in totals.items():
+            add(f.XID_TOTAL, base_labels[uuid], float(total))
+        for (uuid, xid), count in sorted(xids.items()):
+            labels = base_labels.get(uuid)
+            if labels is not None:
+                add(f.XID_TOTAL, {**labels, "xid": str(xid)}, float(count))
 
     @staticmethod
     def _add_pod_usage(

@@ -171,7 +171,11 @@ def parse_web_config(text: str, source: str, directory: Path | None = None) -> W
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{source}: not YAML: {exc}") from None
+        # PyYAML's own text names "<unicode string>" and spans lines: the file, and where in it.
+        mark = getattr(exc, "problem_mark", None)
+        at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
+        raise ConfigError(f"{source}: not YAML ({at}{problem})") from None
     root = _mapping(doc, source)
     _unknown(root, frozenset({"tls_server_config", "http_server_config", "basic_auth_users"}), source)
 

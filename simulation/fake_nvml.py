@@ -1,10 +1,11 @@
 """A scripted stand-in for the NVML binding, so the exporter runs without a GPU.
 
-:class:`FakeNvmlLibrary` offers the subset of ``pynvml`` functions that :class:`exporter.nvml.Nvml`
-calls, with the same argument order, return shapes and exceptions (the real ``pynvml`` classes,
-built through :func:`exporter.nvml.nvml_error`). Only this boundary is fake: with
-``gpu-exporter --simulate SCENARIO`` the adapter, the collection loop, pod attribution and the HTTP
-server are the production code.
+:class:`FakeNvmlLibrary` offers the subset of ``pynvml`` functions that the exporter's NVML layer
+(:mod:`exporter.nvml_library` and the per-GPU objects above it) calls, with the same argument order,
+return shapes and exceptions (the real ``pynvml`` classes, built through
+:func:`exporter.nvml_library.nvml_error`). Only this boundary is fake: with
+``gpu-exporter --simulate SCENARIO`` the NVML layer, the collection loop, pod attribution and the
+HTTP server are the production code.
 
 Constants (field ids, value types, error codes, clock-event bits) come from ``pynvml`` itself, and
 the calls follow the binding's shapes where it has quirks: ``nvmlDeviceGetMemoryInfo`` answers the
@@ -21,7 +22,14 @@ utilization gauge reports the newest sample, as the driver does. A device may be
 time, and the heat and lower SM clock that go with it. A device may be scripted to fall off the bus
 (``lost_between``): its calls answer GPU_IS_LOST, it records no utilization samples meanwhile, and an
 event set holding it answers GPU_IS_LOST once its pending events are out. Event sets are counted from
-create to free (:attr:`FakeNvmlLibrary.live_event_sets`), so a leak shows.
+create to free (:attr:`FakeNvmlLibrary.live_event_sets`), so a leak shows. A GPU's MIG layout may be
+changed while NVML runs (:meth:`FakeNvmlLibrary.reconfigure_mig`): the sets registered for its MIG
+reconfiguration events then report one, as the driver does; a GPU may be scripted to refuse that
+registration (``mig_events=False``, an older driver), XIDs still registering.
+
+NVML's sample buffer is a ring of :data:`SAMPLE_BUFFER` entries, as the driver's (nvidia-smi -q shows
+119 samples in its full buffers on driver 580): a read that comes later than 20 s after the previous
+one has lost the oldest samples, as on a GPU.
 """
 
 from __future__ import annotations
@@ -31,22 +39,24 @@ import threading
 import time
 import uuid as uuidlib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 from typing import Any
 
 import pynvml
 
-from exporter.nvml import GPM_METRIC_IDS, nvml_error, nvml_error_code
+from exporter.nvml_library import GPM_METRIC_IDS, nvml_error, nvml_error_code
 from simulation.gpu_profiles import Profile, constant, jitter
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
 _SAMPLE_PERIOD_S = 1 / 6
-_SAMPLE_BUFFER = 120
-# Constants come from the real binding, as exporter/nvml.py takes them: a fake that re-typed them
+#: Entries of the fake driver's utilization-sample ring: 20 s at six samples a second.
+SAMPLE_BUFFER = 120
+# Constants come from the real binding, as exporter/nvml_library.py takes them: a fake that re-typed them
 # could agree with a wrong adapter.
 _XID_EVENT = pynvml.nvmlEventTypeXidCriticalError
+_MIG_EVENT = pynvml.nvmlEventMigConfigChange
 _VALUE_TYPE_DOUBLE = pynvml.NVML_VALUE_TYPE_DOUBLE
 _VALUE_TYPE_UNSIGNED_INT = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
 _VALUE_TYPE_UNSIGNED_LONG_LONG = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
@@ -125,6 +135,7 @@ class FakeGpu:
     mig: tuple[FakeMig, ...] = ()
     processes: tuple[FakeProcess, ...] = ()
     throttle: FakeThrottle = FakeThrottle()
+    mig_events: bool = True  # False: registering for MIG reconfiguration events answers NOT_SUPPORTED
 
     @property
     def uuid(self) -> str:
@@ -180,7 +191,9 @@ class _GpmSample:
 
 @dataclass(eq=False)
 class _EventSet:
-    handles: set[int] = field(default_factory=set)
+    handles: set[int] = field(default_factory=set)  # GPUs registered for XIDs
+    mig_handles: set[int] = field(default_factory=set)  # GPUs registered for MIG reconfigurations
+    mig_pending: list[int] = field(default_factory=list)  # reconfigurations not yet waited for
 
 
 class FakeNvmlLibrary:
@@ -225,6 +238,17 @@ class FakeNvmlLibrary:
     def fail_field(self, field_id: int, code: str) -> None:
         """Make ``nvmlDeviceGetFieldValues`` answer ``NVML_ERROR_<code>`` in the slot of ``field_id``."""
         self._field_faults[field_id] = code
+
+    def reconfigure_mig(self, index: int, instances: tuple[FakeMig, ...]) -> None:
+        """GPU ``index`` now has these MIG devices (none: MIG mode off); every event set registered for
+        its MIG reconfigurations has an event to report."""
+        gpus = list(self.gpus)
+        gpus[index] = replace(gpus[index], mig=instances)
+        with self._lock:
+            self.gpus = tuple(gpus)
+            for event_set in self._event_sets:
+                if index in event_set.mig_handles:
+                    event_set.mig_pending.append(index)
 
     def remove_function(self, call: str) -> None:
         """Behave like a driver that lacks ``call`` (the binding raises FUNCTION_NOT_FOUND)."""
@@ -310,7 +334,11 @@ class FakeNvmlLibrary:
         return gpu.lost_between is not None and gpu.lost_between[0] <= t < gpu.lost_between[1]
 
     def _mig(self, gpu: FakeGpu, handle: FakeHandle) -> FakeMig | None:
-        return None if handle.mig is None else gpu.mig[handle.mig]
+        if handle.mig is None:
+            return None
+        if handle.mig >= len(gpu.mig):
+            raise nvml_error("INVALID_ARGUMENT")  # the handle of a MIG device since destroyed
+        return gpu.mig[handle.mig]
 
     # -- lifecycle and inventory ----------------------------------------------------------------------
 
@@ -506,7 +534,7 @@ class FakeNvmlLibrary:
         if handle.mig is not None or gpu.mig or sampling_type != pynvml.NVML_GPU_UTILIZATION_SAMPLES:
             raise nvml_error("NOT_SUPPORTED")
         k_now = self._k_now()
-        first = max(0, k_now - _SAMPLE_BUFFER + 1)
+        first = max(0, k_now - SAMPLE_BUFFER + 1)
         samples = []
         for k in range(first, k_now + 1):
             stamp = self._sample_us(k)
@@ -629,6 +657,8 @@ class FakeNvmlLibrary:
         gpu = self._gpu("nvmlGpmMigSampleGet", handle)
         if not gpu.gpm:
             raise nvml_error("NOT_SUPPORTED")
+        if all(m.gpu_instance_id != gpu_instance_id for m in gpu.mig):
+            raise nvml_error("INVALID_ARGUMENT")  # a GPU instance since destroyed
         sample.t, sample.gpu, sample.gpu_instance = self.elapsed(), handle.gpu, gpu_instance_id
         return sample
 
@@ -668,9 +698,13 @@ class FakeNvmlLibrary:
         return event_set
 
     def nvmlDeviceRegisterEvents(self, handle: FakeHandle, event_types: int, event_set: _EventSet) -> None:
-        self._gpu("nvmlDeviceRegisterEvents", handle)
+        gpu = self._gpu("nvmlDeviceRegisterEvents", handle)
+        if event_types & _MIG_EVENT and not gpu.mig_events:
+            raise nvml_error("NOT_SUPPORTED")  # nothing registered, as a driver refusing the mask
         if event_types & _XID_EVENT:
             event_set.handles.add(handle.gpu)
+        if event_types & _MIG_EVENT:
+            event_set.mig_handles.add(handle.gpu)
 
     def nvmlEventSetFree(self, event_set: _EventSet) -> None:
         """UNINITIALIZED once NVML is shut down, as nvml.h documents: sets are freed before nvmlShutdown."""
@@ -687,6 +721,10 @@ class FakeNvmlLibrary:
         self._enter("nvmlEventSetWait")
         deadline = self._clock() + timeout_ms / 1000
         while True:
+            with self._lock:
+                reconfigured = event_set.mig_pending.pop(0) if event_set.mig_pending else None
+            if reconfigured is not None:
+                return SimpleNamespace(device=FakeHandle(reconfigured), eventType=_MIG_EVENT, eventData=0)
             now = self.elapsed()
             for index in sorted(event_set.handles):
                 for at, xid in self.gpus[index].xids:

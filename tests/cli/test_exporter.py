@@ -118,9 +118,81 @@ def test_flags_override_environment() -> None:
 
 
 @pytest.mark.parametrize(
+    ("argv", "env", "naming", "label"),
+    [
+        pytest.param([], {}, "legacy", "Hostname", id="default-legacy-Hostname"),
+        pytest.param(["--metric-names", "dcgm-4.7"], {}, "dcgm-4.7", "hostname", id="4.7-hostname"),
+        pytest.param([], {"GPU_METRIC_NAMES": "dcgm-4.7"}, "dcgm-4.7", "hostname", id="naming-from-env"),
+        pytest.param(
+            ["--metric-names", "legacy"],
+            {"GPU_METRIC_NAMES": "dcgm-4.7"},
+            "legacy",
+            "Hostname",
+            id="flag-wins",
+        ),
+        pytest.param(["--hostname-label", "hostname"], {}, "legacy", "hostname", id="legacy-as-4.8.3"),
+        pytest.param([], {"GPU_HOSTNAME_LABEL": "Hostname"}, "legacy", "Hostname", id="label-from-env"),
+        pytest.param(["-n", "--metric-names", "dcgm-4.7"], {}, "dcgm-4.7", None, id="no-hostname"),
+        pytest.param(["--hostname-label", "none"], {}, "legacy", None, id="label-none"),
+        pytest.param([], {"GPU_NO_HOSTNAME": "true"}, "legacy", None, id="no-hostname-from-env"),
+        pytest.param(
+            ["--hostname-label", "hostname"],
+            {"GPU_NO_HOSTNAME": "true"},
+            "legacy",
+            "hostname",
+            id="flag-beats-env",
+        ),
+    ],
+)
+def test_metric_names_and_node_label(
+    argv: list[str], env: dict[str, str], naming: str, label: str | None
+) -> None:
+    config = from_args(argv, env=env)
+    assert (config.metric_names, config.hostname_label) == (naming, label)
+
+
+def test_pod_uid_and_resource_names_from_flags_or_dcgm_exporters_variables() -> None:
+    config = from_args(
+        [], env={"GPU_POD_UID": "true", "NVIDIA_RESOURCE_NAMES": "example.com/gpu, example.com/a100"}
+    )
+    assert (config.pod_uid, config.nvidia_resource_names) == (True, ("example.com/gpu", "example.com/a100"))
+    config = from_args(
+        ["--nvidia-resource-names", "example.com/h200"], env={"NVIDIA_RESOURCE_NAMES": "x.io/y"}
+    )
+    assert (config.pod_uid, config.nvidia_resource_names) == (False, ("example.com/h200",))
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "problem"),
+    [
+        pytest.param(
+            [], {"GPU_METRIC_NAMES": "dcgm-4.9"}, "$GPU_METRIC_NAMES 'dcgm-4.9': expected one of", id="env"
+        ),
+        pytest.param(
+            ["-n", "--hostname-label", "Hostname"], {}, "--no-hostname and --hostname-label", id="both"
+        ),
+        pytest.param([], {"GPU_NO_HOSTNAME": "maybe"}, "$GPU_NO_HOSTNAME: invalid boolean", id="bool"),
+        pytest.param(
+            [],
+            {"NVIDIA_RESOURCE_NAMES": "example.com/gpu,gpu"},
+            "$NVIDIA_RESOURCE_NAMES 'gpu'",
+            id="resource",
+        ),
+        pytest.param(["--nvidia-resource-names", "a/b/c"], {}, "--nvidia-resource-names 'a/b/c'", id="flag"),
+    ],
+)
+def test_bad_naming_options_name_the_option(argv: list[str], env: dict[str, str], problem: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        from_args(argv, env=env)
+    assert str(raised.value).startswith(problem), raised.value
+
+
+@pytest.mark.parametrize(
     "argv",
     [
         pytest.param(["--interval", "0"], id="zero-interval"),
+        pytest.param(["--metric-names", "dcgm-4.9"], id="unknown-naming"),
+        pytest.param(["-n", "--hostname-label", "hostname"], id="no-hostname-and-a-label"),
         pytest.param(["--interval", "5h"], id="interval-unit-unknown"),
         pytest.param(["--simulate", "on-fire"], id="unknown-scenario"),
         pytest.param(["--log-format", "xml"], id="unknown-log-format"),

@@ -57,6 +57,19 @@ def test_allocations_keep_nvidia_resources_only() -> None:
     assert allocated == {UUID: (Holder("ml", "train", "main"),), MIG: (Holder("ml", "serve", "model"),)}
 
 
+def test_resource_names_beyond_nvidia_com_are_nvidia_gpus_when_named() -> None:
+    """dcgm-exporter's NVIDIA_RESOURCE_NAMES: a device plugin registering NVIDIA GPUs under another
+    domain. Other resources stay ignored."""
+    assignments = [
+        ContainerDevices("ml", "train", "main", "example.com/gpu", (UUID,)),
+        ContainerDevices("ml", "train", "main", "example.com/fpga", ("fpga-0",)),
+    ]
+    assert allocations(assignments) == {}
+    assert allocations(assignments, resource_names={"example.com/gpu"}) == {
+        UUID: (Holder("ml", "train", "main"),)
+    }
+
+
 def test_holders_found_by_uuid_or_index() -> None:
     allocated = allocations([ContainerDevices("ml", "a", "c", "nvidia.com/gpu", ("1",))])
     assert holders_of(allocated, UUID, 1) == (Holder("ml", "a", "c"),)

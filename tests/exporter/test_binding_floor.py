@@ -35,7 +35,8 @@ from exporter.snapshot import SnapshotBuilder
 from simulation.gpu_scenarios import build_scenario
 clock = [1_750_000_000.0]
 library = build_scenario("mig", clock=lambda: clock[0], sleep=lambda s: None)
-cycle = Cycle(Nvml(library), SnapshotBuilder("node-a", version="old"), wall_clock=lambda: clock[0])
+now = lambda: clock[0]
+cycle = Cycle(Nvml(library), SnapshotBuilder("node-a", version="old"), wall_clock=now, monotonic=now)
 for _ in range(3):
     snapshot = cycle.run()
     clock[0] += 5

@@ -13,8 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter.capabilities import Capability, summary
 from exporter.cycle import Cycle
 from exporter.exposition import Exposition
+from exporter.node_reader import GpuReader
 from exporter.nvml import FIELD_NVLINK_TX, Nvml
-from exporter.reader import GpuReader
 from exporter.readings import DeviceReading
 from exporter.snapshot import SnapshotBuilder
 from simulation.fake_nvml import GIB, FakeGpu, FakeMig, FakeNvmlLibrary
@@ -25,7 +25,7 @@ MIGS = (FakeMig(1, 2, 30 * GIB), FakeMig(13, 0, GIB))
 
 
 def _read(library: FakeNvmlLibrary, clock: Any, cycles: int = 1) -> list[DeviceReading]:
-    reader = GpuReader(Nvml(library), wall_clock=clock)
+    reader = GpuReader(Nvml(library), wall_clock=clock, monotonic=clock)
     devices: list[DeviceReading] = []
     for _ in range(cycles):
         devices = list(reader.read().devices)
@@ -76,7 +76,7 @@ def test_a_passing_error_does_not_take_a_capability_away(
 ) -> None:
     library = fake_gpus(FakeGpu(0))
     nvml = Nvml(library)
-    reader = GpuReader(nvml, wall_clock=clock)
+    reader = GpuReader(nvml, wall_clock=clock, monotonic=clock)
     reader.read()
     library.fail("nvmlDeviceGetSamples", "UNKNOWN", times=1)
     clock.advance(5)
@@ -89,7 +89,7 @@ def test_the_gauge_is_served_per_gpu_and_capability(
     fake_gpus: Callable[..., FakeNvmlLibrary], clock: Any
 ) -> None:
     library = fake_gpus(FakeGpu(0, name=A100, gpm=False))
-    cycle = Cycle(Nvml(library), SnapshotBuilder("node-a", version="test"), wall_clock=clock)
+    cycle = Cycle(Nvml(library), SnapshotBuilder("node-a", version="test"), wall_clock=clock, monotonic=clock)
     snapshot = cycle.run()
     body = Exposition(lambda: snapshot).render()[0].decode()
     (family,) = [f for f in text_string_to_metric_families(body) if f.name == "gpu_exporter_capability"]
@@ -116,9 +116,9 @@ def test_the_start_up_log_names_what_each_model_lacks_once(
         FakeGpu(2, name=A100, gpm=False, mig=MIGS),
         FakeGpu(3, name=H100),
     )
-    with caplog.at_level(logging.INFO, logger="exporter.reader"):
+    with caplog.at_level(logging.INFO, logger="exporter.node_reader"):
         _read(library, clock, cycles=4)
-    lines = [r.getMessage() for r in caplog.records if r.name == "exporter.reader"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "exporter.node_reader"]
     gpm = (
         "gpm [DCGM_FI_PROF_* from NVML GPM] (GPM needs Hopper or newer (nvmlGpmQueryDeviceSupport); on"
         " A100/V100 run dcgm-exporter for the DCGM_FI_PROF_* family beside this exporter (docs/install.md))"

@@ -3,7 +3,6 @@ encoded exposition through prometheus_client's parser, the way Prometheus would 
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Any
 import pytest
 from prometheus_client.samples import Sample
 
+from exporter.cadence import Cadences
 from exporter.cgroups import PodUidResolver
 from exporter.cycle import Cycle
 from exporter.exposition import Exposition
@@ -44,6 +44,7 @@ class Harness:
             xid_counter=self.xids,
             xid_watcher=self.watcher,
             wall_clock=clock,
+            monotonic=clock,
             **cycle_kwargs,
         )
         self.snapshot: Snapshot | None = None
@@ -261,6 +262,7 @@ def test_lost_gpu_goes_down_alone_and_comes_back(
     gpu0_prof: list[float | None] = []
     gpu1_prof: list[float | None] = []
     gpu1_xid: list[float | None] = []
+    gpu1_xids: list[float | None] = []
     counts = []
     for step in range(15):
         snapshot = h.run(advance=0 if step == 0 else 1)
@@ -273,10 +275,13 @@ def test_lost_gpu_goes_down_alone_and_comes_back(
         gpu1_util.append(h.value("DCGM_FI_DEV_GPU_UTIL", h.labels(1)))
         counts.append(h.value("gpu_utilization_samples_percent_count", h.labels(1)))
         gpu1_xid.append(h.value("DCGM_FI_DEV_XID_ERRORS", h.labels(1, err_code="79", err_msg=describe(79))))
+        gpu1_xids.append(h.value("gpu_xid_errors_total", h.labels(1)))
     assert up == [1.0] * 4 + [0.0] * 8 + [1.0] * 3
     # XID 79 arrives as the GPU falls off (counted after cycle 4): its last-XID gauge stays served while
     # the GPU is down, so an alert on `DCGM_FI_DEV_XID_ERRORS == 79` sees it, and after it returns.
     assert gpu1_xid == [None] * 5 + [79.0] * 10
+    # The GPU's XID total is served at 0 from its first collection, so increase() counts XID 79.
+    assert gpu1_xids == [0.0] * 5 + [1.0] * 10
     assert all(v is not None for v in gpu0_util)  # the others keep flowing
     assert [v is None for v in gpu1_util] == [False] * 4 + [True] * 8 + [False] * 3
     before, after = counts[3], counts[12]
@@ -406,7 +411,7 @@ def test_a_lost_gpu_gets_no_samples_for_its_outage(
 ) -> None:
     """The driver records nothing while a GPU is off the bus: on its return the histogram takes the
     samples recorded before the loss and after the return, none for the 8 s in between."""
-    h = harness(scenario("lost-gpu", interval_s=1.0))
+    h = harness(scenario("lost-gpu", interval_s=1.0), interval_s=1.0, cadences=Cadences(samples=1))
     counts = []
     for step in range(14):
         h.run(advance=0 if step == 0 else 1)
@@ -629,8 +634,10 @@ def test_mig_instances_a_reconfiguration_removed_keep_no_gpm_buffers(
     h = harness(library)
     for step in range(3):
         h.run(advance=5 if step else 0)
+        h.watcher.poll_once()  # the XID thread's event set also carries MIG reconfigurations
     before = library.live_gpm_samples  # two buffers each: the GPU and its three instances
-    library.gpus = (dataclasses.replace(library.gpus[0], mig=instances[:1]),)
+    library.reconfigure_mig(0, instances[:1])
+    h.watcher.poll_once()  # NVML reports the reconfiguration: the layout is read again
     h.run(advance=5)
     h.run(advance=5)
     assert library.live_gpm_samples == before - 2 * 2

@@ -134,6 +134,36 @@ def test_readiness_follows_nvml_and_liveness_does_not_restart_a_node_without_a_d
     assert gpu_up_by_gpu(body) == {"0": 0.0}
 
 
+def test_health_answers_as_dcgm_exporters_does(
+    scenario: Callable[..., FakeNvmlLibrary], served: Callable[[FakeNvmlLibrary], Served], clock: Any
+) -> None:
+    """dcgm-exporter's /health (internal/pkg/server/server.go, Health): 200, ``OK``, and its headers,
+    whatever the collection says; probes and monitors written for it keep working."""
+    library = scenario("busy", gpus=1)
+    s = served(library)
+
+    def health() -> tuple[int, str, str, str, bytes]:
+        status, headers, body = s.get("/health")
+        return (
+            status,
+            headers["Content-Type"],
+            headers["X-Registry-Available"],
+            headers["X-Content-Type-Options"],
+            body,
+        )
+
+    dcgm = (200, "text/plain; charset=utf-8", "true", "nosniff", b"OK")
+    assert health() == dcgm  # before the first collection
+    s.loop.run_once()
+    assert health() == dcgm
+    library.fail("nvmlInit", "DRIVER_NOT_LOADED")
+    library.fail("nvmlDeviceGetCount", "DRIVER_NOT_LOADED")
+    clock.advance(1)
+    s.loop.run_once()
+    assert s.get("/readyz")[0] == 503
+    assert health() == dcgm  # not ready, yet answering: what dcgm-exporter's /health says too
+
+
 def test_liveness_fails_only_when_the_loop_is_stuck() -> None:
     now = [0.0]
     collect = StubCollect()

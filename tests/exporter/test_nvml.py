@@ -1,4 +1,5 @@
-"""The NVML adapter against a fake binding that raises the real pynvml exception classes."""
+"""The NVML layer (the binding's chokepoint, one object per GPU) against a fake binding that raises the
+real pynvml exception classes."""
 
 from __future__ import annotations
 
@@ -15,23 +16,22 @@ import pynvml
 import pytest
 import yaml
 
+from exporter import fields as f
 from exporter.capabilities import Capability
+from exporter.device import Device
+from exporter.device_reader import FIELD_IDS
 from exporter.fields import NVML_ERRORS
-from exporter.nvml import (
-    FIELD_ECC_SBE_VOL,
-    FIELD_MEMORY_TEMP,
-    Clocks,
-    GpmReading,
-    GpuLost,
-    MemoryInfo,
-    Nvml,
-    NvmlUnavailable,
-    UtilizationRates,
-    UtilizationSamples,
-    _handle_key,
-    nvml_error,
+from exporter.node_reader import GpuReader
+from exporter.nvml import FIELD_ECC_SBE_VOL, FIELD_MEMORY_TEMP, GpuLost, Nvml, NvmlUnavailable, nvml_error
+from exporter.nvml_library import (
+    FIELD_NVLINK_TX,
+    FIELD_PCIE_REPLAY,
+    FIELD_POWER_INSTANT,
+    FIELD_TOTAL_ENERGY,
+    NvmlLibrary,
+    handle_key,
 )
-from exporter.reader import GpuReader
+from exporter.readings import Clocks, GpmReading, MemoryInfo, UtilizationRates
 from harness.binaries import require_binary
 from harness.rules import ALERTS_DIR
 from simulation.fake_nvml import (
@@ -62,6 +62,25 @@ def nvml(library: FakeNvmlLibrary) -> Nvml:
     return adapter
 
 
+@pytest.fixture
+def gpu0(nvml: Nvml) -> Device:
+    device = nvml.device(0)
+    assert device is not None
+    return device
+
+
+def _device(nvml: Nvml, index: int = 0) -> Device:
+    device = nvml.device(index)
+    assert device is not None
+    return device
+
+
+def _started(library: FakeNvmlLibrary) -> Nvml:
+    nvml = Nvml(library)
+    nvml.init()
+    return nvml
+
+
 GPU0 = FakeHandle(0)
 
 
@@ -77,87 +96,100 @@ def test_fakes_raise_the_real_binding_classes(code: str, exception_class: type[E
     assert type(nvml_error(code)) is exception_class
 
 
-def test_typed_readings_in_nvml_units(nvml: Nvml) -> None:
-    assert nvml.utilization(GPU0) == UtilizationRates(gpu=42, memory=14)
-    memory = nvml.memory(GPU0)
+def test_typed_readings_in_nvml_units(gpu0: Device) -> None:
+    assert gpu0.utilization() == UtilizationRates(gpu=42, memory=14)
+    memory = gpu0.memory()
     assert isinstance(memory, MemoryInfo)
     assert memory.used == 20 * GIB  # v2: what processes hold, the driver's reservation apart
     assert memory.reserved == 527 * 2**20
     assert memory.total == memory.used + memory.free + memory.reserved
-    assert nvml.clocks(GPU0) == Clocks(sm=1980, memory=2619)
-    assert nvml.temperature_c(GPU0) == 50
-    identity = nvml.identity(0, GPU0)
+    assert gpu0.clocks() == Clocks(sm=1980, memory=2619)
+    assert gpu0.clocks(sm=False) == Clocks(sm=None, memory=2619)  # only what is asked is read
+    assert gpu0.temperature_c() == 50
+    identity = gpu0.identity()
     assert identity is not None
     assert identity.pci_bus_id == "00000000:18:00.0"  # decoded from the binding's bytes
     assert identity.uuid.startswith("GPU-")
 
 
-def test_not_supported_is_absent_and_not_an_error(nvml: Nvml, library: FakeNvmlLibrary) -> None:
+def test_not_supported_is_absent_not_an_error_and_not_asked_again_this_session(
+    nvml: Nvml, gpu0: Device, library: FakeNvmlLibrary
+) -> None:
     library.fail("nvmlDeviceGetTemperature", "NOT_SUPPORTED")
-    assert nvml.temperature_c(GPU0) is None
+    assert [gpu0.temperature_c() for _ in range(3)] == [None, None, None]
     assert nvml.error_counts() == {}
+    assert library.calls_to("nvmlDeviceGetTemperature") == 1  # what the GPU does not offer, it never will
+    nvml.init()  # a new session (a new driver, perhaps) asks again
+    assert _device(nvml).temperature_c() is None
+    assert library.calls_to("nvmlDeviceGetTemperature") == 2
 
 
 def test_function_not_found_is_logged_and_counted_once_then_never_called(
-    nvml: Nvml, library: FakeNvmlLibrary, caplog: pytest.LogCaptureFixture
+    nvml: Nvml, gpu0: Device, library: FakeNvmlLibrary, caplog: pytest.LogCaptureFixture
 ) -> None:
     library.remove_function("nvmlDeviceGetEncoderUtilization")
     with caplog.at_level(logging.WARNING, logger="exporter.nvml"):
-        results = [nvml.encoder_percent(GPU0) for _ in range(3)]
+        results = [gpu0.encoder_percent() for _ in range(3)]
     assert results == [None, None, None]
     assert nvml.error_counts() == {("nvmlDeviceGetEncoderUtilization", "FUNCTION_NOT_FOUND"): 1}
     assert sum("nvmlDeviceGetEncoderUtilization" in r.getMessage() for r in caplog.records) == 1
     calls = library.calls
-    nvml.encoder_percent(GPU0)
+    gpu0.encoder_percent()
     assert library.calls == calls  # the chokepoint no longer calls it
 
 
 @pytest.mark.parametrize("code", ["UNINITIALIZED", "DRIVER_NOT_LOADED"])
-def test_nvml_wide_codes_raise_and_ask_for_reinit(nvml: Nvml, library: FakeNvmlLibrary, code: str) -> None:
+def test_nvml_wide_codes_raise_and_ask_for_reinit(
+    nvml: Nvml, gpu0: Device, library: FakeNvmlLibrary, code: str
+) -> None:
     library.fail("nvmlDeviceGetMemoryInfo", code, times=1)
     assert not nvml.needs_init
     with pytest.raises(GpuLost) as raised:
-        nvml.memory(GPU0)
+        gpu0.memory()
     assert raised.value.code == code
     assert nvml.needs_init
     generation = nvml.generation
     nvml.init()
     assert not nvml.needs_init
     assert nvml.generation == generation + 1
-    assert nvml.memory(GPU0) is not None
+    assert _device(nvml).memory() is not None  # a device of the new session
     assert nvml.error_counts() == {("nvmlDeviceGetMemoryInfo_v2", code): 1}
 
 
-def test_a_lost_gpu_is_marked_down_without_reinitialising_nvml(nvml: Nvml, library: FakeNvmlLibrary) -> None:
+def test_a_lost_gpu_is_marked_down_without_reinitialising_nvml(
+    nvml: Nvml, gpu0: Device, library: FakeNvmlLibrary
+) -> None:
     """GPU_IS_LOST concerns one device: NVML stays up, so every other GPU keeps its state."""
     library.fail("nvmlDeviceGetMemoryInfo", "GPU_IS_LOST", gpu=0, times=1)
     with pytest.raises(GpuLost) as raised:
-        nvml.memory(GPU0)
+        gpu0.memory()
     assert raised.value.code == "GPU_IS_LOST"
     assert not nvml.needs_init
-    assert nvml.memory(FakeHandle(1)) is not None
+    assert _device(nvml, 1).memory() is not None
 
 
 def test_memory_falls_back_to_v1_on_a_driver_without_v2(clock: Any) -> None:
     """v1's "used" includes the driver's reservation: that is what an old driver can tell."""
     library = FakeNvmlLibrary([FakeGpu(0, memory_v2=False)], clock=clock, sleep=clock.sleep)
-    nvml = Nvml(library)
-    nvml.init()
-    memory = nvml.memory(GPU0)
+    nvml = _started(library)
+    gpu0 = _device(nvml)
+    memory = gpu0.memory()
     assert memory == MemoryInfo(
         total=81559 * 2**20, used=20 * GIB + 527 * 2**20, free=81559 * 2**20 - 20 * GIB - 527 * 2**20
     )
     calls = library.calls
-    nvml.memory(GPU0)
+    gpu0.memory()
     assert library.calls == calls + 1  # v2 is not asked again
     assert nvml.error_counts() == {}
 
 
-def test_other_errors_are_counted_and_leave_the_reading_out(nvml: Nvml, library: FakeNvmlLibrary) -> None:
+def test_other_errors_are_counted_and_leave_the_reading_out(
+    nvml: Nvml, gpu0: Device, library: FakeNvmlLibrary
+) -> None:
     library.fail("nvmlDeviceGetUtilizationRates", "UNKNOWN", times=2)
-    assert nvml.utilization(GPU0) is None
-    assert nvml.utilization(GPU0) is None
-    assert nvml.utilization(GPU0) is not None
+    assert gpu0.utilization() is None
+    assert gpu0.utilization() is None
+    assert gpu0.utilization() is not None
     assert nvml.error_counts() == {("nvmlDeviceGetUtilizationRates", "UNKNOWN"): 2}
     assert not nvml.needs_init
 
@@ -172,15 +204,15 @@ def test_init_failure_is_nvml_unavailable(library: FakeNvmlLibrary, code: str) -
     assert nvml.error_counts() == {("nvmlInit", code): 1}
 
 
-def test_field_values_batch_power_energy_and_replays(nvml: Nvml, library: FakeNvmlLibrary) -> None:
+def test_field_values_are_one_batch(gpu0: Device, library: FakeNvmlLibrary) -> None:
     calls = library.calls
-    readings = nvml.fields(GPU0)
+    found = gpu0.fields(FIELD_IDS)
     assert library.calls == calls + 1  # one call for all the batched readings
-    assert readings.power_instant_mw == pytest.approx((70 + 630 * 0.42) * 1000)
-    assert readings.energy_mj is not None and readings.energy_mj > 0
-    assert readings.pcie_replays == 0
-    assert readings.memory_temp_c == 50 + 6
-    assert readings.nvlink_kib is not None
+    assert found[FIELD_POWER_INSTANT] == pytest.approx((70 + 630 * 0.42) * 1000)  # mW
+    assert found[FIELD_TOTAL_ENERGY] > 0
+    assert found[FIELD_PCIE_REPLAY] == 0
+    assert found[FIELD_MEMORY_TEMP] == 50 + 6
+    assert FIELD_NVLINK_TX in found
 
 
 class NanDriver(FakeNvmlLibrary):
@@ -189,7 +221,8 @@ class NanDriver(FakeNvmlLibrary):
     def nvmlDeviceGetFieldValues(self, handle: FakeHandle, field_ids: list[int]) -> list[SimpleNamespace]:
         self._gpu("nvmlDeviceGetFieldValues", handle)
         nan = SimpleNamespace(dVal=math.nan)
-        return [SimpleNamespace(fieldId=f, nvmlReturn=0, valueType=0, value=nan) for f in field_ids]
+        ids = [f if isinstance(f, int) else f[0] for f in field_ids]  # (id, scope) pairs answer their id
+        return [SimpleNamespace(fieldId=f, nvmlReturn=0, valueType=0, value=nan) for f in ids]
 
     def nvmlDeviceGetSamples(self, handle: FakeHandle, sampling_type: int, since_us: int) -> Any:
         self._gpu("nvmlDeviceGetSamples", handle)
@@ -197,12 +230,18 @@ class NanDriver(FakeNvmlLibrary):
 
 
 def test_non_finite_doubles_are_absent_never_nan(clock: Any) -> None:
-    nvml = Nvml(NanDriver([FakeGpu(0)], clock=clock, sleep=clock.sleep))
-    nvml.init()
-    readings = nvml.fields(GPU0)
-    assert readings.energy_mj is None and readings.pcie_replays is None
-    assert readings.power_instant_mw is None
-    assert nvml.utilization_samples(GPU0, 0) == UtilizationSamples(())  # NaN samples dropped
+    gpu0 = _device(_started(NanDriver([FakeGpu(0)], clock=clock, sleep=clock.sleep)))
+    assert gpu0.fields(FIELD_IDS) == {}
+    samples = gpu0.utilization_samples(0, 0)
+    assert samples is not None and samples.percents == ()  # NaN samples dropped
+    assert samples.buffered == 1  # what the driver answered, all the same
+
+
+def _gpu0_values(library: FakeNvmlLibrary, clock: Any, advance: float = 0.0) -> dict[str, float]:
+    """GPU 0's values, in DCGM's units, from a collection ``advance`` seconds after NVML started."""
+    reader = GpuReader(_started(library), wall_clock=clock, monotonic=clock)
+    clock.advance(advance)
+    return reader.read().devices[0].values
 
 
 def test_power_usage_is_read_as_dcgm_reads_it_and_instant_power_from_the_field(clock: Any) -> None:
@@ -210,15 +249,14 @@ def test_power_usage_is_read_as_dcgm_reads_it_and_instant_power_from_the_field(c
     the instantaneous field goes to DCGM_FI_DEV_POWER_USAGE_INSTANT."""
     ramp = FakeGpu(0, utilization=lambda t: min(t * 10, 100.0))  # power climbing ~630 W per 10 s
     library = FakeNvmlLibrary([ramp], clock=clock, sleep=clock.sleep)
-    nvml = Nvml(library)
-    nvml.init()
+    gpu0 = _device(_started(library))
     clock.advance(5)
-    average, instant = nvml.power_mw(GPU0), nvml.fields(GPU0).power_instant_mw
+    average, instant = gpu0.power_mw(), gpu0.fields(FIELD_IDS).get(FIELD_POWER_INSTANT)
     assert average == library.nvmlDeviceGetPowerUsage(GPU0)
     assert instant is not None and average is not None and instant > average
     library.remove_function("nvmlDeviceGetFieldValues")
-    assert nvml.fields(GPU0).power_instant_mw is None
-    assert nvml.power_mw(GPU0) == average
+    assert gpu0.fields(FIELD_IDS) == {}
+    assert gpu0.power_mw() == average
 
 
 # -- throttling: clock-event reasons and violation counters ---------------------------------------------
@@ -237,14 +275,12 @@ def hot(fake_gpus: Callable[..., FakeNvmlLibrary]) -> FakeNvmlLibrary:
 
 @pytest.fixture
 def hot_nvml(hot: FakeNvmlLibrary) -> Nvml:
-    adapter = Nvml(hot)
-    adapter.init()
-    return adapter
+    return _started(hot)
 
 
 def test_clock_event_reasons_are_the_raw_bitmask(hot_nvml: Nvml) -> None:
-    assert hot_nvml.clock_event_reasons(GPU0) == 0x20 | 0x40
-    assert hot_nvml.clock_event_reasons(FakeHandle(1)) == REASON_GPU_IDLE
+    assert _device(hot_nvml).clock_event_reasons() == 0x20 | 0x40
+    assert _device(hot_nvml, 1).clock_event_reasons() == REASON_GPU_IDLE
     assert hot_nvml.error_counts() == {}
 
 
@@ -253,7 +289,7 @@ def test_clock_event_reasons_not_supported_is_absent_without_trying_the_old_name
 ) -> None:
     hot.fail(EVENT_REASONS, "NOT_SUPPORTED")
     hot.fail(THROTTLE_REASONS, "UNKNOWN")  # would be counted if it were called
-    assert hot_nvml.clock_event_reasons(GPU0) is None
+    assert _device(hot_nvml).clock_event_reasons() is None
     assert hot_nvml.error_counts() == {}
 
 
@@ -261,8 +297,9 @@ def test_clock_event_reasons_fall_back_to_the_pre_535_name(
     hot_nvml: Nvml, hot: FakeNvmlLibrary, caplog: pytest.LogCaptureFixture
 ) -> None:
     hot.remove_function(EVENT_REASONS)
+    gpu0 = _device(hot_nvml)
     with caplog.at_level(logging.WARNING, logger="exporter.nvml"):
-        readings = [hot_nvml.clock_event_reasons(GPU0) for _ in range(3)]
+        readings = [gpu0.clock_event_reasons() for _ in range(3)]
     assert readings == [0x60, 0x60, 0x60]
     assert hot_nvml.error_counts() == {(EVENT_REASONS, "FUNCTION_NOT_FOUND"): 1}
     assert sum(EVENT_REASONS in r.getMessage() for r in caplog.records) == 1
@@ -271,8 +308,9 @@ def test_clock_event_reasons_fall_back_to_the_pre_535_name(
 def test_clock_event_reasons_absent_when_neither_name_exists(hot_nvml: Nvml, hot: FakeNvmlLibrary) -> None:
     hot.remove_function(EVENT_REASONS)
     hot.remove_function(THROTTLE_REASONS)
-    assert hot_nvml.clock_event_reasons(GPU0) is None
-    assert hot_nvml.clock_event_reasons(GPU0) is None
+    gpu0 = _device(hot_nvml)
+    assert gpu0.clock_event_reasons() is None
+    assert gpu0.clock_event_reasons() is None
     assert set(hot_nvml.error_counts()) == {
         (EVENT_REASONS, "FUNCTION_NOT_FOUND"),
         (THROTTLE_REASONS, "FUNCTION_NOT_FOUND"),
@@ -280,25 +318,28 @@ def test_clock_event_reasons_absent_when_neither_name_exists(hot_nvml: Nvml, hot
 
 
 def test_a_binding_without_the_function_counts_as_function_not_found() -> None:
-    nvml = Nvml(SimpleNamespace())  # an old binding: neither name is an attribute
-    assert nvml.clock_event_reasons(GPU0) is None
-    assert nvml.error_counts() == {
+    library = NvmlLibrary(SimpleNamespace())  # an old binding: neither name is an attribute
+    assert Device(library, 0, GPU0).clock_event_reasons() is None
+    assert library.error_counts() == {
         (EVENT_REASONS, "FUNCTION_NOT_FOUND"): 1,
         (THROTTLE_REASONS, "FUNCTION_NOT_FOUND"): 1,
     }
 
 
 def test_violation_counters_come_with_the_field_values_batch_in_nanoseconds(
-    hot_nvml: Nvml, hot: FakeNvmlLibrary, clock: Any
+    hot: FakeNvmlLibrary, clock: Any
 ) -> None:
-    clock.advance(40.0)
-    calls = hot.calls
-    readings = hot_nvml.fields(GPU0)
-    assert hot.calls == calls + 1  # still one call, now for five readings
-    assert readings.thermal_violation_ns == pytest.approx(0.25 * 40 * 1e9)
-    assert readings.power_violation_ns == pytest.approx(0.1 * 40 * 1e9)
-    idle = hot_nvml.fields(FakeHandle(1))
-    assert (idle.power_violation_ns, idle.thermal_violation_ns) == (0, 0)  # supported, never throttled
+    values = _gpu0_values(hot, clock, advance=40.0)
+    assert hot.calls_to("nvmlDeviceGetFieldValues") == 2  # one batch per GPU, now for five readings
+    assert hot.calls_to(VIOLATION_STATUS) == 0
+    assert values[f.THERMAL_VIOLATION] == pytest.approx(0.25 * 40 * 1e9)
+    assert values[f.POWER_VIOLATION] == pytest.approx(0.1 * 40 * 1e9)
+
+
+def test_an_idle_gpu_has_violation_counters_at_zero(hot: FakeNvmlLibrary, clock: Any) -> None:
+    reader = GpuReader(Nvml(hot), wall_clock=clock, monotonic=clock)
+    idle = reader.read().devices[1].values
+    assert (idle[f.POWER_VIOLATION], idle[f.THERMAL_VIOLATION]) == (0, 0)  # supported, never throttled
 
 
 @pytest.mark.parametrize(
@@ -309,65 +350,69 @@ def test_violation_counters_come_with_the_field_values_batch_in_nanoseconds(
     ],
 )
 def test_violation_counters_fall_back_to_violation_status(
-    hot_nvml: Nvml, hot: FakeNvmlLibrary, clock: Any, missing: str
+    hot: FakeNvmlLibrary, clock: Any, missing: str
 ) -> None:
     if missing == "slot":
         hot.fail_field(pynvml.NVML_FI_DEV_PERF_POLICY_POWER, "NOT_SUPPORTED")
         hot.fail_field(pynvml.NVML_FI_DEV_PERF_POLICY_THERMAL, "NOT_SUPPORTED")
     else:
         hot.remove_function("nvmlDeviceGetFieldValues")
-    clock.advance(10.0)
-    readings = hot_nvml.fields(GPU0)
-    assert readings.thermal_violation_ns == pytest.approx(0.25 * 10 * 1e9)
-    assert readings.power_violation_ns == pytest.approx(0.1 * 10 * 1e9)
+    values = _gpu0_values(hot, clock, advance=10.0)
+    assert values[f.THERMAL_VIOLATION] == pytest.approx(0.25 * 10 * 1e9)
+    assert values[f.POWER_VIOLATION] == pytest.approx(0.1 * 10 * 1e9)
 
 
 def test_violation_counters_not_supported_anywhere_are_absent_not_errors(
-    hot_nvml: Nvml, hot: FakeNvmlLibrary
+    hot: FakeNvmlLibrary, clock: Any
 ) -> None:
     hot.fail_field(pynvml.NVML_FI_DEV_PERF_POLICY_POWER, "NOT_SUPPORTED")
     hot.fail_field(pynvml.NVML_FI_DEV_PERF_POLICY_THERMAL, "NOT_SUPPORTED")
     hot.fail(VIOLATION_STATUS, "NOT_SUPPORTED")
-    readings = hot_nvml.fields(GPU0)
-    assert (readings.power_violation_ns, readings.thermal_violation_ns) == (None, None)
-    assert readings.power_instant_mw is not None  # the rest of the batch is unaffected
-    assert hot_nvml.error_counts() == {}
+    nvml = Nvml(hot)
+    values = GpuReader(nvml, wall_clock=clock, monotonic=clock).read().devices[0].values
+    assert f.POWER_VIOLATION not in values and f.THERMAL_VIOLATION not in values
+    assert f.POWER_USAGE_INSTANT in values  # the rest of the batch is unaffected
+    assert nvml.error_counts() == {}
 
 
-def test_violation_status_function_not_found_is_counted_once(hot_nvml: Nvml, hot: FakeNvmlLibrary) -> None:
+def test_violation_status_function_not_found_is_counted_once(hot: FakeNvmlLibrary, clock: Any) -> None:
     hot.remove_function("nvmlDeviceGetFieldValues")
     hot.remove_function(VIOLATION_STATUS)
+    nvml = Nvml(hot)
+    reader = GpuReader(nvml, wall_clock=clock, monotonic=clock)
     for _ in range(3):
-        readings = hot_nvml.fields(GPU0)
-    assert (readings.power_violation_ns, readings.thermal_violation_ns) == (None, None)
-    assert hot_nvml.error_counts() == {
+        values = reader.read().devices[0].values
+        clock.advance(5)
+    assert f.POWER_VIOLATION not in values and f.THERMAL_VIOLATION not in values
+    assert nvml.error_counts() == {
         ("nvmlDeviceGetFieldValues", "FUNCTION_NOT_FOUND"): 1,
         (VIOLATION_STATUS, "FUNCTION_NOT_FOUND"): 1,
     }
 
 
-def test_utilization_samples_since_a_timestamp(nvml: Nvml, clock: Any) -> None:
-    first = nvml.utilization_samples(GPU0, 0)
-    assert first is not None and first.percents  # the buffer so far
+def test_utilization_samples_since_a_timestamp(nvml: Nvml, gpu0: Device, clock: Any) -> None:
+    clock.advance(2.0)
+    first = gpu0.utilization_samples(0, 0)
+    assert first is not None and len(first.percents) == first.buffered == 13  # the buffer so far
     assert all(percent in range(40, 45) for percent in first.percents)
-    assert first.first_us <= first.last_us
+    assert first.first_us == first.oldest_us <= first.last_us
     newest = first.last_us
-    nothing_new = nvml.utilization_samples(GPU0, newest)  # NOT_FOUND: nothing new, not an error
+    nothing_new = gpu0.utilization_samples(newest, newest)  # NOT_FOUND: nothing new, not an error
     assert nothing_new is not None and nothing_new.percents == ()
     clock.advance(1.0)
-    later = nvml.utilization_samples(GPU0, newest)
+    later = gpu0.utilization_samples(newest, newest)
     assert later is not None
-    assert len(later.percents) == 6  # six per second
+    assert len(later.percents) == later.buffered == 6  # six per second
     assert later.first_us > newest
+    whole = gpu0.utilization_samples(0, newest)  # the whole buffer asked for, only the new ones kept
+    assert whole is not None and whole.percents == later.percents and whole.buffered == 19
     assert nvml.error_counts() == {}
 
 
 def test_no_utilization_samples_on_mig(fake_gpus: Callable[..., FakeNvmlLibrary]) -> None:
-    library = fake_gpus(FakeGpu(0, mig=(FakeMig(1, 2, 4 * GIB),)))
-    nvml = Nvml(library)
-    nvml.init()
-    assert nvml.utilization_samples(FakeHandle(0), 0) is None
-    assert nvml.utilization(FakeHandle(0, 0)) is None
+    gpu0 = _device(_started(fake_gpus(FakeGpu(0, mig=(FakeMig(1, 2, 4 * GIB),)))))
+    assert gpu0.utilization_samples(0, 0) is None
+    assert gpu0.utilization() is None
 
 
 def test_mig_mode_not_asked_again_of_a_gpu_without_mig_until_reinit(
@@ -375,27 +420,24 @@ def test_mig_mode_not_asked_again_of_a_gpu_without_mig_until_reinit(
 ) -> None:
     # nvml.h: NOT_SUPPORTED from nvmlDeviceGetMigMode means the device does not support MIG mode.
     library = fake_gpus(FakeGpu(0), FakeGpu(1, mig=(FakeMig(1, 2, 4 * GIB),)))
-    nvml = Nvml(library)
-    nvml.init()
+    nvml = _started(library)
     for _ in range(3):
-        assert nvml.mig_instances(FakeHandle(0)) == ()
-        assert len(nvml.mig_instances(FakeHandle(1))) == 1
-    assert library.calls_to("nvmlDeviceGetMigMode") == 1 + 3  # GPU 0 once, GPU 1 (MIG on) every time
-    assert nvml.capabilities(FakeHandle(0))["mig"] == Capability(False, "NOT_SUPPORTED")
+        assert _device(nvml, 0).mig_instances() == ()
+        assert len(_device(nvml, 1).mig_instances()) == 1
+    assert library.calls_to("nvmlDeviceGetMigMode") == 1 + 3  # GPU 0 once, GPU 1 (MIG on) when asked
+    assert _device(nvml).capabilities()["mig"] == Capability(False, "NOT_SUPPORTED")
     nvml.init()  # a new session asks again
-    assert nvml.mig_instances(FakeHandle(0)) == ()
+    assert _device(nvml).mig_instances() == ()
     assert library.calls_to("nvmlDeviceGetMigMode") == 5
 
 
 def test_mig_instances_with_profile_names(fake_gpus: Callable[..., FakeNvmlLibrary]) -> None:
-    library = fake_gpus(FakeGpu(0, mig=(FakeMig(1, 2, 30 * GIB), FakeMig(13, 0, 1 * GIB))))
-    nvml = Nvml(library)
-    nvml.init()
-    instances = nvml.mig_instances(FakeHandle(0))
+    gpu0 = _device(_started(fake_gpus(FakeGpu(0, mig=(FakeMig(1, 2, 30 * GIB), FakeMig(13, 0, 1 * GIB))))))
+    instances = gpu0.mig_instances()
     assert [(m.gpu_instance_id, m.profile) for m in instances] == [(1, "3g.40gb"), (13, "1g.10gb")]
     assert all(m.uuid.startswith("MIG-") for m in instances)
     assert [m.slot for m in instances] == [0, 1]  # the device plugin's "<gpu>:<slot>" index ids
-    assert nvml.memory(instances[1].handle) == MemoryInfo(9984 * 2**20, GIB, 9984 * 2**20 - GIB, 0)
+    assert gpu0.memory(instances[1].handle) == MemoryInfo(9984 * 2**20, GIB, 9984 * 2**20 - GIB, 0)
 
 
 def test_mig_profile_from_attributes_when_instances_need_privileges(
@@ -403,20 +445,18 @@ def test_mig_profile_from_attributes_when_instances_need_privileges(
 ) -> None:
     library = fake_gpus(FakeGpu(0, mig=(FakeMig(5, 1, 2 * GIB),)))
     library.fail("nvmlDeviceGetGpuInstanceById", "NO_PERMISSION")
-    nvml = Nvml(library)
-    nvml.init()
-    assert [m.profile for m in nvml.mig_instances(FakeHandle(0))] == ["2g.20gb"]
+    assert [m.profile for m in _device(_started(library)).mig_instances()] == ["2g.20gb"]
 
 
-def test_no_mig_instances_on_a_whole_gpu(nvml: Nvml) -> None:
-    assert nvml.mig_instances(GPU0) == ()
+def test_no_mig_instances_on_a_whole_gpu(nvml: Nvml, gpu0: Device) -> None:
+    assert gpu0.mig_instances() == ()
     assert nvml.error_counts() == {}
 
 
-def test_gpm_ratios_need_two_samples(nvml: Nvml, clock: Any) -> None:
-    assert nvml.gpm(GPU0, "gpu0") is None  # first sample: nothing to compare with yet
+def test_gpm_ratios_need_two_samples(gpu0: Device, clock: Any) -> None:
+    assert gpu0.read_gpm("gpu0") is None  # first sample: nothing to compare with yet
     clock.advance(1.0)
-    reading = nvml.gpm(GPU0, "gpu0")
+    reading = gpu0.read_gpm("gpu0")
     assert isinstance(reading, GpmReading)
     assert reading.graphics_active == pytest.approx(0.42)
     assert reading.sm_active == pytest.approx(0.42 * 0.85)
@@ -425,50 +465,58 @@ def test_gpm_ratios_need_two_samples(nvml: Nvml, clock: Any) -> None:
     assert reading.pcie_tx_bytes_per_s == pytest.approx(800 * 0.42 * 2**20)  # MiB/s → B/s
 
 
-def test_gpm_takes_two_calls_per_cycle_into_two_reused_buffers(
-    nvml: Nvml, library: FakeNvmlLibrary, clock: Any
+def test_gpm_computes_only_the_metrics_asked_for(gpu0: Device, clock: Any) -> None:
+    """GRAPHICS_UTIL alone costs an H200's driver 1.8 ms: not asked where its family is not served."""
+    gpu0.read_gpm("gpu0", metrics=(1, 3))
+    clock.advance(1.0)
+    reading = gpu0.read_gpm("gpu0", metrics=(1, 3))
+    assert reading is not None
+    assert [value is not None for value in reading] == [False, True, False, True, False, False, False]
+
+
+def test_gpm_takes_two_calls_per_read_into_two_reused_buffers(
+    nvml: Nvml, gpu0: Device, library: FakeNvmlLibrary, clock: Any
 ) -> None:
-    """A sample goes into the spare buffer of the pair and the two swap: after the first two cycles no
+    """A sample goes into the spare buffer of the pair and the two swap: after the first two reads no
     buffer is allocated or freed, and none leaks when the GPU goes down or NVML is shut down."""
     for _ in range(2):
-        nvml.gpm(GPU0, "gpu0")
+        gpu0.read_gpm("gpu0")
         clock.advance(1.0)
     calls = library.calls
     for _ in range(5):
-        reading = nvml.gpm(GPU0, "gpu0")
+        reading = gpu0.read_gpm("gpu0")
         assert reading is not None and reading.graphics_active == pytest.approx(0.42)
         clock.advance(1.0)
     assert library.calls - calls == 5 * 2  # nvmlGpmSampleGet and nvmlGpmMetricsGet
     assert library.calls_to("nvmlGpmSampleAlloc") == 2
     assert library.live_gpm_samples == 2
-    nvml.forget_gpm(GPU0)  # the GPU went down: both buffers go
+    gpu0.close()  # the GPU went down: both buffers go
     assert library.live_gpm_samples == 0
-    nvml.gpm(GPU0, "gpu0")
+    gpu0.read_gpm("gpu0")
     nvml.shutdown()
     assert library.live_gpm_samples == 0
 
 
 def test_gpm_absent_where_unsupported(nvml: Nvml) -> None:
-    gpu1 = FakeHandle(1)  # an A100-like device: no GPM
-    assert nvml.gpm(gpu1, "gpu1") is None
-    assert nvml.gpm(gpu1, "gpu1") is None
+    gpu1 = _device(nvml, 1)  # an A100-like device: no GPM
+    assert gpu1.read_gpm("gpu1") is None
+    assert gpu1.read_gpm("gpu1") is None
+    assert gpu1.capabilities()["gpm"] == Capability(False)
     assert nvml.error_counts() == {}
 
 
 def test_processes_and_their_utilization(fake_gpus: Callable[..., FakeNvmlLibrary]) -> None:
     processes = (FakeProcess(11, 3 * GIB, 0.5), FakeProcess(12, 1 * GIB, 0.25))
-    nvml = Nvml(fake_gpus(FakeGpu(0, utilization=constant(80.0), processes=processes)))
-    nvml.init()
-    assert [(p.pid, p.used_bytes) for p in nvml.processes(GPU0) or ()] == [(11, 3 * GIB), (12, GIB)]
-    samples = nvml.process_utilization(GPU0, 0)
+    gpu0 = _device(_started(fake_gpus(FakeGpu(0, utilization=constant(80.0), processes=processes))))
+    assert [(p.pid, p.used_bytes) for p in gpu0.processes() or ()] == [(11, 3 * GIB), (12, GIB)]
+    samples = gpu0.process_utilization(0)
     assert samples is not None
     assert {(s.pid, s.sm_percent) for s in samples} == {(11, 40), (12, 20)}
-    assert nvml.process_utilization(GPU0, max(s.timestamp_us for s in samples)) == ()
+    assert gpu0.process_utilization(max(s.timestamp_us for s in samples)) == ()
 
 
 def test_xid_events_name_the_gpu(fake_gpus: Callable[..., FakeNvmlLibrary], clock: Any) -> None:
-    nvml = Nvml(fake_gpus(FakeGpu(0), FakeGpu(1, xids=((2.0, 48),))))
-    nvml.init()
+    nvml = _started(fake_gpus(FakeGpu(0), FakeGpu(1, xids=((2.0, 48),))))
     event_set = nvml.xid_event_set([(FakeHandle(0), "GPU-a"), (FakeHandle(1), "GPU-b")])
     assert event_set is not None
     assert nvml.wait_xid(event_set, 1000) is None  # timed out: nothing yet
@@ -483,11 +531,11 @@ def test_ctypes_handles_to_the_same_device_share_a_key() -> None:
     first = ctypes.cast(buffer, pynvml.c_nvmlDevice_t)
     second = ctypes.cast(buffer, pynvml.c_nvmlDevice_t)
     assert first is not second
-    assert _handle_key(first) == _handle_key(second)
+    assert handle_key(first) == handle_key(second)
 
 
-def test_shutdown_frees_gpm_samples(nvml: Nvml, library: FakeNvmlLibrary) -> None:
-    nvml.gpm(GPU0, "gpu0")
+def test_shutdown_frees_gpm_samples(nvml: Nvml, gpu0: Device, library: FakeNvmlLibrary) -> None:
+    gpu0.read_gpm("gpu0")
     library.fail("nvmlGpmSampleFree", "UNKNOWN")  # errors while cleaning up are irrelevant
     nvml.shutdown()
     assert nvml.needs_init
@@ -499,22 +547,22 @@ def test_per_process_reads_retry_when_a_process_starts_between_the_two_calls(
     fake_gpus: Callable[..., FakeNvmlLibrary], clock: Any, call: str
 ) -> None:
     """The binding sizes its buffer, then reads; a process starting in between makes the read answer
-    INSUFFICIENT_SIZE. DCGM retries; so does the adapter, instead of losing the cycle's numbers."""
+    INSUFFICIENT_SIZE. DCGM retries; so does the NVML layer, instead of losing the cycle's numbers."""
     library = fake_gpus(FakeGpu(0, utilization=constant(50.0), processes=(FakeProcess(7, GIB, 1.0),)))
-    nvml = Nvml(library)
-    nvml.init()
+    nvml = _started(library)
+    gpu0 = _device(nvml)
     clock.advance(1)
     library.fail(call, "INSUFFICIENT_SIZE", times=2)
-    utilization = nvml.process_utilization(GPU0, 0)
-    processes = nvml.processes(GPU0)
+    utilization = gpu0.process_utilization(0)
+    processes = gpu0.processes()
     assert utilization is not None and [s.pid for s in utilization] == [7]
     assert processes is not None and [p.pid for p in processes] == [7]
     assert nvml.error_counts() == {}
     library.fail(call, "INSUFFICIENT_SIZE")  # never settles: counted once per read, reading left out
     if call.endswith("Utilization"):
-        assert nvml.process_utilization(GPU0, 0) is None
+        assert gpu0.process_utilization(0) is None
     else:
-        assert nvml.processes(GPU0) is None
+        assert gpu0.processes() is None
     assert nvml.error_counts() == {(call, "INSUFFICIENT_SIZE"): 1}
 
 
@@ -533,6 +581,21 @@ def test_without_a_driver_the_real_binding_fails_saying_what_to_check() -> None:
     assert "--simulate" in message
 
 
+def test_driver_time_is_counted_per_call(library: FakeNvmlLibrary) -> None:
+    """gpu_exporter_nvml_seconds_total: every call's time, under its function's name."""
+    ticks = iter(range(1000))
+    nvml = Nvml(library, timer=lambda: next(ticks) / 1000)  # each call takes 1 ms on this timer
+    nvml.init()
+    gpu0 = _device(nvml)
+    for _ in range(3):
+        gpu0.temperature_c()
+    gpu0.memory()
+    seconds = nvml.call_seconds()
+    assert seconds["nvmlDeviceGetTemperature"] == pytest.approx(0.003)
+    assert seconds["nvmlDeviceGetMemoryInfo_v2"] == pytest.approx(0.001)  # the call's versioned name
+    assert seconds["nvmlInit"] == pytest.approx(0.001)
+
+
 # -- answers that hold for the session: asked once, counted once ----------------------------------------
 
 INSTANCE_BY_ID = "nvmlDeviceGetGpuInstanceById"
@@ -547,18 +610,17 @@ def _mig_gpus(fake_gpus: Callable[..., FakeNvmlLibrary], count: int = 1) -> Fake
 def test_a_call_refused_for_good_is_asked_counted_and_logged_once_per_gpu(
     fake_gpus: Callable[..., FakeNvmlLibrary], caplog: pytest.LogCaptureFixture, code: str
 ) -> None:
-    """Looking GPU instances up "requires privileged user" (nvml.h): without it every cycle would add
-    an error per MIG instance and keep GpuExporterErrors firing for as long as the exporter runs."""
+    """Looking GPU instances up "requires privileged user" (nvml.h): without it every read of the
+    layout would add an error per MIG instance and keep GpuExporterErrors firing."""
     library = _mig_gpus(fake_gpus, count=2)
     library.fail(INSTANCE_BY_ID, code)
-    nvml = Nvml(library)
-    nvml.init()
+    nvml = _started(library)
     with caplog.at_level(logging.DEBUG, logger="exporter.nvml"):
         for _ in range(5):
             for gpu in (0, 1):
-                profiles = [m.profile for m in nvml.mig_instances(FakeHandle(gpu))]
+                profiles = [m.profile for m in _device(nvml, gpu).mig_instances()]
                 assert profiles == ["2g.20gb", "1g.10gb"]  # from the MIG devices' own attributes
-    assert library.calls_to(INSTANCE_BY_ID) == 2  # once per GPU, not once per instance and cycle
+    assert library.calls_to(INSTANCE_BY_ID) == 2  # once per GPU, not once per instance and read
     assert nvml.error_counts() == {(INSTANCE_BY_ID, code): 2}
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert [r.getMessage() for r in warnings] == [
@@ -571,32 +633,46 @@ def test_a_call_refused_for_good_is_asked_counted_and_logged_once_per_gpu(
         )
     ]
     nvml.init()  # a new session may have the privilege (or a new driver): asked again, once
-    nvml.mig_instances(FakeHandle(0))
-    nvml.mig_instances(FakeHandle(0))
+    _device(nvml).mig_instances()
+    _device(nvml).mig_instances()
     assert library.calls_to(INSTANCE_BY_ID) == 3
     assert nvml.error_counts() == {(INSTANCE_BY_ID, code): 3}
 
 
-def test_a_passing_error_is_still_asked_every_time(nvml: Nvml, library: FakeNvmlLibrary) -> None:
+def test_a_passing_error_is_still_asked_every_time(gpu0: Device, library: FakeNvmlLibrary) -> None:
     library.fail("nvmlDeviceGetPowerUsage", "UNKNOWN", times=2)
-    assert [nvml.power_mw(GPU0) is None for _ in range(3)] == [True, True, False]
+    assert [gpu0.power_mw() is None for _ in range(3)] == [True, True, False]
     assert library.calls_to("nvmlDeviceGetPowerUsage") == 3
 
 
-def test_a_refused_field_of_the_batch_is_counted_once(nvml: Nvml, library: FakeNvmlLibrary) -> None:
+def test_a_refused_field_of_the_batch_is_counted_once(
+    nvml: Nvml, gpu0: Device, library: FakeNvmlLibrary
+) -> None:
     """The batch call is still made (its other fields answer); the refused slot counts once."""
     library.fail_field(FIELD_ECC_SBE_VOL, "NO_PERMISSION")
-    readings = [nvml.fields(GPU0) for _ in range(4)]
-    assert all(r.ecc_sbe_volatile is None and r.energy_mj is not None for r in readings)
+    readings = [gpu0.fields(FIELD_IDS) for _ in range(4)]
+    assert all(FIELD_ECC_SBE_VOL not in r and FIELD_TOTAL_ENERGY in r for r in readings)
     assert nvml.error_counts() == {(f"nvmlDeviceGetFieldValues[{FIELD_ECC_SBE_VOL}]", "NO_PERMISSION"): 1}
+
+
+def test_a_field_the_gpu_does_not_offer_is_left_out_of_the_next_batches(
+    gpu0: Device, library: FakeNvmlLibrary
+) -> None:
+    asked: list[list[Any]] = []
+    real = library.nvmlDeviceGetFieldValues
+    library.nvmlDeviceGetFieldValues = lambda handle, ids: asked.append(ids) or real(handle, ids)  # type: ignore[method-assign]
+    library.fail_field(FIELD_NVLINK_TX, "NOT_SUPPORTED")  # a PCIe card: no NVLink
+    gpu0.fields(FIELD_IDS)
+    gpu0.fields(FIELD_IDS)
+    assert [any(i == (FIELD_NVLINK_TX, 0xFFFFFFFF) for i in ids) for ids in asked] == [True, False]
+    assert gpu0.capabilities()["nvlink"] == Capability(False, "NOT_SUPPORTED")
 
 
 def test_a_refused_per_process_read_is_not_retried(fake_gpus: Callable[..., FakeNvmlLibrary]) -> None:
     library = fake_gpus(FakeGpu(0, processes=(FakeProcess(7, GIB, 1.0),)))
     library.fail("nvmlDeviceGetComputeRunningProcesses", "NO_PERMISSION")
-    nvml = Nvml(library)
-    nvml.init()
-    assert [nvml.processes(GPU0) for _ in range(3)] == [None, None, None]
+    nvml = _started(library)
+    assert [_device(nvml).processes() for _ in range(3)] == [None, None, None]
     assert library.calls_to("nvmlDeviceGetComputeRunningProcesses") == 1
     assert nvml.error_counts() == {("nvmlDeviceGetComputeRunningProcesses", "NO_PERMISSION"): 1}
 
@@ -604,7 +680,7 @@ def test_a_refused_per_process_read_is_not_retried(fake_gpus: Callable[..., Fake
 def _error_counter_each_minute(library: FakeNvmlLibrary, clock: Any, minutes: int) -> list[int]:
     """gpu_exporter_nvml_errors_total as a scrape once a minute sees it, collecting every 5 s."""
     nvml = Nvml(library)
-    reader = GpuReader(nvml, wall_clock=clock)
+    reader = GpuReader(nvml, wall_clock=clock, monotonic=clock)
     scraped = [0]  # the counter is 0 (absent) before the first collection
     for _ in range(minutes):
         for _ in range(12):
@@ -649,7 +725,7 @@ def test_a_privilege_the_container_lacks_does_not_keep_the_errors_alert_firing(
 ) -> None:
     """Forty minutes of collections on a MIG GPU whose GPU instances need privileges: the counter
     grows once, so GpuExporterErrors (increase over 10 m, for 15 m) never fires. The same call failing
-    with a passing error every cycle does fire it: the check can tell the two apart."""
+    with a passing error at every read of the layout does fire it: the check can tell the two apart."""
     refused = _mig_gpus(fake_gpus)
     refused.fail(INSTANCE_BY_ID, "NO_PERMISSION")
     scraped = _error_counter_each_minute(refused, clock, minutes=40)
@@ -677,11 +753,9 @@ class OldUnionDriver(FakeNvmlLibrary):
 
 
 def test_an_unsigned_short_reading_the_binding_cannot_hold_is_left_out(clock: Any) -> None:
-    nvml = Nvml(OldUnionDriver([FakeGpu(0)], clock=clock, sleep=clock.sleep))
-    nvml.init()
-    readings = nvml.fields(GPU0)
-    assert readings.memory_temp_c is None
-    assert readings.energy_mj is not None
+    found = _device(_started(OldUnionDriver([FakeGpu(0)], clock=clock, sleep=clock.sleep))).fields(FIELD_IDS)
+    assert FIELD_MEMORY_TEMP not in found
+    assert FIELD_TOTAL_ENERGY in found
 
 
 def test_the_process_utilization_probe_is_asked_once_a_session_whatever_it_answers(
@@ -691,11 +765,11 @@ def test_the_process_utilization_probe_is_asked_once_a_session_whatever_it_answe
     failure must not turn that probe into an error counted every cycle."""
     library.fail("nvmlDeviceGetProcessUtilization", "UNKNOWN")
     for _ in range(5):
-        nvml.capabilities(GPU0)
+        _device(nvml).capabilities()
     assert library.calls_to("nvmlDeviceGetProcessUtilization") == 1
     assert nvml.error_counts() == {("nvmlDeviceGetProcessUtilization", "UNKNOWN"): 1}
     nvml.init()  # a new session asks again
-    nvml.capabilities(GPU0)
+    _device(nvml).capabilities()
     assert library.calls_to("nvmlDeviceGetProcessUtilization") == 2
 
 
@@ -717,9 +791,7 @@ class UnreadableSamplesDriver(FakeNvmlLibrary):
 
 
 def test_samples_in_an_unreadable_value_type_are_unknown_not_idle(clock: Any) -> None:
-    nvml = Nvml(
-        UnreadableSamplesDriver([FakeGpu(0, utilization=constant(0.0))], clock=clock, sleep=clock.sleep)
-    )
-    nvml.init()
+    library = UnreadableSamplesDriver([FakeGpu(0, utilization=constant(0.0))], clock=clock, sleep=clock.sleep)
+    gpu0 = _device(_started(library))
     clock.advance(5)
-    assert nvml.utilization_samples(GPU0, 0) is None
+    assert gpu0.utilization_samples(0, 0) is None

@@ -15,8 +15,8 @@ import bcrypt
 import pytest
 
 from cli.exporter import build_exporter, from_args
-from exporter.collectors import parse_collectors
 from exporter.config import ConfigError
+from exporter.counters_file import parse_collectors
 from exporter.repeats import RepeatedWarnings
 from exporter.webconfig import parse_web_config
 
@@ -148,6 +148,7 @@ def test_tls_and_basic_auth_from_a_web_config_file(tmp_path: Path, certificate: 
         assert headers["X-Content-Type-Options"] == "nosniff"
         assert get("/metrics", "s3cret")[0] == 200  # the second time from the verified cache
         assert get("/healthz")[0] == 200  # the kubelet's probes carry no credentials
+        assert get("/health")[0] == 200  # nor do probes written for dcgm-exporter's /health
         with pytest.raises(ssl.SSLError):  # a client that does not trust the certificate gets nothing
             untrusting = ssl.create_default_context()
             connection = http.client.HTTPSConnection("127.0.0.1", exporter.server.port, context=untrusting)

@@ -264,14 +264,20 @@ def test_gpu_minor_scan_skips_files_without_a_minor_or_uuid(tmp_path: Path) -> N
 POD_UID = "0a0a0a0a-0000-4000-8000-000000000001"  # the shared scenario's PID 4101 runs in this pod
 
 
-def _cycle(library: FakeNvmlLibrary, refresher: PodViewRefresher, clock: Any, tmp_path: Path) -> Snapshot:
+def _cycle(
+    library: FakeNvmlLibrary,
+    refresher: PodViewRefresher,
+    clock: Any,
+    tmp_path: Path,
+    builder: SnapshotBuilder | None = None,
+) -> Snapshot:
     proc = tmp_path / "proc"
     (proc / "4101").mkdir(parents=True)
     (proc / "4101" / "cgroup").write_text(f"0::/kubepods/burstable/pod{POD_UID}/{'0' * 64}\n")
     assert refresher.refresh()
     cycle = Cycle(
         Nvml(library),
-        SnapshotBuilder("node-a", version="test"),
+        builder or SnapshotBuilder("node-a", version="test"),
         pods=refresher,
         pid_resolver=PodUidResolver(proc),
         wall_clock=clock,
@@ -322,3 +328,29 @@ def test_gpu_of_a_dra_claim_is_named_on_its_dcgm_series(
     assert (held["pod"], held["namespace"], held["container"]) == ("train-0", "ml", "main")
     (free,) = _series(snapshot, "DCGM_FI_DEV_GPU_UTIL", "1")
     assert "pod" not in free
+
+
+@pytest.mark.parametrize("recreated", [False, True], ids=["one-uid", "name-under-two-uids"])
+def test_pod_uid_names_the_pod_on_its_series_when_asked(
+    kubelet, tmp_path: Path, scenario: Callable[..., FakeNvmlLibrary], clock: Any, recreated: bool
+) -> None:
+    """``--pod-uid`` (dcgm-exporter's ``--kubernetes-enable-pod-uid``): the pod's UID beside its name,
+    from the kubelet's pod log directory. A name under two UIDs (the pod deleted and created again,
+    the old directory not yet gone) gets none: which one holds the GPU cannot be told."""
+    library = scenario("shared", gpus=1)
+    # A device plugin registering the GPU under its own domain: named in NVIDIA_RESOURCE_NAMES.
+    kubelet.assign(("team-a", "worker-0", "main", "example.com/gpu", ["0::0"]))
+    logs = tmp_path / "pods"
+    (logs / f"team-a_worker-0_{POD_UID}").mkdir(parents=True)
+    if recreated:
+        (logs / "team-a_worker-0_0a0a0a0a-0000-4000-8000-000000000002").mkdir()
+    refresher = PodViewRefresher(
+        PodResourcesClient(kubelet.socket_path), pod_log_dir=logs, resource_names={"example.com/gpu"}
+    )
+    builder = SnapshotBuilder("node-a", version="test", pod_uid=True)
+    snapshot = _cycle(library, refresher, clock, tmp_path, builder)
+    (util,) = _series(snapshot, "DCGM_FI_DEV_GPU_UTIL", "0")
+    assert (util["pod"], util["namespace"], util["container"]) == ("worker-0", "team-a", "main")
+    assert util.get("pod_uid") == (None if recreated else POD_UID)
+    # The pod's own share carries the same labels, so `DCGM_… or gpu_pod_…` still keeps one series.
+    assert _series(snapshot, "gpu_pod_sm_utilization_percent", "0") == [util]

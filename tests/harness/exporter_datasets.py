@@ -401,6 +401,7 @@ def _collect(workdir: Path) -> Iterator[Series]:
             xid_counter=xids,
             xid_watcher=watcher,
             wall_clock=clock,
+            monotonic=clock,
         )
         target = {"job": "gpu-exporter", "instance": f"{OUR_NODE}:9400"}
         for t in TIMES:
