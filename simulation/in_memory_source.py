@@ -9,13 +9,13 @@ like VictoriaMetrics; Prometheus 2.x also counts a sample sitting exactly on ``s
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
 import numpy as np
 
-from analyzer.sources import dcgm
+from analyzer.sources import dcgm, vocabulary
 from analyzer.sources.aggregates import (
     CloserLook,
     CpuUsage,
@@ -47,6 +47,8 @@ from common.model import TimeWindow
 from common.thresholds import Thresholds
 from simulation.fleet import Fleet, Series
 
+# One series' samples in a window: the series, its timestamps, its values (in percent, once scaled).
+Piece = tuple[Series, np.ndarray, np.ndarray]
 LOOKBACK = timedelta(minutes=5)  # Prometheus's default staleness lookback for instant queries
 _GPU_RESOURCE = ("nvidia_com_gpu", "nvidia_com_mig_")
 
@@ -104,6 +106,8 @@ class InMemorySource:
     # --- discovery ------------------------------------------------------------------------------
 
     def _discover(self, window: TimeWindow, t: Thresholds) -> Capabilities:
+        """What the series hold, decided as the Prometheus source decides it (``vocabulary``'s names,
+        ``Capabilities.discovered``); the unit of a name whose values tell it, from its values."""
         present = {name for name in dcgm.KNOWN_METRICS if any(True for _ in self._in_window(name, window))}
         util = tuple(m for m in dcgm.UTIL_METRICS if m in present)
         if not util:
@@ -127,21 +131,29 @@ class InMemorySource:
         caps = Capabilities.discovered(present, util, gpu_labels, ksm_labels, histogram_le)
         return replace(
             caps,
-            dev_scale=self._dev_scales(window) if dcgm.DEV_GPU_UTIL in util else {},
+            dev_to_percent=self._dev_to_percent(
+                window, [name for name in util if vocabulary.by_values(name)]
+            ),
             interval_s=self._intervals(window, caps, t),
         )
 
-    def _dev_scales(self, window: TimeWindow) -> dict[str, float]:
+    def _dev_to_percent(self, window: TimeWindow, names: Sequence[str]) -> dict[str, float]:
+        """Per scrape job, the multiplier into percent of the names whose values tell their unit (the
+        legacy device gauge)."""
+        if not names:
+            return {}
         maxima: dict[str, list[float]] = defaultdict(list)
         sums: dict[str, float] = defaultdict(float)
         counts: dict[str, int] = defaultdict(int)
-        for s, _, v in self._in_window(dcgm.DEV_GPU_UTIL, window):
+        for s, _, v in (found for name in names for found in self._in_window(name, window)):
             job = s.label(dcgm.JOB) or ""
             finite = v[np.isfinite(v)]
             maxima[job].append(float(finite.max()) if finite.size else 0.0)
             sums[job] += float(finite.sum())
             counts[job] += int(finite.size)
-        return dcgm.scales_by_job(maxima, {job: sums[job] / counts[job] for job in counts if counts[job]})
+        return dcgm.dev_to_percent_by_job(
+            maxima, {job: sums[job] / counts[job] for job in counts if counts[job]}
+        )
 
     def _intervals(self, window: TimeWindow, caps: Capabilities, t: Thresholds) -> dict[str, float]:
         longest: dict[str, np.ndarray] = {}
@@ -176,25 +188,21 @@ class InMemorySource:
         q_level = quantile_levels(thresholds.starvation_min_share)[0]
         span_s = window.duration.total_seconds()
         devices: dict[DeviceKey, DeviceAggregate] = {}
-        for metric in caps.util_metrics:
-            values: dict[DeviceKey, list[np.ndarray]] = defaultdict(list)
-            first: dict[DeviceKey, Series] = {}
-            for s, _, v in self._in_window(metric, window):
-                key = self._key(s, caps)
-                if key is None or key in devices:
-                    continue  # a device with the preferred metric keeps it
+        for names in caps.signals():
+            # A device with a preferred field keeps it; within one, every name it was read under.
+            held = self._held(window, caps, names, skip=devices)
+            for key, by_name in held.items():
+                metric = max(by_name, key=lambda name: sum(t.size for _, t, _ in by_name[name]))
+                s = by_name[metric][0][0]
                 job = s.label(dcgm.JOB) or ""
-                values[key].append(v * caps.scale(metric, job))
-                first.setdefault(key, s)
-            for key, parts in values.items():
-                stats = util_stats(np.concatenate(parts), q_level)
+                _, values = _one_history(by_name, caps.interval_s.get(job, 0.0))
+                stats = util_stats(values, q_level)
                 if stats is None:
                     continue
-                s = first[key]
-                job = s.label(dcgm.JOB) or ""
+                also = tuple(name for name in by_name if name != metric)
                 devices[key] = DeviceAggregate(
                     key=key,
-                    info=_info(s, metric, caps),
+                    info=_info(s, metric, caps, also),
                     stats=stats,
                     span_s=span_s,
                     interval_s=caps.interval_s.get(job, 0.0),
@@ -214,6 +222,21 @@ class InMemorySource:
             jobs=self._jobs(window) if caps.job_owner else {},
             cpu=self._cpu(window, caps),
         )
+
+    def _held(
+        self, window: TimeWindow, caps: Capabilities, names: Sequence[str], skip: Container[DeviceKey] = ()
+    ) -> dict[DeviceKey, dict[str, list[Piece]]]:
+        """Per holder, by name (in ``names``' order), its series in the window with their
+        timestamps and values in percent."""
+        held: dict[DeviceKey, dict[str, list[Piece]]] = defaultdict(dict)
+        for name in names:
+            for s, t, v in self._in_window(name, window):
+                key = self._key(s, caps)
+                if key is None or key in skip:
+                    continue
+                scaled = v * caps.to_percent(name, s.label(dcgm.JOB) or "")
+                held[key].setdefault(name, []).append((s, t, scaled))
+        return held
 
     def _with_histograms(
         self, devices: dict[DeviceKey, DeviceAggregate], window: TimeWindow, caps: Capabilities
@@ -387,14 +410,14 @@ class InMemorySource:
     ) -> dict[DeviceKey, DeviceSamples]:
         caps, window = snapshot.capabilities, snapshot.window
         wanted = set(keys) | set(bucket_keys)
-        util: dict[DeviceKey, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
+        util: dict[DeviceKey, tuple[np.ndarray, np.ndarray]] = {}
         for key in wanted:
             dev = snapshot.devices.get(key)
             if dev is None:
                 continue
-            for s, t, v in self._in_window(dev.info.metric, window):
-                if self._key(s, caps) == key:
-                    util[key].append((t, v * caps.scale(dev.info.metric, dev.info.job)))
+            by_name = self._held(window, caps, dev.info.metrics).get(key, {})
+            if by_name:
+                util[key] = _one_history(by_name, dev.interval_s)
         buckets: dict[DeviceKey, dict[str, tuple[np.ndarray, np.ndarray]]] = defaultdict(dict)
         if bucket_keys and caps.histogram:
             wanted_buckets = set(bucket_keys)
@@ -404,24 +427,34 @@ class InMemorySource:
                     buckets[holder][le] = (t, v)
         out = {}
         for key in wanted:
-            parts = util.get(key, [])
-            t = np.concatenate([p[0] for p in parts]) if parts else np.empty(0)
-            v = np.concatenate([p[1] for p in parts]) if parts else np.empty(0)
+            t, v = util.get(key, (np.empty(0), np.empty(0)))
             order = np.argsort(t, kind="stable")
             out[key] = DeviceSamples(key, t[order], v[order], dict(buckets.get(key, {})))
         return out
 
     def _memory_mib(self, snapshot: FleetSnapshot, keys: Sequence[DeviceKey]) -> dict[DeviceKey, np.ndarray]:
-        """Framebuffer held per holder over the window (MiB): the GPU's own, and on shared GPUs each
-        pod's (our exporter's per-pod series, in bytes)."""
+        """Framebuffer held per holder over the window (MiB): the GPU's own, under either DCGM
+        naming (a scrape served under both once), and on shared GPUs each pod's (our exporter's
+        per-pod series, in bytes)."""
         wanted = set(keys)
-        parts: dict[DeviceKey, list[np.ndarray]] = defaultdict(list)
-        for metric, per_mib in ((dcgm.DEV_FB_USED, 1.0), (dcgm.POD_MEMORY_USED, 1024.0 * 1024.0)):
-            for s, _, v in self._in_window(metric, snapshot.window):
+        own: dict[DeviceKey, dict[str, list[Piece]]] = defaultdict(dict)
+        pods: dict[DeviceKey, list[np.ndarray]] = defaultdict(list)
+        for metric in (*vocabulary.MEMORY_USED, dcgm.POD_MEMORY_USED):
+            to_mib = vocabulary.to_unit(metric) or 1.0
+            for s, t, v in self._in_window(metric, snapshot.window):
                 key = self._key(s, snapshot.capabilities)
-                if key in wanted:
-                    parts[key].append(v / per_mib)
-        return {k: np.concatenate(v) for k, v in parts.items()}
+                if key is None or key not in wanted:
+                    continue
+                if metric == dcgm.POD_MEMORY_USED:
+                    pods[key].append(v * to_mib)
+                else:
+                    own[key].setdefault(metric, []).append((s, t, v * to_mib))
+        out = {}
+        for key in own.keys() | pods.keys():
+            dev = snapshot.devices.get(key)
+            held = [_one_history(own[key], dev.interval_s if dev else 0.0)[1]] if key in own else []
+            out[key] = np.concatenate([*held, *pods.get(key, [])])
+        return out
 
     def memory_used(self, snapshot: FleetSnapshot, keys: Sequence[DeviceKey]) -> dict[DeviceKey, float]:
         return {k: float(v.mean()) for k, v in self._memory_mib(snapshot, keys).items()}
@@ -430,17 +463,21 @@ class InMemorySource:
         self, snapshot: FleetSnapshot, keys: Sequence[DeviceKey], quantile: float
     ) -> dict[DeviceKey, MemoryPeak]:
         wanted = set(keys)
-        capacity: dict[str, float] = {}  # by UUID: used + free at the last sample of each
+        capacity: dict[str, float] = {}  # by UUID: used + free at the last sample of each (MiB)
         last: dict[tuple[str, str], float] = {}
         uuids = {k.uuid for k in wanted}
-        for metric in (dcgm.DEV_FB_USED, dcgm.DEV_FB_FREE):
+        pairs = vocabulary.FREE_BESIDE.items()
+        for metric in (name for pair in pairs for name in pair):
+            to_mib = vocabulary.to_unit(metric) or 1.0
             for s, _, v in self._in_window(metric, snapshot.window):
                 key = self._key(s, snapshot.capabilities)
                 if key is not None and key.uuid in uuids:
-                    last[(key.uuid, metric)] = float(v[-1])
+                    last[(key.uuid, metric)] = float(v[-1]) * to_mib
         for uuid in uuids:
-            if (uuid, dcgm.DEV_FB_USED) in last and (uuid, dcgm.DEV_FB_FREE) in last:
-                capacity[uuid] = last[(uuid, dcgm.DEV_FB_USED)] + last[(uuid, dcgm.DEV_FB_FREE)]
+            for used, free in pairs:  # in either naming: the largest, as the Prometheus source reads it
+                if (uuid, used) in last and (uuid, free) in last:
+                    total = last[(uuid, used)] + last[(uuid, free)]
+                    capacity[uuid] = max(capacity.get(uuid, total), total)
         return {
             k: MemoryPeak(float(np.quantile(v, quantile)), capacity.get(k.uuid))
             for k, v in self._memory_mib(snapshot, keys).items()
@@ -471,9 +508,37 @@ def _latest(rows: list[KsmRow], by_uid: bool = False) -> list[KsmRow]:
     return list(best.values())
 
 
-def _info(s: Series, metric: str, caps: Capabilities) -> DeviceInfo:
+def _one_history(by_name: Mapping[str, Sequence[Piece]], interval_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """One holder's samples (timestamps, percent) under every name it was read under, in names'
+    order: a later name's sample within half a scrape interval of an earlier name's is the same
+    scrape served under both names while an upgrade rolled out, and counts once. Series of one name
+    are taken whole, as each source reads them."""
+    times: list[np.ndarray] = []
+    values: list[np.ndarray] = []
+    for pieces in by_name.values():
+        t = np.concatenate([p[1] for p in pieces])
+        v = np.concatenate([p[2] for p in pieces])
+        if times:
+            earlier = np.sort(np.concatenate(times))
+            fresh = _far_from(t, earlier, max(interval_s / 2, 1e-3))
+            t, v = t[fresh], v[fresh]
+        times.append(t)
+        values.append(v)
+    return np.concatenate(times), np.concatenate(values)
+
+
+def _far_from(t: np.ndarray, sorted_times: np.ndarray, tolerance: float) -> np.ndarray:
+    """Which of ``t`` lie farther than ``tolerance`` from every one of ``sorted_times``."""
+    at = np.searchsorted(sorted_times, t)
+    before = np.abs(t - sorted_times[np.clip(at - 1, 0, sorted_times.size - 1)])
+    after = np.abs(sorted_times[np.clip(at, 0, sorted_times.size - 1)] - t)
+    return np.minimum(before, after) > tolerance
+
+
+def _info(s: Series, metric: str, caps: Capabilities, also: tuple[str, ...] = ()) -> DeviceInfo:
     return DeviceInfo(
-        node=s.label(caps.host_label) or "",
+        node=caps.node_of(dict(s.labels)),
+        also=also,
         metric=metric,
         job=s.label(dcgm.JOB) or "",
         index=s.label(dcgm.GPU_INDEX),

@@ -62,6 +62,14 @@ class DeviceInfo:
     # Pods that held a share of this time-sliced GPU in the window (our exporter's per-pod series);
     # None for a GPU, or MIG instance, held whole.
     sharers: int | None = None
+    # The other names of ``metric``'s field the numbers also come from: its exporter renamed its
+    # series in the window (DCGM 4.7's naming), and its history lies under both.
+    also: tuple[str, ...] = ()
+
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        """Every name the numbers come from: ``metric`` first."""
+        return (self.metric, *self.also)
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,15 @@
-"""The series the analyzer reads, and what one run learns about how a cluster exposes them.
+"""What one run learns about how a cluster exposes the series the analyzer reads.
 
-dcgm-exporter and our exporter share DCGM's names. What varies between clusters:
+dcgm-exporter and our exporter share DCGM's names (``vocabulary`` lists every name read, in both
+DCGM namings, with its unit). What varies between clusters:
 
-* which utilization signal exists — ``DCGM_FI_PROF_GR_ENGINE_ACTIVE`` (0-1, from DCGM profiling or
-  our exporter on Hopper) is preferred where present; MIG instances have nothing else.
-  ``DCGM_FI_DEV_GPU_UTIL`` is 0-100, unless a recording rule or relabelling made it 0-1;
-* the node label — ``Hostname`` from the exporter, ``hostname`` or ``node`` after relabelling;
+* which utilization signal exists — DCGM's graphics-engine profiling ratio is preferred where
+  present; MIG instances have nothing else. The device gauge ``DCGM_FI_DEV_GPU_UTIL`` is 0-100,
+  unless a recording rule or relabelling made it 0-1; its DCGM 4.7 name is a 0-1 ratio by name;
+* which DCGM naming the exporters serve: legacy, DCGM 4.7's (dcgm-exporter 4.9), or both, on a fleet
+  part-way through an upgrade; the two names of one field are one signal;
+* the node label — ``Hostname`` from dcgm-exporter up to 4.8.2, ``hostname`` from 4.8.3 on (either
+  or both), ``node`` or another after relabelling;
 * the pod labels — ``pod``/``namespace``, or ``exported_pod``/``exported_namespace`` when the scrape
   config does not honour the exporter's labels;
 * whether our exporter's sub-second sample histogram is there.
@@ -21,33 +25,37 @@ from itertools import pairwise
 from math import isfinite
 from statistics import median
 
+from analyzer.sources import vocabulary
 from analyzer.sources.promql import Matcher
+from analyzer.sources.vocabulary import (
+    CPU_PERIODS,
+    CPU_THROTTLED,
+    CPU_USAGE,
+    KUBE_JOB_OWNER,
+    KUBE_POD_LABELS,
+    KUBE_POD_LIMITS,
+    KUBE_POD_OWNER,
+    KUBE_POD_REQUESTS,
+    KUBE_POD_STATUS_PHASE,
+    KUBE_POD_STATUS_SCHEDULED,
+    KUBE_REPLICASET_OWNER,
+    PERCENT_TO_PERCENT,
+    RATIO_TO_PERCENT,
+    Use,
+)
 from common import metric_names
 
+# The legacy names of the fields read, which stand for the field under either naming.
 PROF_GR_ENGINE_ACTIVE = metric_names.PROF_GR_ENGINE_ACTIVE
 DEV_GPU_UTIL = metric_names.GPU_UTIL
 DEV_FB_USED = metric_names.FB_USED
-DEV_FB_FREE = metric_names.FB_FREE  # read only to size a GPU's memory (right-sizing)
-# Our exporter's per-pod share of a time-sliced (shared) GPU's SM time, in percent of the whole
-# GPU. It comes first: a pod sharing a GPU has no other series of its own, and a pod alone on a
-# time-sliced GPU, which our exporter (like dcgm-exporter) also names on the GPU's DCGM series,
-# must be read as one of the GPU's holders over the whole window, not as its owner while alone.
-POD_SM_UTIL = metric_names.POD_SM_UTILIZATION
+POD_SM_UTIL = metric_names.POD_SM_UTILIZATION  # our exporter's per-pod share of a time-sliced GPU
 POD_MEMORY_USED = metric_names.POD_MEMORY_USED  # bytes held by a pod's processes on a shared GPU
-# Then the profiling ratio, which measures engine activity over the whole sample period; the device
-# gauge only says whether any kernel ran in NVML's last period.
-UTIL_METRICS = (POD_SM_UTIL, PROF_GR_ENGINE_ACTIVE, DEV_GPU_UTIL)
+# Every utilization name, both namings, in preference order (see ``vocabulary.READ``).
+UTIL_METRICS = vocabulary.UTILIZATION
 SAMPLE_HISTOGRAM_BUCKET = metric_names.UTILIZATION_SAMPLES_BUCKET
+KUBE_POD_START_TIME = vocabulary.KUBE_POD_START_TIME  # the Kubernetes names read here, and this one
 
-KUBE_POD_OWNER = "kube_pod_owner"
-KUBE_REPLICASET_OWNER = "kube_replicaset_owner"
-KUBE_POD_START_TIME = "kube_pod_start_time"
-KUBE_POD_REQUESTS = "kube_pod_container_resource_requests"
-KUBE_POD_LIMITS = "kube_pod_container_resource_limits"
-KUBE_POD_STATUS_PHASE = "kube_pod_status_phase"
-KUBE_POD_STATUS_SCHEDULED = "kube_pod_status_scheduled"
-KUBE_JOB_OWNER = "kube_job_owner"
-KUBE_POD_LABELS = "kube_pod_labels"
 # The label that groups ownerless Jobs into one workload (a sweep's runs), as kube-state-metrics
 # exports it when allowed (--metric-labels-allowlist=pods=[app.kubernetes.io/name]).
 JOB_GROUP_LABEL = "label_app_kubernetes_io_name"
@@ -59,28 +67,8 @@ NOTEBOOK_LABEL = "label_notebook_name"  # notebook-name (Kubeflow's notebook con
 LWS_LABEL = "label_leaderworkerset_sigs_k8s_io_name"  # leaderworkerset.sigs.k8s.io/name
 ROLLOUT_HASH_LABEL = "label_rollouts_pod_template_hash"  # rollouts-pod-template-hash (Argo Rollouts)
 POD_LABELS_READ = (JOB_GROUP_LABEL, KSERVE_LABEL, NOTEBOOK_LABEL, LWS_LABEL, ROLLOUT_HASH_LABEL)
-CPU_USAGE = "container_cpu_usage_seconds_total"
-CPU_PERIODS = "container_cpu_cfs_periods_total"
-CPU_THROTTLED = "container_cpu_cfs_throttled_periods_total"
 
-KNOWN_METRICS = (
-    *UTIL_METRICS,
-    DEV_FB_USED,
-    POD_MEMORY_USED,
-    SAMPLE_HISTOGRAM_BUCKET,
-    KUBE_POD_OWNER,
-    KUBE_REPLICASET_OWNER,
-    KUBE_POD_START_TIME,
-    KUBE_POD_REQUESTS,
-    KUBE_POD_LIMITS,
-    KUBE_POD_STATUS_PHASE,
-    KUBE_POD_STATUS_SCHEDULED,
-    KUBE_JOB_OWNER,
-    KUBE_POD_LABELS,
-    CPU_USAGE,
-    CPU_PERIODS,
-    CPU_THROTTLED,
-)
+KNOWN_METRICS = vocabulary.ALL_NAMES
 
 # The external label that tells clusters apart in one query view (Thanos, Mimir, VictoriaMetrics),
 # by convention; ``--cluster-label`` names another.
@@ -92,12 +80,12 @@ MIG_INSTANCE = "GPU_I_ID"
 MIG_PROFILE = "GPU_I_PROFILE"
 JOB = "job"
 LE = "le"
-HOST_LABELS = ("Hostname", "hostname", "node", "kubernetes_node", "instance")
+# The exporters' own node labels (dcgm-exporter's before and after 4.8.3), read together where both
+# are found; failing those, a relabelled one, the first found of the rest.
+EXPORTER_HOST_LABELS = (metric_names.HOSTNAME_LEGACY, metric_names.HOSTNAME)
+HOST_LABELS = (*EXPORTER_HOST_LABELS, "node", "kubernetes_node", "instance")
 # Extended resources that mean "GPU devices" in kube-state-metrics' resource label.
 GPU_RESOURCE_REGEX = "nvidia_com_gpu|nvidia_com_mig_.+"
-
-PERCENT = 1.0
-RATIO = 100.0  # multiply a 0-1 reading by this to get percent
 
 
 @dataclass(frozen=True)
@@ -116,13 +104,18 @@ class PodLabels:
 class Capabilities:
     """What this run found in the data source; decided once, used by every query."""
 
+    # The utilization names found, in preference order (both names of a renamed field where both are).
     util_metrics: tuple[str, ...]
-    host_label: str
+    # The node labels the GPU series carry: both of the exporters' own where both are found (a fleet
+    # part-way through an upgrade), a device's node being the first it carries.
+    host_labels: tuple[str, ...]
     gpu_pod: PodLabels
     mig: bool = False
     histogram_le: tuple[str, ...] = ()  # the bucket bounds' label values, as exported
     memory: bool = False
     pod_memory: bool = False  # our exporter's per-pod memory on shared GPUs
+    # The framebuffer-used names found, in either naming (each in its own unit; free is read beside).
+    memory_used: tuple[str, ...] = ()
     kube_state_metrics: bool = False
     replicaset_owner: bool = False
     ksm_pod: PodLabels = PodLabels()
@@ -152,8 +145,9 @@ class Capabilities:
     # Matchers every selector of the run carries: one cluster's series where a query view holds
     # several (see analyzer.clusters); none otherwise.
     scope: tuple[Matcher, ...] = ()
-    # Per scrape job: multiplier from the DEV gauge's unit to percent, and the sample interval (s).
-    dev_scale: Mapping[str, float] = field(default_factory=dict)
+    # Per scrape job: multiplier from the legacy DEV gauge's unit to percent (the one name whose unit
+    # its values tell), and the sample interval (s).
+    dev_to_percent: Mapping[str, float] = field(default_factory=dict)
     interval_s: Mapping[str, float] = field(default_factory=dict)
 
     @classmethod
@@ -173,14 +167,16 @@ class Capabilities:
         """What a source holds, from the metric names present and the labels of the GPU and owner
         series: the one definition both metrics sources (TSDB and in-memory) decide by."""
         ksm = KUBE_POD_OWNER in present
+        used = vocabulary.present(Use.MEMORY_USED, present)
         return cls(
             util_metrics=util_metrics,
-            host_label=choose_host_label(gpu_labels),
+            host_labels=choose_host_labels(gpu_labels),
             gpu_pod=choose_pod_labels(gpu_labels),
             mig=MIG_INSTANCE in gpu_labels,
             histogram_le=histogram_le,
-            memory=DEV_FB_USED in present or POD_MEMORY_USED in present,
+            memory=bool(used) or POD_MEMORY_USED in present,
             pod_memory=POD_MEMORY_USED in present,
+            memory_used=used,
             kube_state_metrics=ksm,
             replicaset_owner=KUBE_REPLICASET_OWNER in present,
             ksm_pod=choose_pod_labels(ksm_labels) if ksm and ksm_labels else PodLabels(),
@@ -203,6 +199,23 @@ class Capabilities:
     def histogram(self) -> bool:
         return bool(self.histogram_le)
 
+    @property
+    def host_label(self) -> str:
+        """The node label most series carry (the first of ``host_labels``)."""
+        return self.host_labels[0]
+
+    def node_of(self, labels: Mapping[str, str]) -> str:
+        """A device's node: the first node label its series carry."""
+        for name in self.host_labels:
+            if value := labels.get(name):
+                return value
+        return ""
+
+    def signals(self) -> tuple[tuple[str, ...], ...]:
+        """The utilization names found grouped by field, in preference order: a holder reads the
+        first signal it has samples of, under every name of it."""
+        return vocabulary.fields(self.util_metrics)
+
     def device_labels(self) -> tuple[str, ...]:
         """The labels that identify one device holder: GPU (and MIG instance) plus pod."""
         labels = [UUID]
@@ -211,25 +224,26 @@ class Capabilities:
         return (*labels, self.gpu_pod.namespace, self.gpu_pod.pod)
 
     def identity_labels(self) -> tuple[str, ...]:
-        extra = [self.host_label, GPU_INDEX, MODEL, JOB]
+        extra = [*self.host_labels, GPU_INDEX, MODEL, JOB]
         if self.mig:
             extra.append(MIG_PROFILE)
         return (*self.device_labels(), *extra)
 
-    def scale(self, metric: str, job: str) -> float:
-        if metric == PROF_GR_ENGINE_ACTIVE:
-            return RATIO  # DCGM profiling fields are ratios by definition
-        if metric == POD_SM_UTIL:
-            return PERCENT  # our exporter's own series, percent by definition
-        return self.dev_scale.get(job, PERCENT)
+    def to_percent(self, metric: str, job: str) -> float:
+        """The multiplier to percent of a utilization name's values in a scrape job: by the name,
+        but for the legacy device gauge, by its job's values."""
+        fixed = vocabulary.to_unit(metric)
+        return fixed if fixed is not None else self.dev_to_percent.get(job, PERCENT_TO_PERCENT)
 
     def describe(self) -> str:
+        naming = vocabulary.naming(self.util_metrics)
         parts = [
-            "utilization from " + " then ".join(self.util_metrics),
-            f"node label {self.host_label}",
+            "utilization from " + " then ".join(" and ".join(names) for names in self.signals()),
+            *([f"DCGM names {naming}"] if naming else []),
+            f"node label {' and '.join(self.host_labels)}",
             f"pod label {self.gpu_pod.pod}",
         ]
-        ratio_jobs = sorted(j or "(no job)" for j, s in self.dev_scale.items() if s == RATIO)
+        ratio_jobs = sorted(j or "(no job)" for j, s in self.dev_to_percent.items() if s == RATIO_TO_PERCENT)
         if ratio_jobs:
             parts.append(f"{DEV_GPU_UTIL} in 0-1 for {', '.join(ratio_jobs)}")
         if self.rollups:
@@ -245,12 +259,13 @@ class Capabilities:
         return "; ".join(parts)
 
 
-def choose_host_label(label_names: Collection[str]) -> str:
-    """The node label of the GPU series: the exporter's own name first, relabelled spellings next."""
-    for name in HOST_LABELS:
-        if name in label_names:
-            return name
-    return "instance"
+def choose_host_labels(label_names: Collection[str]) -> tuple[str, ...]:
+    """The node labels of the GPU series: the exporters' own (``Hostname``, ``hostname``: either,
+    or both on a fleet part-way through an upgrade), else the first relabelled spelling found."""
+    own = tuple(name for name in EXPORTER_HOST_LABELS if name in label_names)
+    if own:
+        return own
+    return (next((name for name in HOST_LABELS if name in label_names), "instance"),)
 
 
 def choose_pod_labels(label_names: Collection[str]) -> PodLabels:
@@ -267,37 +282,38 @@ def choose_pod_labels(label_names: Collection[str]) -> PodLabels:
 RATIO_ONES_SHARE = 0.2
 
 
-def decide_scale(max_value: float, has_fraction_below_one: bool, ones_share: float = 0.0) -> float:
-    """Unit of a ``DCGM_FI_DEV_GPU_UTIL`` job from its largest value, whether any value lies in (0, 1)
-    and, for a job whose values are only exactly 0 or 1, the share of them at 1.
+def dev_unit_to_percent(max_value: float, has_fraction_below_one: bool, ones_share: float = 0.0) -> float:
+    """The multiplier into percent of a ``DCGM_FI_DEV_GPU_UTIL`` job's values, from their unit as told
+    by the largest value, whether any value lies in (0, 1) and, for a job whose values are only
+    exactly 0 or 1, the share of them at 1.
 
     Above 1 can only be percent. At or below 1, fractional values mean a 0-1 ratio. A job of only
     0s and 1s is a ratio when at least ``RATIO_ONES_SHARE`` of its samples read 1 — a GPU fully busy
     in those samples, which read as percent would look idle — and percent otherwise: an idle GPU
-    blipping to 1 % now and then. ``--util-scale`` settles what lies in between.
+    blipping to 1 % now and then. ``--gpu-util-unit`` settles what lies in between.
     """
     if max_value > 1.0:
-        return PERCENT
+        return PERCENT_TO_PERCENT
     if has_fraction_below_one:
-        return RATIO
-    return RATIO if max_value == 1.0 and ones_share >= RATIO_ONES_SHARE else PERCENT
+        return RATIO_TO_PERCENT
+    return RATIO_TO_PERCENT if max_value == 1.0 and ones_share >= RATIO_ONES_SHARE else PERCENT_TO_PERCENT
 
 
-def scales_by_job(
+def dev_to_percent_by_job(
     device_max: Mapping[str, Collection[float]], ones_share: Mapping[str, float] | None = None
 ) -> dict[str, float]:
-    """``decide_scale`` per scrape job, from the maximum of each of its devices' series and the job's
-    mean value (which, for a job of only 0s and 1s, is the share of 1s).
+    """``dev_unit_to_percent`` per scrape job, from the maximum of each of its devices' series and the
+    job's mean value (which, for a job of only 0s and 1s, is the share of 1s).
 
     A device whose maximum lies strictly between 0 and 1 can only be a 0-1 gauge (NVML's percent
     readings are whole numbers), so one such device settles its job.
     """
-    scales = {}
+    out = {}
     for job, maxima in device_max.items():
         top = max(maxima, default=0.0)
         fraction = any(0.0 < m < 1.0 for m in maxima)
-        scales[job] = decide_scale(top, fraction, (ones_share or {}).get(job, 0.0))
-    return scales
+        out[job] = dev_unit_to_percent(top, fraction, (ones_share or {}).get(job, 0.0))
+    return out
 
 
 def median_interval(series: Iterable[Sequence[float]]) -> float | None:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
-from analyzer.sources import dcgm, promql
+from analyzer.sources import dcgm, promql, vocabulary
 from analyzer.sources.aggregates import DeviceKey
 from analyzer.sources.dcgm import Capabilities, PodLabels
 from analyzer.sources.promql import Matcher, eq, ne, one_of
@@ -47,6 +47,19 @@ _MIB = 1024 * 1024
 # The rollups of ``device_sum_and_series``: the samples' sum, and 1 per series (summed: series per
 # holder).
 SUM, SERIES = "sum_over_time", "present_over_time"
+# The other names of a field a holder was read under, each with the factor into its first name's unit.
+Renamed = Sequence[tuple[str, float]]
+
+
+def _times(expr: str, factor: float) -> str:
+    """``expr`` in another unit (itself for a factor of 1)."""
+    return expr if factor == 1.0 else f"({expr}) * {promql.number(factor)}"
+
+
+def _tagged(expr: str, name: str) -> str:
+    """``expr`` tagged with the name it reads: two names' rows of one holder carry the same labels
+    where relabelling made them so, and ``or`` would keep one of them only."""
+    return promql.labelled(expr, promql.NAME_TAG, name)
 
 
 def once_each(identity: Sequence[str], expr: str) -> str:
@@ -160,30 +173,54 @@ class FleetQueries:
         counted = promql.aggregate("count", self.caps.device_labels(), self._over("count_over_time", metric))
         return f"{counted} > 1"
 
-    def device_quantile_union(self, metric: str, q: float, uuids: Sequence[str], step: timedelta) -> str:
+    def device_quantile_union(
+        self, metric: str, q: float, uuids: Sequence[str], step: timedelta, others: Renamed = ()
+    ) -> str:
         """Quantile over the union of a device's series, for the few devices split over several.
 
         Per-series quantiles cannot be combined into the union's; merging the series first (``max``
-        at each step of a subquery as fine as the scrape interval) can.
+        at each step of a subquery as fine as the scrape interval) can. With ``others`` (the other
+        names of ``metric``'s field, each with the factor into ``metric``'s unit: an exporter
+        renamed its series in the window), each step takes the sample of the first name holding a
+        fresh one (see ``renamed_step``).
         """
         labels = self.caps.device_labels()
-        merged = promql.aggregate("max", labels, self._sel(metric, [one_of(dcgm.UUID, uuids)]))
+        holders = [one_of(dcgm.UUID, uuids)]
+        if others:
+            merged = self.renamed_step(metric, others, holders, step)
+        else:
+            merged = promql.aggregate("max", labels, self._sel(metric, holders))
         sub = f"({merged})[{promql.duration(self.window)}:{promql.duration(step)}]"
         return promql.aggregate("max", labels, f"quantile_over_time({promql.number(q)}, {sub})")
 
-    def device_union_total(self, func: str, metric: str, uuids: Sequence[str], step: timedelta) -> str:
+    def device_union_total(
+        self, func: str, metric: str, uuids: Sequence[str], step: timedelta, others: Renamed = ()
+    ) -> str:
         """Samples (``count_over_time``) or their sum (``sum_over_time``) of the union of a device's
         series, for the devices split over several.
 
-        Series of one holder follow each other (its exporter moved: a new ``instance``) or run side
-        by side (two scrape jobs, an HA pair's replicas, each with gaps of its own). Adding their
-        counts is right for the first and counts the second twice, hiding a gap both share;
-        ``promql.merged_step`` is right for both.
+        Series of one holder follow each other (its exporter moved: a new ``instance``; renamed:
+        ``others``, the other names of ``metric``'s field with their factors into its unit) or run
+        side by side (two scrape jobs, an HA pair's replicas, each with gaps of its own; both names
+        for a scrape or two while an upgrade rolls out). Adding their counts is right for the first
+        and counts the second twice, hiding a gap both share; ``promql.merged_step`` is right for
+        both, its steps of each name joined by ``or``: a step holding both counts once.
         """
         labels = self.caps.device_labels()
-        per_step = promql.merged_step(func, self._sel(metric, [one_of(dcgm.UUID, uuids)]), labels, step)
+        holders = [one_of(dcgm.UUID, uuids)]
+        steps = [
+            _times(promql.merged_step(func, self._sel(name, holders), labels, step), factor)
+            for name, factor in ((metric, 1.0), *(others if func == SUM else ((n, 1.0) for n, _ in others)))
+        ]
+        per_step = " or ".join(steps) if others else steps[0]
         sub = f"({per_step})[{promql.duration(self.window)}:{promql.duration(step)}]"
         return promql.aggregate("sum", labels, f"sum_over_time({sub})")
+
+    def renamed_step(self, metric: str, others: Renamed, holders: Sequence[Matcher], step: timedelta) -> str:
+        """Each holder's latest sample in each ``step``, in ``metric``'s unit, from the first of its
+        names holding one there: ``metric``, then ``others`` (see ``promql.freshest_step``)."""
+        selectors = [(self._sel(name, holders), factor) for name, factor in ((metric, 1.0), *others)]
+        return promql.freshest_step(selectors, self.caps.device_labels(), step)
 
     def histogram_increase(self) -> str:
         labels = (*self.caps.device_labels(), dcgm.LE)
@@ -207,33 +244,85 @@ class FleetQueries:
         window = self.window if reach is None else min(self.window, reach)
         return promql.ranged(self._sel(metric, matchers), window)
 
-    def memory(self, uuids: Sequence[str]) -> str:
+    def _in_mib(self, expr: str, metric: str) -> str:
+        """A framebuffer name's values in MiB (the legacy names' unit; DCGM 4.7's are bytes)."""
+        factor = vocabulary.to_unit(metric)
+        if factor == vocabulary.MIB_TO_MIB:
+            return expr
+        if factor == vocabulary.BYTES_TO_MIB:
+            return f"{expr} / {promql.number(_MIB)}"
+        return _times(expr, factor or 1.0)
+
+    def _memory_used(self) -> tuple[str, ...]:
+        """The framebuffer names to read: those found (the legacy one where none is: its absence
+        answers nothing, as a name found would)."""
+        return self.caps.memory_used or (dcgm.DEV_FB_USED,)
+
+    def _pod_memory(self, func: str, these: Sequence[Matcher], param: float | None = None) -> list[str]:
+        if not self.caps.pod_memory:
+            return []
+        return [self._in_mib(self._over(func, dcgm.POD_MEMORY_USED, these, param), dcgm.POD_MEMORY_USED)]
+
+    def memory(self, uuids: Sequence[str], renamed: timedelta | None = None) -> str:
         """Mean framebuffer held per holder (MiB): the GPU's own, and on shared GPUs each pod's
-        (our exporter's per-pod series, in bytes)."""
-        held = [self._over("avg_over_time", dcgm.DEV_FB_USED, [one_of(dcgm.UUID, uuids)])]
-        if self.caps.pod_memory:
-            pods = self._over("avg_over_time", dcgm.POD_MEMORY_USED, [one_of(dcgm.UUID, uuids)])
-            held.append(f"{pods} / {promql.number(_MIB)}")
+        (our exporter's per-pod series, in bytes). With ``renamed`` (a step, the scrape interval or
+        coarser), for holders read under both DCGM namings: their samples of each step from the
+        first name holding some there, so a scrape served under both counts once."""
+        these = [one_of(dcgm.UUID, uuids)]
+        if renamed is None:
+            held = [self._in_mib(self._over("avg_over_time", n, these), n) for n in self._memory_used()]
+        else:
+            sums, counts = (self._renamed_memory(func, these, renamed) for func in (SUM, "count_over_time"))
+            held = [f"{sums} / {counts}"]
+        held += self._pod_memory("avg_over_time", these)
         return promql.aggregate("max", self.caps.device_labels(), " or ".join(held))
 
-    def memory_peak(self, uuids: Sequence[str], quantile: float) -> str:
+    def memory_peak(self, uuids: Sequence[str], quantile: float, renamed: timedelta | None = None) -> str:
         """A high quantile of the framebuffer held per holder over the window (MiB), as ``memory``
-        reads it: the GPU's own, and on shared GPUs each pod's."""
+        reads it: the GPU's own, and on shared GPUs each pod's; with ``renamed``, over each step's
+        latest sample of the first name holding one (see ``renamed_step``)."""
         these = [one_of(dcgm.UUID, uuids)]
-        held = [self._over("quantile_over_time", dcgm.DEV_FB_USED, these, quantile)]
-        if self.caps.pod_memory:
-            pods = self._over("quantile_over_time", dcgm.POD_MEMORY_USED, these, quantile)
-            held.append(f"{pods} / {promql.number(_MIB)}")
+        if renamed is None:
+            held = [
+                self._in_mib(self._over("quantile_over_time", n, these, quantile), n)
+                for n in self._memory_used()
+            ]
+        else:
+            names = self._memory_used()
+            selectors = [(self._sel(n, these), vocabulary.to_unit(n) or 1.0) for n in names]
+            steps = promql.freshest_step(selectors, self.caps.device_labels(), renamed)
+            sub = f"({steps})[{promql.duration(self.window)}:{promql.duration(renamed)}]"
+            held = [f"quantile_over_time({promql.number(quantile)}, {sub})"]
+        held += self._pod_memory("quantile_over_time", these, quantile)
         return promql.aggregate("max", self.caps.device_labels(), " or ".join(held))
+
+    def _renamed_memory(self, func: str, these: Sequence[Matcher], step: timedelta) -> str:
+        """``func`` (count or sum, in MiB) of each holder's framebuffer samples over the window,
+        each step's from the first name holding samples there (see ``device_union_total``)."""
+        labels = self.caps.device_labels()
+        per_step = " or ".join(
+            self._in_mib(promql.merged_step(func, self._sel(n, these), labels, step), n)
+            if func == SUM
+            else promql.merged_step(func, self._sel(n, these), labels, step)
+            for n in self._memory_used()
+        )
+        return f"sum_over_time(({per_step})[{promql.duration(self.window)}:{promql.duration(step)}])"
 
     def memory_capacity(self, uuids: Sequence[str]) -> str:
         """What each GPU holds (MiB): used + free at their last samples, which share a scrape (the
-        reserved part, a few hundred MiB, is left out: the figure errs small)."""
-        used, free = (
-            self._over("last_over_time", metric, [one_of(dcgm.UUID, uuids)])
-            for metric in (dcgm.DEV_FB_USED, dcgm.DEV_FB_FREE)
-        )
-        return promql.aggregate("max", self.caps.device_labels(), f"{used} + {free}")
+        reserved part, a few hundred MiB, is left out: the figure errs small), in whichever naming
+        serves both."""
+        these = [one_of(dcgm.UUID, uuids)]
+        names = self._memory_used()
+        pairs = []
+        for used in names:
+            free = vocabulary.FREE_BESIDE[used]
+            last = [self._over("last_over_time", name, these) for name in (used, free)]
+            total = " + ".join(last)
+            # Bracketed but where nothing follows (the legacy names alone: the text of old).
+            alone = len(names) == 1 and vocabulary.to_unit(used) == vocabulary.MIB_TO_MIB
+            pairs.append(self._in_mib(total if alone else f"({total})", used))
+        return promql.aggregate("max", self.caps.device_labels(), " or ".join(pairs))
 
     # --- pods -----------------------------------------------------------------------------------
     # Every pod the window saw, not only those alive at its end: a pod replaced two hours before the

@@ -51,6 +51,7 @@ from analyzer.sources.prometheus_config import PrometheusConfig
 from analyzer.sources.source_errors import BadResponseError, QueryError, SourceUnreachableError
 from common.errors import DataUnavailableError, GpuToolError
 from common.memory import collector_paused
+from common.redaction import redact
 
 log = logging.getLogger(__name__)
 
@@ -368,7 +369,7 @@ class PrometheusClient:
         reason: str,
         kind: type[DataUnavailableError] = SourceUnreachableError,
     ) -> DataUnavailableError:
-        error = kind(f"{self._where()}: {reason}")
+        error = kind(f"{self._where()}: {redact(reason)}")
         log.debug("%s: failed after %.3fs: %s", _asked(what), time.monotonic() - started, error)
         return error
 
@@ -395,7 +396,7 @@ class PrometheusClient:
             # better no report than a report that calls a busy GPU idle.
             raise BadResponseError(
                 f"{self._where()}: answered with warnings (partial data?) for {what!r}: "
-                + "; ".join(str(w) for w in warnings)
+                + redact("; ".join(str(w) for w in warnings))
             )
         if "data" not in body:
             raise BadResponseError(f"{self._where()}: success without data for {what!r}")
@@ -403,7 +404,7 @@ class PrometheusClient:
         if not path.endswith(_QUERY_PATHS):
             return body
         if not isinstance(data, dict) or not isinstance(data.get("result"), list):
-            raise BadResponseError(f"{self._where()}: malformed query data: {str(data)[:200]}")
+            raise BadResponseError(f"{self._where()}: malformed query data: {redact(str(data))[:200]}")
         kind = str(data.get("resultType", ""))
         return {**body, "data": {**data, "result": _Result(_decoded(data["result"], kind, what), kind)}}
 
@@ -428,7 +429,8 @@ class PrometheusClient:
 
         error_type = str(body.get("errorType", "")) if isinstance(body, dict) else ""
         error = str(body.get("error", "")) if isinstance(body, dict) else ""
-        detail = f"{error_type}: {error}" if error_type or error else _snippet(response)
+        # Server text, which may echo the request and its credentials: redacted before it is shown.
+        detail = redact(f"{error_type}: {error}") if error_type or error else _snippet(response)
         if status in (400, 422) or error_type in _QUERY_ERROR_TYPES:
             raise QueryError(f"{self._where()}: query rejected (HTTP {status}) {detail} — {what!r}")
         if status in (401, 403):
@@ -436,10 +438,16 @@ class PrometheusClient:
                 f"{self._where()}: HTTP {status}: credentials missing or refused "
                 "(see --prometheus-token-file / --prometheus-user; Mimir also needs --prometheus-tenant)"
             )
-        if status == 404:
+        if status in (404, 501):
+            # 501 Not Implemented: a web server with no query API there; nothing a retry would change.
+            prefixed = urlsplit(self.config.base_url).path.rstrip("/").endswith("/prometheus")
+            hint = (
+                "check the host and the path before /prometheus"
+                if prefixed
+                else "Thanos/Mimir/VictoriaMetrics cluster URLs often need a path prefix such as /prometheus"
+            )
             raise BadResponseError(
-                f"{self._where()}: HTTP 404 for {path}: not a Prometheus query API at this URL "
-                "(Thanos/Mimir/VictoriaMetrics cluster URLs often need a path prefix such as /prometheus)"
+                f"{self._where()}: HTTP {status} for {path}: not a Prometheus query API at this URL ({hint})"
             )
         if status >= 500:
             raise BadResponseError(f"{self._where()}: HTTP {status}{self._after()}: {detail}")
@@ -484,8 +492,9 @@ def _ts(at: datetime) -> str:
 
 
 def _snippet(response: requests.Response) -> str:
-    """The body's first characters on one line (an HTML error page's lines run together)."""
-    text = " ".join(response.text.split())
+    """The body's first characters on one line (an HTML error page's lines run together), with any
+    credential it echoes redacted first (a cut must not leave part of one)."""
+    text = redact(" ".join(response.text.split()))
     return text[:200] + ("…" if len(text) > 200 else "")
 
 

@@ -155,6 +155,36 @@ def merged_step(func: str, selector_text: str, labels: Sequence[str], step: time
     return aggregate("max", labels, f"{func}({selector_text}[{reach}])")
 
 
+def freshest_step(
+    selectors: Sequence[tuple[str, float]], labels: Sequence[str], step: timedelta, after: float | None = None
+) -> str:
+    """At each step of a subquery, each holder's latest sample in ``(t - step, t]`` from the first
+    of ``selectors`` holding one there, times that selector's factor (its values into the first's
+    unit): the names one exporter served a field under before and after a rename, read as one
+    history, a scrape served under both once. Only a fresh sample counts, never one an instant
+    selector would repeat through the lookback. With ``after``, only samples after that moment
+    (unix seconds). Several selectors: parenthesise before comparing."""
+    reach = duration(step - timedelta(milliseconds=1))
+    parts = []
+    for text, factor in selectors:
+        latest = f"last_over_time({text}[{reach}])"
+        if after is not None:
+            latest = f"({latest} and (timestamp({text}) > {number(after)}))"
+        part = aggregate("max", labels, latest)
+        parts.append(part if factor == 1.0 else f"({part}) * {number(factor)}")
+    return " or ".join(parts)
+
+
+# The label keeping rows of two metric names apart in one ``or`` (see ``labelled``).
+NAME_TAG = "gpu_analyzer_name"
+
+
+def labelled(expr: str, label: str, value: str) -> str:
+    """``expr`` with ``label`` set to ``value`` on every row: rows of two expressions told apart
+    so, ``or`` keeps both where their other labels agree."""
+    return f'label_replace({expr}, "{check_label_name(label)}", "{escape(value)}", "", "")'
+
+
 # The label MetricsQL's `quantiles_over_time` names each level of its answer by.
 PHI = "gpu_analyzer_phi"
 

@@ -57,9 +57,10 @@ def selector(metric: str, kind: str, scope: Sequence[Matcher] = ()) -> str:
     return promql.selector(rule_name(metric), [*scope, promql.eq(ROLLUP_LABEL, kind)])
 
 
-# The metrics alerts/gpu-analyzer.recording.yaml rolls up: DCGM's. A shared GPU's per-pod series
-# are few and its holders young more often than not; they are read raw.
-ROLLED_UP = (dcgm.PROF_GR_ENGINE_ACTIVE, dcgm.DEV_GPU_UTIL)
+# The metrics alerts/gpu-analyzer.recording.yaml rolls up: DCGM's, under both namings (one rule per
+# name). A shared GPU's per-pod series are few and its holders young more often than not; they are
+# read raw.
+ROLLED_UP = tuple(name for name in dcgm.UTIL_METRICS if name != dcgm.POD_SM_UTIL)
 ALL_NAMES = tuple(rule_name(metric) for metric in ROLLED_UP)
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
+from math import ceil
 
 from analyzer.sources import dcgm, promql
 from analyzer.sources.aggregates import DeviceKey
@@ -268,6 +269,101 @@ class SpanTerm:
         def first(piece: TimeWindow) -> str:
             after = f"timestamp({self.selector}) > {promql.number(piece.start.timestamp())}"
             return f"min_over_time({self._sub(f'({after}) and ({busy})', piece)})"
+
+        return self._over_pieces("min", first)
+
+
+class RenamedTerm(SpanTerm):
+    """One span and the GPUs whose exporter renamed their utilization series in it (DCGM 4.7's
+    naming): every name's samples read as one history, in the first name's unit.
+
+    Each step of a subquery at the scrape interval takes the latest sample of the first name
+    holding one (``promql.freshest_step``), so a scrape served under both names while the upgrade
+    rolled out counts once; counts and sums take every sample of a step (``merged_total``). Spans
+    longer than ``MAX_SUBQUERY_STEPS`` steps have their quantiles from a coarser step, as the
+    snapshot's union does."""
+
+    def __init__(
+        self,
+        caps: Capabilities,
+        metric: str,
+        others: Sequence[tuple[str, float]],
+        keys: Sequence[DeviceKey],
+        span: TimeWindow,
+        step_s: float,
+        scale: float,
+    ) -> None:
+        super().__init__(caps, metric, keys, span, step_s, scale)
+        scoped = [*caps.scope, *self.holders]
+        # Each name's selector and the factor of its values into the first name's unit.
+        self.names = ((metric, self.selector, 1.0), *((n, promql.selector(n, scoped), f) for n, f in others))
+
+    def _union(self, piece: TimeWindow, step_s: float | None = None) -> str:
+        selectors = [(text, factor) for _, text, factor in self.names]
+        step = timedelta(seconds=step_s or self.step_s)
+        return promql.freshest_step(selectors, self.caps.device_labels(), step, piece.start.timestamp())
+
+    def _whole(self) -> tuple[str, float]:
+        """The union over the whole span at a step that keeps it one piece: (subquery, step)."""
+        step_s = self.step_s * max(
+            1, ceil(self.span.duration.total_seconds() / self.step_s / MAX_SUBQUERY_STEPS)
+        )
+        ranged = f"{promql.duration(_reach(self.span))}:{promql.duration(timedelta(seconds=step_s))}"
+        return f"({self._union(self.span, step_s)})[{ranged}] @ {_at(self.span.end)}", step_s
+
+    def stats(self, name: str, q: float | None = None) -> str:
+        labels = self.caps.device_labels()
+        if name == "count":
+            return self.merged_total("count_over_time")
+        if name == "sum":
+            return self.merged_total("sum_over_time")
+        if name == "max":
+            return self._over_pieces("max", lambda p: f"max_over_time({self._sub(self._union(p), p)})")
+        assert q is not None
+        return promql.aggregate("max", labels, f"quantile_over_time({promql.number(q)}, {self._whole()[0]})")
+
+    def merged_total(self, func: str) -> str:
+        step = timedelta(seconds=self.step_s)
+        labels = self.caps.device_labels()
+        parts = []
+        for _, text, factor in self.names:
+            part = promql.merged_step(func, text, labels, step)
+            parts.append(
+                part if factor == 1.0 or func != "sum_over_time" else f"({part}) * {promql.number(factor)}"
+            )
+        per_step = " or ".join(parts)
+        return self._over_pieces("sum", lambda piece: f"sum_over_time({self._sub(per_step, piece)})")
+
+    def additive(self) -> str:
+        return " or ".join(
+            promql.labelled(self.merged_total(func), promql.ROLLUP, func) for func in _ROLLUP_NAMES
+        )
+
+    def ranked(self, levels: Sequence[float]) -> str:
+        inner = promql.quantiles_over_time(levels, self._whole()[0])
+        return promql.aggregate("max", (*self.caps.device_labels(), promql.PHI), inner)
+
+    def samples(self) -> str:
+        return self.merged_total("count_over_time")
+
+    def _state(self, op: str, percent: float, piece: TimeWindow) -> str:
+        return f"({self._union(piece)}) {op} bool {promql.number(percent / self.scale)}"
+
+    def state_count(self, stalled: bool, percent: float) -> str:
+        op = "<=" if stalled else ">"
+        return self._over_pieces(
+            "sum", lambda piece: f"sum_over_time({self._sub(self._state(op, percent, piece), piece)})"
+        )
+
+    def first_busy(self, percent: float) -> str:
+        def first(piece: TimeWindow) -> str:
+            after = promql.number(piece.start.timestamp())
+            found = []
+            for name, text, factor in self.names:
+                busy = f"{text} > {promql.number(percent / self.scale / factor)}"
+                earliest = f"min_over_time({self._sub(f'(timestamp({text}) > {after}) and ({busy})', piece)})"
+                found.append(promql.labelled(earliest, promql.NAME_TAG, name))
+            return " or ".join(found)
 
         return self._over_pieces("min", first)
 

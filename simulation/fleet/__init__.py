@@ -10,6 +10,7 @@ Used by ``gpu-reaper demo``, the test-suite and the benchmarks::
 
 from simulation.fleet.exposition import byte_chunks, prometheus_text_chunks, write_openmetrics
 from simulation.fleet.generate import synthetic_scenario
+from simulation.fleet.naming import Naming, with_naming
 from simulation.fleet.scenario import (
     Behaviour,
     NodeSpec,
@@ -28,6 +29,7 @@ __all__ = [
     "Behaviour",
     "Expected",
     "Fleet",
+    "Naming",
     "NodeSpec",
     "Pod",
     "Scenario",
@@ -45,5 +47,6 @@ __all__ = [
     "score",
     "simulate",
     "synthetic_scenario",
+    "with_naming",
     "write_openmetrics",
 ]

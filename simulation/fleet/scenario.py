@@ -71,6 +71,20 @@ class GpuLoss(_Spec):
     at: Offset
 
 
+# How a node's exporter names the DCGM series: dcgm-exporter up to 4.8, or DCGM 4.7's naming standard
+# as dcgm-exporter 4.9 serves it (new names, base units, the ``hostname`` label).
+MetricNames = Literal["legacy", "dcgm-4.7"]
+
+
+class NamingUpgrade(_Spec):
+    """The node's exporter is upgraded to DCGM 4.7's naming at ``at``: its DCGM series carry the
+    legacy names up to ``at`` and the new ones after; for the first ``overlap`` scrapes after
+    ``at`` (old and new exporter pods both scraped during the rollout) both are written."""
+
+    at: Offset
+    overlap: int = Field(default=0, ge=0, le=2)
+
+
 class NodeSpec(_Spec):
     name: str = Field(min_length=1)
     gpus: int = Field(ge=1, le=16)
@@ -86,9 +100,14 @@ class NodeSpec(_Spec):
     # The exporter pod is rescheduled: from each offset on, its series carry a new `instance`.
     exporter_moves: tuple[Offset, ...] = ()
     gpu_losses: tuple[GpuLoss, ...] = ()
+    metric_names: MetricNames = "legacy"
+    # Legacy names until then, ``metric_names`` after (which must then be dcgm-4.7).
+    upgrade: NamingUpgrade | None = None
 
     @model_validator(mode="after")
     def _checks(self) -> NodeSpec:
+        if self.upgrade is not None and self.metric_names != "dcgm-4.7":
+            raise ValueError("upgrade: a node upgrades to metric_names: dcgm-4.7, not to the legacy naming")
         for loss in self.gpu_losses:
             if loss.gpu >= self.gpus:
                 raise ValueError(f"gpu_losses: gpu {loss.gpu} does not exist on a node with {self.gpus} GPUs")
@@ -247,7 +266,9 @@ class Scenario(_Spec):
     step: Duration = timedelta(seconds=60)
     analysis_window: Duration = timedelta(hours=6)
     metrics: Literal["minimal", "standard"] = "standard"
-    util_scale: Literal["percent", "ratio"] = "percent"
+    # The unit DCGM_FI_DEV_GPU_UTIL (and MEM_COPY_UTIL) is served in: ratio, 0-1, as some
+    # relabelling rules store it. Earlier scenario files call it util_scale (read as this).
+    gpu_util_unit: Literal["percent", "ratio"] = "percent"
     labels: LabelStyle = LabelStyle()
     nvml_sample_hz: float = Field(default=6.0, gt=0)
     driver_version: str = "550.54.15"
@@ -256,6 +277,15 @@ class Scenario(_Spec):
     delivery: Delivery = Delivery()
     # Pod label keys kube-state-metrics exports as kube_pod_labels{label_<key>} (its allowlist).
     pod_labels_allowed: tuple[str, ...] = DEFAULT_POD_LABELS_ALLOWED
+
+    @model_validator(mode="before")
+    @classmethod
+    def _earlier_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "util_scale" in data:
+            if "gpu_util_unit" in data:
+                raise ValueError("util_scale is the earlier name of gpu_util_unit: give one of them")
+            data = {("gpu_util_unit" if k == "util_scale" else k): v for k, v in data.items()}
+        return data
 
     @model_validator(mode="after")
     def _checks(self) -> Scenario:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from common.model import WorkloadRef
-from simulation.fleet import behaviours
+from simulation.fleet import behaviours, naming
 from simulation.fleet.delivery import deliver
 from simulation.fleet.scenario import (
     Controller,
@@ -252,7 +252,7 @@ def simulate(scenario: Scenario) -> Fleet:
     rng = np.random.default_rng(scenario.seed)
     traces = {p.uid: _pod_trace(scenario, p, times, rng) for p in pods}
     for node in scenario.nodes:
-        series = _gpu_series(scenario, node, times, pods, traces, rng)
+        series = naming.node_series(scenario, node, _gpu_series(scenario, node, times, pods, traces, rng))
         moves = sorted(scenario.at(m).timestamp() for m in node.exporter_moves)
         fleet.series.extend(_relocated(series, moves) if moves else series)
     fleet.series.extend(_kube_state_series(scenario, times, pods))
@@ -311,7 +311,7 @@ def _gpu_series(
     rng: np.random.Generator,
 ) -> Iterator[Series]:
     style = scenario.labels
-    util_scale = 0.01 if scenario.util_scale == "ratio" else 1.0
+    util_to_unit = 0.01 if scenario.gpu_util_unit == "ratio" else 1.0
     step = scenario.step.total_seconds()
     n = times.size
     standard = scenario.metrics == "standard"
@@ -359,7 +359,7 @@ def _gpu_series(
                 labels |= {"GPU_I_ID": str(inst), "GPU_I_PROFILE": node.mig_profile}
             per_device: dict[str, np.ndarray] = {}
             if not node.mig_profile:
-                per_device["DCGM_FI_DEV_GPU_UTIL"] = util * util_scale
+                per_device["DCGM_FI_DEV_GPU_UTIL"] = util * util_to_unit
             per_device["DCGM_FI_DEV_FB_USED"] = np.round(fb)
             per_device["DCGM_FI_DEV_FB_FREE"] = np.round(slot_mem - fb)
             if node.profiling:
@@ -369,7 +369,7 @@ def _gpu_series(
                     per_device["DCGM_FI_PROF_SM_ACTIVE"] = gr * 0.85
                     per_device["DCGM_FI_PROF_DRAM_ACTIVE"] = gr * 0.4
             if standard and not node.mig_profile:
-                per_device["DCGM_FI_DEV_MEM_COPY_UTIL"] = np.clip(util * 0.4, 0.0, 100.0) * util_scale
+                per_device["DCGM_FI_DEV_MEM_COPY_UTIL"] = np.clip(util * 0.4, 0.0, 100.0) * util_to_unit
             if node.exporter == "gpu-exporter":
                 counts, sums = behaviours.histogram_increments(
                     frac, hi, lo, sd, step * scenario.nvml_sample_hz, UTIL_BUCKETS

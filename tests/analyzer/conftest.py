@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from analyzer.pipeline import Analysis, analyze_in_detail
+from analyzer.sources.prometheus.source import PrometheusSource
 from analyzer.sources.prometheus_api import PrometheusConfig
-from analyzer.sources.prometheus_source import PrometheusSource
 from common.model import FindingKind
 from common.thresholds import Thresholds
 from harness.servers import PrometheusServer, VictoriaMetricsServer
@@ -84,7 +84,7 @@ def simulated_analysis(standard_fleet: Fleet) -> Analysis:
 def relabelled_fleet() -> Fleet:
     """The standard fleet as a relabelling scrape config and a 0-1 recording rule would store it."""
     scenario = load_scenario("standard").model_copy(
-        update={"labels": LabelStyle(hostname="hostname", pod_prefix="exported_"), "util_scale": "ratio"}
+        update={"labels": LabelStyle(hostname="hostname", pod_prefix="exported_"), "gpu_util_unit": "ratio"}
     )
     return simulate(scenario)
 

@@ -5,7 +5,10 @@ Run after changing any query the Prometheus-backed source sends::
     python tests/analyzer/record_prometheus_fixtures.py
 
 It backfills the standard simulated fleet into a throw-away Prometheus, runs one analysis while
-noting every request, and saves those exchanges (as the real server answered them) for replay.
+noting every request, and saves those exchanges (as the real server answered them) for replay:
+sorted by request, each answer's series by their labels, so a re-record changes only what changed
+(recording twice gives the same bytes). tests/analyzer/test_query_layer.py replays them, and says
+when a request is missing from them.
 """
 
 from __future__ import annotations
@@ -23,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from analyzer.pipeline import analyze
+from analyzer.sources.prometheus.source import PrometheusSource
 from analyzer.sources.prometheus_api import PrometheusClient, PrometheusConfig, PrometheusSession
-from analyzer.sources.prometheus_source import PrometheusSource
 from common.thresholds import Thresholds
 from harness.recorded import FIXTURES, record
 from harness.servers import PrometheusServer, backfill_blocks

@@ -10,7 +10,7 @@ import pytest
 
 from analyzer.detection.mig import gpu_share
 from analyzer.detection.ownership import resolve
-from analyzer.sources import dcgm
+from analyzer.sources import dcgm, vocabulary
 from analyzer.sources.aggregates import (
     DeviceInfo,
     DeviceKey,
@@ -19,7 +19,9 @@ from analyzer.sources.aggregates import (
     histogram_shares,
     pod_records,
 )
-from analyzer.sources.prometheus_source import PODS_PER_QUERY, _near_spans
+from analyzer.sources.dcgm import Capabilities, PodLabels
+from analyzer.sources.prometheus.spans import PODS_PER_QUERY
+from analyzer.sources.prometheus.spans import near_spans as _near_spans
 from analyzer.sources.sample_math import (
     counter_increase,
     counter_rate,
@@ -32,15 +34,26 @@ from common.model import TimeWindow, WorkloadRef
 @pytest.mark.parametrize(
     ("labels", "expected"),
     [
-        pytest.param({"Hostname", "UUID"}, "Hostname", id="dcgm-exporter"),
-        pytest.param({"hostname", "UUID"}, "hostname", id="relabelled-lowercase"),
-        pytest.param({"node", "instance"}, "node", id="node-label"),
-        pytest.param({"instance"}, "instance", id="only-instance"),
-        pytest.param({"Hostname", "hostname"}, "Hostname", id="exporter-label-wins"),
+        pytest.param({"Hostname", "UUID"}, ("Hostname",), id="dcgm-exporter-up-to-4.8.2"),
+        pytest.param({"hostname", "UUID"}, ("hostname",), id="dcgm-exporter-4.8.3-on"),
+        pytest.param({"node", "instance"}, ("node",), id="node-label"),
+        pytest.param({"instance"}, ("instance",), id="only-instance"),
+        pytest.param({"Hostname", "hostname", "node"}, ("Hostname", "hostname"), id="mid-upgrade-both"),
+        pytest.param({"hostname", "node", "instance"}, ("hostname",), id="exporter-label-wins"),
     ],
 )
-def test_host_label(labels: set[str], expected: str) -> None:
-    assert dcgm.choose_host_label(labels) == expected
+def test_host_labels(labels: set[str], expected: tuple[str, ...]) -> None:
+    assert dcgm.choose_host_labels(labels) == expected
+
+
+def test_a_device_is_on_the_node_its_series_name_under_either_label() -> None:
+    caps = Capabilities(
+        util_metrics=(dcgm.DEV_GPU_UTIL,), host_labels=("Hostname", "hostname"), gpu_pod=PodLabels()
+    )
+    assert caps.node_of({"Hostname": "gpu-a"}) == "gpu-a"
+    assert caps.node_of({"hostname": "gpu-b", "Hostname": ""}) == "gpu-b"
+    assert caps.node_of({"instance": "10.0.0.1:9400"}) == ""
+    assert caps.identity_labels()[-5:-3] == ("Hostname", "hostname")
 
 
 @pytest.mark.parametrize(
@@ -64,26 +77,30 @@ def test_pod_labels(labels: set[str], pod: str, namespace: str) -> None:
 @pytest.mark.parametrize(
     ("max_value", "fraction", "scale"),
     [
-        pytest.param(97.0, False, dcgm.PERCENT, id="above-one-is-percent"),
-        pytest.param(97.0, True, dcgm.PERCENT, id="above-one-is-percent-even-with-fractions"),
-        pytest.param(0.97, True, dcgm.RATIO, id="fractions-at-most-one-are-ratio"),
-        pytest.param(1.0, False, dcgm.PERCENT, id="idle-percent-blips-stay-percent"),
-        pytest.param(0.0, False, dcgm.PERCENT, id="all-zero-is-percent"),
+        pytest.param(97.0, False, vocabulary.PERCENT_TO_PERCENT, id="above-one-is-percent"),
+        pytest.param(
+            97.0, True, vocabulary.PERCENT_TO_PERCENT, id="above-one-is-percent-even-with-fractions"
+        ),
+        pytest.param(0.97, True, vocabulary.RATIO_TO_PERCENT, id="fractions-at-most-one-are-ratio"),
+        pytest.param(1.0, False, vocabulary.PERCENT_TO_PERCENT, id="idle-percent-blips-stay-percent"),
+        pytest.param(0.0, False, vocabulary.PERCENT_TO_PERCENT, id="all-zero-is-percent"),
     ],
 )
 def test_unit_decision(max_value: float, fraction: bool, scale: float) -> None:
-    assert dcgm.decide_scale(max_value, fraction) == scale
+    assert dcgm.dev_unit_to_percent(max_value, fraction) == scale
 
 
 @pytest.mark.parametrize(
     ("ones_share", "scale"),
     [
-        pytest.param(0.05, dcgm.PERCENT, id="rare-1-percent-blips-are-an-idle-gpu"),
-        pytest.param(0.3, dcgm.RATIO, id="often-exactly-1-is-a-busy-0-1-gauge-never-read-as-idle"),
+        pytest.param(0.05, vocabulary.PERCENT_TO_PERCENT, id="rare-1-percent-blips-are-an-idle-gpu"),
+        pytest.param(
+            0.3, vocabulary.RATIO_TO_PERCENT, id="often-exactly-1-is-a-busy-0-1-gauge-never-read-as-idle"
+        ),
     ],
 )
 def test_a_job_of_only_zeros_and_ones(ones_share: float, scale: float) -> None:
-    assert dcgm.decide_scale(1.0, False, ones_share) == scale
+    assert dcgm.dev_unit_to_percent(1.0, False, ones_share) == scale
 
 
 @pytest.mark.parametrize(
@@ -323,16 +340,20 @@ def test_device_ids_name_mig_instances() -> None:
 
 
 def test_units_per_scrape_job_follow_device_maxima() -> None:
-    scales = dcgm.scales_by_job(
+    scales = dcgm.dev_to_percent_by_job(
         {
             "dcgm-exporter": [97.0, 0.0, 1.0],
             "recording-rule": [0.97, 0.01, 0.0],
             "idle-pool": [1.0, 0.0],
         }
     )
-    assert scales == {"dcgm-exporter": dcgm.PERCENT, "recording-rule": dcgm.RATIO, "idle-pool": dcgm.PERCENT}
-    busy = dcgm.scales_by_job({"binary": [1.0, 1.0]}, {"binary": 0.8})
-    assert busy == {"binary": dcgm.RATIO}
+    assert scales == {
+        "dcgm-exporter": vocabulary.PERCENT_TO_PERCENT,
+        "recording-rule": vocabulary.RATIO_TO_PERCENT,
+        "idle-pool": vocabulary.PERCENT_TO_PERCENT,
+    }
+    busy = dcgm.dev_to_percent_by_job({"binary": [1.0, 1.0]}, {"binary": 0.8})
+    assert busy == {"binary": vocabulary.RATIO_TO_PERCENT}
 
 
 @pytest.mark.parametrize(

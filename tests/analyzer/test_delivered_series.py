@@ -20,8 +20,8 @@ import pytest
 
 from analyzer.pipeline import Analysis, analyze, analyze_in_detail
 from analyzer.sources import dcgm
+from analyzer.sources.prometheus.source import PrometheusSource
 from analyzer.sources.prometheus_api import PrometheusConfig
-from analyzer.sources.prometheus_source import PrometheusSource
 from common.errors import BadInputError
 from common.model import FindingKind
 from common.thresholds import Thresholds

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from analyzer.pipeline import Analysis, analyze_in_detail
+from analyzer.sources.prometheus.source import PrometheusSource
 from analyzer.sources.prometheus_api import PrometheusConfig
-from analyzer.sources.prometheus_source import PrometheusSource
 from common.model import Finding, FindingKind, LowUtilizationEvidence, TimeWindow
 from common.thresholds import Thresholds
 from harness.recordings import JobPod, Readings, cluster_series
@@ -81,7 +81,7 @@ def test_relabelled_ratio_fleet_matches_ground_truth(
     assert caps.host_label == "hostname"
     assert caps.gpu_pod.pod == "exported_pod"
     assert caps.gpu_pod.namespace == "exported_namespace"
-    assert set(caps.dev_scale.values()) == {100.0}
+    assert set(caps.dev_to_percent.values()) == {100.0}
     assert_meets_targets(scoreboard("victoriametrics / relabelled 0-1", analysis, relabelled_fleet))
 
 
@@ -313,6 +313,6 @@ def test_a_job_of_only_zeros_and_ones_through_a_tsdb(
         analysis = analyze_in_detail(
             PrometheusSource(PrometheusConfig(server.url)), window, Thresholds(), now=window.end
         )
-    assert analysis.snapshot.capabilities.dev_scale == {"dcgm-exporter": unit}
+    assert analysis.snapshot.capabilities.dev_to_percent == {"dcgm-exporter": unit}
     (device,) = analysis.snapshot.devices.values()
     assert device.stats.mean == pytest.approx(mean, rel=0.05)

@@ -16,8 +16,8 @@ import pytest
 
 from analyzer.pipeline import analyze_in_detail
 from analyzer.sources.aggregates import FleetSnapshot
+from analyzer.sources.prometheus.source import PrometheusSource
 from analyzer.sources.prometheus_api import PrometheusConfig
-from analyzer.sources.prometheus_source import PrometheusSource
 from common.model import TimeWindow
 from common.thresholds import Thresholds
 from harness.recordings import JobPod, Readings, cluster_series, labelled_series

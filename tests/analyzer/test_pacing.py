@@ -18,8 +18,8 @@ import requests
 
 from analyzer.pipeline import Analysis
 from analyzer.sources.pacing import AdaptiveLimit
+from analyzer.sources.prometheus.source import PrometheusSource
 from analyzer.sources.prometheus_api import PrometheusConfig
-from analyzer.sources.prometheus_source import PrometheusSource
 from analyzer.sources.source_errors import QueryError
 from harness.servers import VictoriaMetricsServer
 from simulation.fleet import Fleet

@@ -96,7 +96,7 @@ def test_render_template_refuses_unknown_placeholders() -> None:
 def _capabilities(**overrides: object) -> Capabilities:
     base: dict[str, object] = {
         "util_metrics": (dcgm.PROF_GR_ENGINE_ACTIVE, dcgm.DEV_GPU_UTIL),
-        "host_label": "Hostname",
+        "host_labels": ("Hostname",),
         "gpu_pod": PodLabels(),
         "mig": True,
         "histogram_le": ("10", "75", "+Inf"),
@@ -113,7 +113,7 @@ def _capabilities(**overrides: object) -> Capabilities:
         pytest.param(_capabilities(), id="dcgm-exporter-labels"),
         pytest.param(
             _capabilities(
-                host_label="hostname",
+                host_labels=("hostname",),
                 gpu_pod=PodLabels(pod="exported_pod", namespace="exported_namespace"),
                 ksm_pod=PodLabels(pod="exported_pod", namespace="exported_namespace"),
                 mig=False,

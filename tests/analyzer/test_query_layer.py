@@ -24,13 +24,13 @@ from requests.adapters import HTTPAdapter
 
 from analyzer.pipeline import analyze
 from analyzer.sources import prometheus_api
+from analyzer.sources.prometheus.source import PrometheusSource
 from analyzer.sources.prometheus_api import PrometheusClient, PrometheusConfig
-from analyzer.sources.prometheus_source import PrometheusSource
 from analyzer.sources.source_errors import BadResponseError, NoDataError, QueryError, SourceUnreachableError
 from common.errors import BadInputError
 from common.model import FindingKind, TimeWindow
 from common.thresholds import Thresholds
-from harness.recorded import replay
+from harness.recorded import RERECORD, explained, replay
 from harness.servers import free_port
 from simulation.fleet import Fleet, expected_findings
 from simulation.fleet.truth import window_of
@@ -66,11 +66,17 @@ def test_recorded_prometheus_answers_give_the_ground_truth(
     exchanges = replay(mock, URL, "standard_fleet_analysis")
     source = PrometheusSource(PrometheusConfig(URL, retries=0))
     window = window_of(standard_fleet)
-    report = analyze(source, window, Thresholds(), now=window.end)
+    with explained(mock, "standard_fleet_analysis"):
+        report = analyze(source, window, Thresholds(), now=window.end)
     truth = {ref: e.kind for ref, e in expected_findings(standard_fleet).items() if e.kind is not None}
     assert {f.workload: f.kind for f in report.findings} == truth
-    # Every request the analysis made was one of the recorded ones (responses refuses others).
-    assert source.client.stats.requests == len(exchanges)
+    # Every request the analysis made was one of the recorded ones (responses refuses others), and
+    # every recorded one is still sent.
+    assert source.client.stats.requests == len(exchanges), (
+        f"the analysis sent {source.client.stats.requests} requests, the recording holds {len(exchanges)}: "
+        f"a query was added or dropped; re-record tests/fixtures/prometheus/standard_fleet_analysis.json "
+        f"with `{RERECORD}`"
+    )
     assert report.source == URL
 
 
@@ -79,7 +85,8 @@ def test_recorded_discovery_reads_dcgm_exporter_and_ours(
 ) -> None:
     replay(mock, URL, "standard_fleet_analysis")
     source = PrometheusSource(PrometheusConfig(URL, retries=0))
-    caps = source.discover(window_of(standard_fleet), Thresholds())
+    with explained(mock, "standard_fleet_analysis"):
+        caps = source.discover(window_of(standard_fleet), Thresholds())
     assert caps.util_metrics == ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_DEV_GPU_UTIL")
     assert caps.host_label == "Hostname"
     assert caps.gpu_pod.pod == "pod"
@@ -609,8 +616,8 @@ def test_instant_value_distinguishes_no_data_from_zero(mock: responses.RequestsM
 
 
 def test_unknown_unit_override_is_refused() -> None:
-    with pytest.raises(ValueError, match="util_scale"):
-        PrometheusSource(PrometheusConfig(URL), util_scale="fraction")
+    with pytest.raises(ValueError, match="gpu_util_unit"):
+        PrometheusSource(PrometheusConfig(URL), gpu_util_unit="fraction")
 
 
 def test_finding_kinds_are_the_documented_ones() -> None:
@@ -620,3 +627,40 @@ def test_finding_kinds_are_the_documented_ones() -> None:
         "dataloader_starvation",
         "unknown",
     }
+
+
+def _echo(request: requests.PreparedRequest) -> tuple[int, dict[str, str], str]:
+    """A proxy that refuses the request and echoes it, headers and all, in its error page."""
+    ordered = sorted(request.headers.items(), key=lambda kv: kv[0] != "Authorization")
+    headers = "; ".join(f"{k}: {v}" for k, v in ordered)
+    return 502, {"Content-Type": "text/html"}, f"<html>bad gateway: {headers} for {request.url}</html>"
+
+
+@pytest.mark.parametrize(
+    ("config", "secrets"),
+    [
+        pytest.param({"bearer_token": "s3cr3t-b3arer"}, ["s3cr3t-b3arer"], id="bearer-token"),
+        pytest.param(
+            {"basic_auth": ("reader", "pa55word")},
+            [base64.b64encode(b"reader:pa55word").decode(), "pa55word"],
+            id="basic-auth",
+        ),
+    ],
+)
+def test_an_error_page_echoing_the_request_never_shows_its_credentials(
+    mock: responses.RequestsMock, config: dict[str, Any], secrets: list[str]
+) -> None:
+    mock.add_callback(responses.POST, QUERY, callback=_echo)
+    with pytest.raises(BadResponseError) as caught:
+        client(retries=0, **config).vector("up", AT)
+    message = str(caught.value)
+    assert "bad gateway" in message and "[redacted]" in message
+    assert not [s for s in secrets if s in message]
+
+
+def test_a_query_error_echoing_a_token_parameter_never_shows_it(mock: responses.RequestsMock) -> None:
+    body = {"status": "error", "errorType": "bad_data", "error": "invalid parameter: token=abc123secret"}
+    mock.post(QUERY, json=body, status=400)
+    with pytest.raises(QueryError) as caught:
+        client(retries=0).vector("up", AT)
+    assert "abc123secret" not in str(caught.value) and "token=[redacted]" in str(caught.value)

@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 from analyzer.pipeline import Analysis, analyze_in_detail
+from analyzer.sources.prometheus.source import PrometheusSource
 from analyzer.sources.prometheus_api import PrometheusConfig
-from analyzer.sources.prometheus_source import PrometheusSource
 from common.model import FindingKind, LowUtilizationEvidence, TimeWindow, UnknownEvidence, WorkloadRef
 from common.thresholds import Thresholds
 from harness.recordings import (

@@ -215,3 +215,34 @@ def test_unknown_findings_go_by_one_name_with_their_reason(tmp_path: Path) -> No
     render_table(report(young, gappy), console)
     text = console.export_text()
     assert "too young: 1.5 h judged" in text and "low coverage: 40.0 % of samples" in text
+
+
+# --- one unit, one time format, words for how the data was read (issue 41) -----------------------------
+
+
+def test_memory_reads_in_one_unit_throughout(report_html: str) -> None:
+    """55.8 GiB in the subtitle, the evidence and the recommendation alike: never 57,091 MiB beside it."""
+    text = re.sub(r"data:image/png;base64,[^\"]+", "", report_html)
+    assert "GiB" in text
+    assert not re.search(r"\d{1,3}(,\d{3})+ MiB", text), re.search(r".{80}\d{1,3}(,\d{3})+ MiB.{20}", text)
+    assert "holding 55.8 GiB each" in text
+
+
+def test_the_report_says_in_words_how_the_data_was_read(
+    report_html: str, simulated_analysis: Analysis
+) -> None:
+    footer = report_html[report_html.index("<footer>") : report_html.index("</footer>")]
+    assert "How the data source was read:" in footer
+    parts = simulated_analysis.capabilities.split("; ")
+    assert footer.count("<li>") == len(parts) > 1
+    assert "; " not in footer.replace("&#39;", "'")
+
+
+def test_a_report_with_no_findings_says_how_many_gpus_it_rests_on() -> None:
+    empty = report().model_copy(update={"gpus_judged": 3})
+    html = render_html(empty, Thresholds())
+    assert "No findings: all 3 judged GPUs were busy enough" in html
+    assert "· 3 GPUs judged ·" in html
+    console = Console(record=True, width=120)
+    render_table(empty, console)
+    assert "No findings: all 3 judged GPUs were busy enough" in console.export_text()

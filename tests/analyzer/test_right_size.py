@@ -153,9 +153,9 @@ def test_every_profile_memory_is_a_floor_of_its_share_of_the_gpu() -> None:
 
 
 def test_a_peak_no_profile_holds_gets_no_recommendation_and_says_why() -> None:
-    _, sized = _sized(Case(H100, 70_000))  # 84,000 MiB with headroom: more than the GPU
+    _, sized = _sized(Case(H100, 70_000))  # 84,000 MiB (82.0 GiB) with headroom: more than the GPU
     assert sized.share is None and sized.resource is None and sized.change is None
-    assert "whole H100 80GB GPU" in sized.reason and "84,000 MiB" in sized.reason
+    assert "whole H100 80GB GPU" in sized.reason and "82.0 GiB" in sized.reason
     assert sized.gpu_equivalents_saved == 0 and sized.saved_gpu_hours == 0
     assert sized.line() == f"No smaller GPU share: {sized.reason}."
 

@@ -16,7 +16,7 @@ import pytest
 
 from analyzer.detection import detectors
 from analyzer.pipeline import Analysis, analyze_in_detail
-from analyzer.sources import dcgm
+from analyzer.sources import dcgm, vocabulary
 from analyzer.sources.source_errors import NoDataError, SourceUnreachableError
 from common.model import FindingKind, FindingsReport
 from common.thresholds import Thresholds
@@ -133,7 +133,10 @@ def test_mixed_units_per_scrape_job_and_metric() -> None:
     series = _relabel_job(fleet.series, "ratio", "dcgm-recording-rule", 100.0)
     analysis = analyze_series(series, fleet)
     caps = analysis.snapshot.capabilities
-    assert caps.dev_scale == {"dcgm-exporter": dcgm.PERCENT, "dcgm-recording-rule": dcgm.RATIO}
+    assert caps.dev_to_percent == {
+        "dcgm-exporter": vocabulary.PERCENT_TO_PERCENT,
+        "dcgm-recording-rule": vocabulary.RATIO_TO_PERCENT,
+    }
     assert kinds(analysis.report) == truth(fleet)
     means = {f.workload.name: f.evidence.mean_util_percent for f in analysis.report.findings}
     assert 5 < means["low-pct"] < 25  # type: ignore[operator]

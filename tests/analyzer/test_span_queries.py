@@ -22,8 +22,8 @@ from analyzer.sources import dcgm, fleet_queries, span_queries
 from analyzer.sources.aggregates import CloserLook
 from analyzer.sources.fleet_queries import FleetQueries
 from analyzer.sources.prometheus import spans as closer_looks
+from analyzer.sources.prometheus.source import PrometheusSource
 from analyzer.sources.prometheus_api import PrometheusClient, PrometheusConfig, PrometheusSession
-from analyzer.sources.prometheus_source import PrometheusSource
 from common.model import DataloaderStarvationEvidence, FindingKind, TimeWindow
 from common.thresholds import Thresholds
 from harness.recordings import JobPod, Readings, cluster_series, scraped

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from analyzer.pipeline import analyze_in_detail
+from analyzer.sources.prometheus.source import PrometheusSource
 from analyzer.sources.prometheus_api import PrometheusConfig
-from analyzer.sources.prometheus_source import PrometheusSource
 from common.model import FindingsReport
 from common.thresholds import Thresholds
 from harness.servers import PrometheusServer, VictoriaMetricsServer, backfill_blocks

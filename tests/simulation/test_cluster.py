@@ -27,6 +27,7 @@ def test_the_demo_scenario_is_the_standard_fleet_plus_controller_owned_workloads
         ("StatefulSet", "Notebook", "alice"),
         ("Deployment", "InferenceService", "summarizer-predictor"),
         ("RayCluster", None, "ray-tune"),
+        ("Deployment", None, "reranker"),
     }
 
 

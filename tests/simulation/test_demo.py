@@ -35,7 +35,7 @@ def test_demo_prints_findings_dry_run_plan_slack_preview_and_writes_the_report(
     assert "Reclaimable 72 GPU-hours/day (≈ 180 USD/day)" in text
     assert "gpu-reaper/exclude=true" in text
     assert text.rstrip().endswith(
-        "gpu-reaper: mode=dry-run findings=15 planned=10 applied=0 skipped=5 failed=0"
+        "gpu-reaper: mode=dry-run gpus=36 findings=15 planned=10 applied=0 skipped=5 failed=0"
     )
 
     report = tmp_path / "gpu-reaper-report.html"
@@ -65,7 +65,7 @@ def test_the_default_demo_reclaims_through_notebook_inferenceservice_and_rayclus
     assert "*Would stop* `serving/summarizer` (InferenceService; GPUs held by Deployment" in text
     assert "*Heads-up* `research/ray-tune` (RayCluster)" in text
     assert text.rstrip().endswith(
-        "gpu-reaper: mode=dry-run findings=18 planned=13 applied=0 skipped=5 failed=0"
+        "gpu-reaper: mode=dry-run gpus=44 findings=19 planned=14 applied=0 skipped=5 failed=0"
     )
 
 
@@ -103,7 +103,7 @@ def test_each_action_has_one_name_and_its_exact_write_in_terminal_html_and_slack
     # Too little data goes by the finding kind's name, with its reason, in the held-back list too.
     assert re.search(r"unknown +Deployment team-a/fresh-api +too young: 1\.5 h judged; never acted on", text)
     assert "<code>unknown</code>" in plan and "too young: 1.5 h judged; never acted on" in plan
-    assert "*Findings* 18 (5 unknown: too little data to judge, never acted on)" in slack
+    assert "*Findings* 19 (5 unknown: too little data to judge, never acted on)" in slack
 
 
 def test_demo_output_path_and_policy(tmp_path: Path) -> None:
@@ -121,3 +121,26 @@ def test_demo_output_path_and_policy(tmp_path: Path) -> None:
 
 def test_demo_with_unknown_scenario_is_bad_input(tmp_path: Path) -> None:
     assert main(["demo", "--scenario", "no-such-scenario", "--output", str(tmp_path / "r.html")]) == 2
+
+
+def test_the_demo_shows_a_smaller_share_that_fits_and_no_slice_advice_beside_none(tmp_path: Path) -> None:
+    """Right-sizing, a headline of the README, shows in the demo: the reranker fits MIG 2g.20gb. Where
+    no smaller share fits, nothing beside it suggests one (issue 41)."""
+    out = io.StringIO()
+    page = tmp_path / "r.html"
+    assert main(["demo", "--output", str(page)], stdout=out) == 0
+    text = out.getvalue()
+    sized = "Right-size to MIG 2g.20gb: nvidia.com/gpu: 1 → nvidia.com/mig-2g.20gb: 1"
+    terminal = text[text.index("Right-sizing (") : text.index("Plan (dry-run")]
+    assert re.search(rf"serving/Deployment/reranker +{re.escape(sized)}", terminal)
+    assert "No smaller GPU share" in terminal  # batch-scorer's 55.8 GiB fit no smaller profile
+    slack = text[text.index("Slack messages (preview)") :]
+    assert sized in slack
+    html = page.read_text(encoding="utf-8")
+    assert sized in html
+    # No generic advice to use a smaller slice next to the rule's answer (nor for kinds it does not
+    # size), in any surface: a low-utilization recommendation says "averages".
+    text = re.sub(r"data:image/png;base64,[^\"]+", "", slack + html)  # the plots' bytes are no text
+    advice = re.findall(r"(?<![A-Za-z])[A-Z][a-zA-Z]+ [a-z0-9-]+/[a-z0-9-]+ averages [^_<]*", text)
+    assert len(advice) >= 8  # six workloads, in Slack (where routed) and in the HTML report
+    assert not [a for a in advice if "MIG slice" in a or "time-slic" in a], advice

@@ -240,7 +240,7 @@ def test_finished_job_leaves_no_series_after_it_ended(standard_fleet: Fleet) -> 
 
 def test_relabelled_scrape_and_ratio_units() -> None:
     sc = load_scenario("standard").model_copy(
-        update={"labels": LabelStyle(hostname="hostname", pod_prefix="exported_"), "util_scale": "ratio"}
+        update={"labels": LabelStyle(hostname="hostname", pod_prefix="exported_"), "gpu_util_unit": "ratio"}
     )
     fleet = simulate(sc)
     util = list(fleet.series_named("DCGM_FI_DEV_GPU_UTIL"))
@@ -347,6 +347,12 @@ def test_builtin_scenarios_load() -> None:
             "gpu-exporter",
             id="subsecond-needs-our-exporter",
         ),
+        pytest.param(
+            "name: x\nend: 2026-01-01T00:00:00Z\nnodes: [{name: a, gpus: 1}]\n"
+            "gpu_util_unit: ratio\nutil_scale: ratio\n",
+            "util_scale is the earlier name of gpu_util_unit",
+            id="both-unit-keys",
+        ),
         pytest.param("- just\n- a list\n", "YAML mapping", id="not-a-mapping"),
         pytest.param("name: [unclosed\n", "not valid YAML", id="not-yaml"),
     ],
@@ -358,6 +364,12 @@ def test_bad_scenarios_name_file_and_field(tmp_path: Path, yaml_text: str, messa
         load_scenario(path)
     assert str(path) in str(err.value)
     assert message in str(err.value)
+
+
+def test_a_scenario_file_of_an_earlier_release_keeps_its_util_scale(tmp_path: Path) -> None:
+    path = tmp_path / "earlier.yaml"
+    path.write_text("name: x\nend: 2026-01-01T00:00:00Z\nnodes: [{name: a, gpus: 1}]\nutil_scale: ratio\n")
+    assert load_scenario(path).gpu_util_unit == "ratio"
 
 
 def test_overbooked_node_is_refused() -> None:

@@ -7,4 +7,4 @@ from __future__ import annotations
 import logging
 
 # Every round logs under the name the source always had: operators' log filters and tests name it.
-log = logging.getLogger("analyzer.sources.prometheus_source")
+log = logging.getLogger(__name__)  # "analyzer.sources.prometheus": every query round logs as one

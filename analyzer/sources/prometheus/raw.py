@@ -20,6 +20,7 @@ from analyzer.sources.aggregates import DeviceAggregate, DeviceKey, DeviceSample
 from analyzer.sources.fleet_queries import FleetQueries
 from analyzer.sources.prometheus.batch import Batch, device_key
 from analyzer.sources.prometheus_api import RangeSeries
+from analyzer.sources.span_queries import MAX_SUBQUERY_STEPS
 
 if TYPE_CHECKING:
     import numpy as np
@@ -31,6 +32,8 @@ MAX_SAMPLES_PER_QUERY = 2_000_000
 # GPUs one memory query names at most (a UUID takes about 45 characters of the text, and a query
 # may name each twice: promql.fitting halves a run whose text is too long).
 UUIDS_PER_MEMORY_QUERY = 200
+# Holders, and the query asked of their GPUs (given their UUIDs).
+Ask = tuple[Sequence[DeviceKey], Callable[[Sequence[str]], str]]
 
 
 class RawReads:
@@ -57,12 +60,15 @@ class RawReads:
         util: dict[DeviceKey, list[tuple[RangeSeries, float]]] = defaultdict(list)
         by_metric: dict[str, list[DeviceAggregate]] = defaultdict(list)
         for dev in wanted.values():
-            by_metric[dev.info.metric].append(dev)
+            # Every name it was read under (its exporter renamed them in the window), each in its
+            # own unit: ``_merge`` keeps a scrape served under both once.
+            for metric in dev.info.metrics:
+                by_metric[metric].append(dev)
         for metric, devs in by_metric.items():
             for series in self._pull(snapshot, devs, partial(q.device_raw, metric)):
                 key = device_key(series.labels, caps)
                 if key in wanted:
-                    scale = caps.scale(metric, series.labels.get(dcgm.JOB, ""))
+                    scale = caps.to_percent(metric, series.labels.get(dcgm.JOB, ""))
                     util[key].append((series, scale))
         buckets: dict[DeviceKey, dict[str, list[tuple[RangeSeries, float]]]] = defaultdict(
             lambda: defaultdict(list)
@@ -110,9 +116,11 @@ class RawReads:
         if not keys or not snapshot.capabilities.memory:
             return {}
         q = FleetQueries(snapshot.capabilities, snapshot.window.duration)
-        wanted = set(keys)
-        (used,) = self._per_holder(snapshot, keys, q.memory)
-        return {key: value for key, value in used if key in wanted}
+        plain, renamed, step = _by_naming(snapshot, keys)
+        asks: list[Ask] = [(plain, q.memory)]
+        if renamed:
+            asks.append((renamed, lambda uuids: q.memory(uuids, step)))
+        return dict(pair for found in self._per_holder(snapshot, asks) for pair in found)
 
     def memory_peaks(
         self, snapshot: FleetSnapshot, keys: Sequence[DeviceKey], quantile: float
@@ -121,35 +129,39 @@ class RawReads:
         if not keys or not snapshot.capabilities.memory:
             return {}
         q = FleetQueries(snapshot.capabilities, snapshot.window.duration)
-        wanted = set(keys)
-        peaks, totals = self._per_holder(
-            snapshot, keys, lambda uuids: q.memory_peak(uuids, quantile), q.memory_capacity
-        )
+        plain, renamed, step = _by_naming(snapshot, keys)
+        asks: list[Ask] = [(plain, lambda uuids: q.memory_peak(uuids, quantile)), (keys, q.memory_capacity)]
+        if renamed:
+            asks.append((renamed, lambda uuids: q.memory_peak(uuids, quantile, step)))
+        peaks, totals, *again = self._per_holder(snapshot, asks)
         capacity: dict[str, float] = {}  # by UUID: every holder of a GPU shares its memory
         for key, value in totals:
             capacity[key.uuid] = max(capacity.get(key.uuid, 0.0), value)
-        return {key: MemoryPeak(value, capacity.get(key.uuid)) for key, value in peaks if key in wanted}
+        found = [*peaks, *(pair for rows in again for pair in rows)]
+        return {key: MemoryPeak(value, capacity.get(key.uuid)) for key, value in found}
 
     def _per_holder(
-        self, snapshot: FleetSnapshot, keys: Sequence[DeviceKey], *queries: Callable[[Sequence[str]], str]
+        self,
+        snapshot: FleetSnapshot,
+        asks: Sequence[Ask],
     ) -> list[list[tuple[DeviceKey, float]]]:
-        """Each query over ``keys``' GPUs (a few hundred UUIDs a query, fewer where the text would be
-        too long), all side by side through the bounded pool: per query, its finite rows by
-        holder, in answer order."""
+        """Each query over its holders' GPUs (a few hundred UUIDs a query, fewer where the text
+        would be too long), all side by side through the bounded pool: per query, its finite rows
+        of those holders, in answer order."""
         caps = snapshot.capabilities
-        uuids = sorted({k.uuid for k in keys})
         at = snapshot.window.end
         asked = [
             (which, query(run))
-            for which, query in enumerate(queries)
-            for run in promql.fitting(uuids, query, UUIDS_PER_MEMORY_QUERY)
+            for which, (keys, query) in enumerate(asks)
+            for run in promql.fitting(sorted({k.uuid for k in keys}), query, UUIDS_PER_MEMORY_QUERY)
         ]
         answers = self.client.vectors([(text, at) for _, text in asked])
-        out: list[list[tuple[DeviceKey, float]]] = [[] for _ in queries]
+        wanted = [set(keys) for keys, _ in asks]
+        out: list[list[tuple[DeviceKey, float]]] = [[] for _ in asks]
         for (which, _), answer in zip(asked, answers, strict=True):
             for s in answer:
                 key = device_key(s.labels, caps)
-                if key is not None and isfinite(s.value):
+                if key is not None and key in wanted[which] and isfinite(s.value):
                     out[which].append((key, s.value))
         return out
 
@@ -159,6 +171,21 @@ class RawReads:
         if not samples:
             return None
         return float(sum(s.value for s in samples))
+
+
+def _by_naming(
+    snapshot: FleetSnapshot, keys: Sequence[DeviceKey]
+) -> tuple[list[DeviceKey], list[DeviceKey], timedelta]:
+    """``keys`` read under one name and those read under both DCGM namings (their exporter renamed
+    its series in the window), and the step their samples are merged at: the shortest interval of
+    theirs, coarser where the window would take too many steps."""
+    renamed = [k for k in keys if (d := snapshot.devices.get(k)) is not None and d.info.also]
+    plain = [k for k in keys if k not in set(renamed)]
+    interval = min(
+        (snapshot.devices[k].interval_s for k in renamed if snapshot.devices[k].interval_s > 0), default=15.0
+    )
+    window = snapshot.window.duration.total_seconds()
+    return plain, renamed, timedelta(seconds=interval * max(1, ceil(window / interval / MAX_SUBQUERY_STEPS)))
 
 
 def _merge(parts: Sequence[tuple[RangeSeries, float]]) -> tuple[np.ndarray, np.ndarray]:

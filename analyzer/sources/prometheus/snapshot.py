@@ -1,12 +1,14 @@
 """The snapshot round: every per-device and per-pod aggregate over the window, fleet-wide.
 
-A fixed number of queries whatever the fleet size, side by side: per utilization metric the
-samples per holder (with the device's labels), their sum, maximum and three quantiles (one sort
-for all of them under MetricsQL, a part of the fleet each) and the series per holder; the sample
-histogram's increase; the Kubernetes side (``kubernetes``). Then one raw series per scrape job
-measures its interval, holders split over several series are asked again over their union
-(``union``), and the unit of ``DCGM_FI_DEV_GPU_UTIL`` follows from the maxima and sums. The text
-is ``FleetQueries``' (or ``RolledUpQueries``' where recording rules cover the window)."""
+A fixed number of queries whatever the fleet size, side by side: per utilization name found (either
+DCGM naming) the samples per holder (with the device's labels), their sum, maximum and three
+quantiles (one sort for all of them under MetricsQL, a part of the fleet each) and the series per
+holder; the sample histogram's increase; the Kubernetes side (``kubernetes``). Then one raw series
+per scrape job measures its interval, holders split over several series are asked again over their
+union, the unit of the legacy ``DCGM_FI_DEV_GPU_UTIL`` follows from the maxima and sums, and holders
+read under both names of a field (their exporter upgraded in the window) are asked over their
+names' union (``union``). The text is ``FleetQueries``' (or ``RolledUpQueries``' where recording
+rules cover the window)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from math import isfinite
 
-from analyzer.sources import dcgm, promql
+from analyzer.sources import dcgm, promql, vocabulary
 from analyzer.sources.aggregates import (
     DeviceAggregate,
     DeviceInfo,
@@ -40,7 +42,7 @@ from analyzer.sources.prometheus.batch import (
     value_of,
 )
 from analyzer.sources.prometheus.discovery import rollup_covers
-from analyzer.sources.prometheus.union import Counts, union_numbers
+from analyzer.sources.prometheus.union import Counts, Seen, renamed_numbers, union_numbers
 from analyzer.sources.prometheus_api import PrometheusClient, VectorSample
 from analyzer.sources.rollups import RolledUpQueries
 from analyzer.sources.source_errors import NoDataError
@@ -58,7 +60,7 @@ def snapshot(
     caps: Capabilities,
     window: TimeWindow,
     t: Thresholds,
-    util_scale: str,
+    gpu_util_unit: str,
     recording_rules: bool,
 ) -> FleetSnapshot:
     """The fleet's aggregates over ``window`` (``caps`` from discovery); the caller drops what
@@ -76,7 +78,8 @@ def snapshot(
 
     batch.drop()
     batch.fetch(_independent(caps, q, levels), at)
-    counts = _counts(batch, caps, q, at)
+    counts, seen = _counts(batch, caps, q, at)
+    renamed = {key: names for key, names in seen.items() if len(names) > 1}
     gpu_requests: list[VectorSample] = []
     if caps.kube_state_metrics:
         gpu_requests = batch.vector(q.pod_gpu_requests(), at)
@@ -86,10 +89,15 @@ def snapshot(
             q = replace(q, held=True)
             batch.fetch(kubernetes.queries(caps, q), at)
     intervals = _intervals(batch.client, q, counts, t, at)
-    numbers, series = _numbers(batch, caps, q, counts, levels, at)
-    merged = union_numbers(batch, q, caps, counts, series, numbers, intervals, levels, at)
-    caps = replace(caps, interval_s=intervals, dev_scale=_dev_scales(util_scale, counts, numbers))
-    devices = with_sharers(_devices(caps, counts, numbers, intervals, levels[0], window), dcgm.POD_SM_UTIL)
+    numbers, series, by_name = _numbers(batch, caps, q, counts, renamed, levels, at)
+    merged = union_numbers(batch, q, caps, counts, series, numbers, intervals, levels, at, renamed)
+    dev_to_percent = _dev_to_percent(gpu_util_unit, counts, numbers, renamed, by_name)
+    caps = replace(caps, interval_s=intervals, dev_to_percent=dev_to_percent)
+    if renamed:
+        merged |= renamed_numbers(batch, q, caps, counts, renamed, numbers, by_name, intervals, levels, at)
+    devices = with_sharers(
+        _devices(caps, counts, renamed, numbers, intervals, levels[0], window), dcgm.POD_SM_UTIL
+    )
     if caps.histogram:
         devices = _with_histograms(batch, devices, q, caps, at)
     return FleetSnapshot(
@@ -131,29 +139,45 @@ def _independent(caps: Capabilities, q: FleetQueries, levels: tuple[float, float
     return [*first, *out, *kubernetes.queries(caps, q), *last]
 
 
-def _counts(batch: Batch, caps: Capabilities, q: FleetQueries, at: datetime) -> Counts:
-    """Per holder, its metric (the first in preference order) and its samples, described by the
-    row holding most of them."""
-    counts: Counts = {}
+def _counts(batch: Batch, caps: Capabilities, q: FleetQueries, at: datetime) -> tuple[Counts, Seen]:
+    """Per holder, its metric and its samples, described by the row holding most of them; and the
+    names of its field it was seen under, with their samples each.
+
+    A holder reads the first field in preference order it has samples of, under every name of
+    that field: an exporter renamed its series in the window (DCGM 4.7's naming), and one GPU's
+    history is in both. Its metric is the name holding most of its samples."""
+    seen: Seen = {}
+    field: dict[DeviceKey, str] = {}
     for metric in caps.util_metrics:
         answer = batch.vector(q.device_count(metric), at)
         for key, s in zip(keys_of(answer, caps), answer, strict=True):
             if key is None or s.value <= 0:
                 continue
-            known = counts.get(key)
-            if known is None:
-                counts[key] = (metric, s)  # the first metric in preference order wins
-            elif known[0] == metric:
-                # Series of one holder told apart by a descriptive label (a new ``job``):
-                # its samples are all of theirs, as its sum is; it is described as the row
-                # holding most of them (its job's interval is measured on that job's series).
-                labels = s.labels if s.value > known[1].value else known[1].labels
-                counts[key] = (metric, VectorSample(labels, known[1].value + s.value))
-    if not counts:
+            if field.setdefault(key, vocabulary.field_of(metric)) != vocabulary.field_of(metric):
+                continue  # the first field in preference order wins
+            names = seen.setdefault(key, {})
+            had = names.get(metric)
+            # Series of one holder told apart by a descriptive label (a new ``job``): its samples
+            # are all of theirs, as its sum is; it is described as the row holding most of them
+            # (its job's interval is measured on that job's series).
+            names[metric] = (
+                s
+                if had is None
+                else VectorSample(s.labels if s.value > had.value else had.labels, had.value + s.value)
+            )
+    if not seen:
         raise NoDataError(
             f"{batch.client.config.display_url}: GPU series exist but hold no samples in the window"
         )
-    return counts
+    counts: Counts = {}
+    for key, names in seen.items():
+        metric = max(names, key=lambda name: names[name].value)  # the first of equals
+        total = sum(s.value for s in names.values())
+        counts[key] = (
+            metric,
+            names[metric] if len(names) == 1 else VectorSample(names[metric].labels, total),
+        )
+    return counts, seen
 
 
 def _numbers(
@@ -161,30 +185,39 @@ def _numbers(
     caps: Capabilities,
     q: FleetQueries,
     counts: Counts,
+    renamed: Seen,
     levels: tuple[float, float],
     at: datetime,
-) -> tuple[Numbers, dict[str, list[VectorSample]]]:
-    """Per statistic, each holder's value of its own metric; and per metric, the series per holder."""
+) -> tuple[Numbers, dict[str, list[VectorSample]], dict[str, Numbers]]:
+    """Per statistic, each holder's value of its own metric; per metric, the series per holder;
+    and per name, the sum and maximum of the holders read under several names (``renamed``)."""
     numbers: Numbers = defaultdict(dict)
+    parts: dict[str, Numbers] = defaultdict(lambda: defaultdict(dict))
     # Per metric, where one query holds both: sum and series per holder, by rollup.
     both = {metric: _sum_and_series(batch, q, metric, at) for metric in caps.util_metrics}
     for metric in caps.util_metrics:
-        mine = {key for key, (m, _) in counts.items() if m == metric}
-        if not mine:
+        mine = {key for key, (m, _) in counts.items() if m == metric and key not in renamed}
+        part = {key for key, names in renamed.items() if metric in names}
+        if not mine and not part:
             continue
         rolled = both[metric]
         summed = rolled.get(SUM, []) if rolled is not None else batch.vector(q.device_sum(metric), at)
-        numbers["sum"].update(added(keys_of(summed, caps), summed, mine))
+        keys = keys_of(summed, caps)
+        numbers["sum"].update(added(keys, summed, mine))
+        if part:
+            parts[metric]["sum"] = added(keys, summed, part)
         for name, answer in _ranked(batch, q, metric, levels, at):
-            pairs = zip(keys_of(answer, caps), map(value_of, answer), strict=True)
+            pairs = list(zip(keys_of(answer, caps), map(value_of, answer), strict=True))
             numbers[name].update((key, value) for key, value in pairs if key in mine)
+            if name == "max" and part:
+                parts[metric]["max"] = {key: value for key, value in pairs if key in part}
     series = {
         metric: rolled.get(SERIES, [])
         if rolled is not None
         else batch.vector(q.device_series_count(metric), at)
         for metric, rolled in both.items()
     }
-    return numbers, series
+    return numbers, series, parts
 
 
 def _ranked(
@@ -275,38 +308,54 @@ def _intervals(
     return out
 
 
-def _dev_scales(util_scale: str, counts: Counts, numbers: Numbers) -> dict[str, float]:
-    """Unit of DCGM_FI_DEV_GPU_UTIL per scrape job, from its devices' maxima and mean (or as forced)."""
+def _dev_to_percent(
+    gpu_util_unit: str, counts: Counts, numbers: Numbers, renamed: Seen, parts: Mapping[str, Numbers]
+) -> dict[str, float]:
+    """The multiplier into percent of the legacy DCGM_FI_DEV_GPU_UTIL (the one name whose unit its
+    values tell) per scrape job, from its devices' maxima and mean (or as ``gpu_util_unit`` forces
+    it); a holder renamed in the window counts
+    with its samples under that name alone."""
     dev_max: dict[str, list[float]] = defaultdict(list)
     job_sum: dict[str, float] = defaultdict(float)
     job_count: dict[str, float] = defaultdict(float)
+
+    def add(job: str, top: float, total: float, n: float) -> None:
+        dev_max[job].append(top)
+        job_sum[job] += total
+        job_count[job] += n
+
     for key, (metric, sample) in counts.items():
-        if metric == dcgm.DEV_GPU_UTIL and key in numbers["max"]:
+        if key in renamed:
+            for name, part in renamed[key].items():
+                if vocabulary.by_values(name) and key in parts[name]["max"]:
+                    job = part.labels.get(dcgm.JOB, "")
+                    add(job, parts[name]["max"][key], parts[name]["sum"].get(key, 0.0), part.value)
+        elif vocabulary.by_values(metric) and key in numbers["max"]:
             job = sample.labels.get(dcgm.JOB, "")
-            dev_max[job].append(numbers["max"][key])
-            job_sum[job] += numbers["sum"].get(key, 0.0)
-            job_count[job] += sample.value
-    if util_scale != "auto":
-        forced = dcgm.RATIO if util_scale == "ratio" else dcgm.PERCENT
+            add(job, numbers["max"][key], numbers["sum"].get(key, 0.0), sample.value)
+    if gpu_util_unit != "auto":
+        forced = vocabulary.RATIO_TO_PERCENT if gpu_util_unit == "ratio" else vocabulary.PERCENT_TO_PERCENT
         return dict.fromkeys(dev_max, forced)
     mean = {job: job_sum[job] / job_count[job] for job in job_count if job_count[job] > 0}
-    return dcgm.scales_by_job(dev_max, mean)
+    return dcgm.dev_to_percent_by_job(dev_max, mean)
 
 
 def _devices(
     caps: Capabilities,
     counts: Counts,
+    renamed: Seen,
     numbers: Numbers,
     intervals: Mapping[str, float],
     q_low: float,
     window: TimeWindow,
 ) -> dict[DeviceKey, DeviceAggregate]:
-    """Each holder's aggregate, in its metric's unit scaled to percent."""
+    """Each holder's aggregate, in its metric's unit scaled to percent (a renamed holder's numbers
+    are in its metric's unit too, see ``union.renamed_numbers``)."""
     devices: dict[DeviceKey, DeviceAggregate] = {}
     sums, maxes, lows, highs = (numbers[name] for name in ("sum", "max", "q_low", "q_high"))
     for key, (metric, sample) in counts.items():
         job = sample.labels.get(dcgm.JOB, "")
-        scale = caps.scale(metric, job)
+        scale = caps.to_percent(metric, job)
         n = round(sample.value)
         if key not in sums or key not in maxes or key not in lows or key not in highs:
             # Series came and went between two queries; judge the device on the next run.
@@ -315,8 +364,11 @@ def _devices(
         devices[key] = DeviceAggregate(
             key=key,
             info=DeviceInfo(
-                node=sample.labels.get(caps.host_label, ""),
+                node=caps.node_of(sample.labels),
                 metric=metric,
+                also=tuple(
+                    name for name in caps.util_metrics if name in renamed.get(key, ()) and name != metric
+                ),
                 job=job,
                 index=sample.labels.get(dcgm.GPU_INDEX),
                 model=sample.labels.get(dcgm.MODEL),

@@ -38,7 +38,7 @@ class PrometheusSource:
     def __init__(
         self,
         client: PrometheusClient | PrometheusConfig,
-        util_scale: str = "auto",
+        gpu_util_unit: str = "auto",
         max_points_per_series: int = MAX_POINTS_PER_SERIES,
         max_samples_per_query: int = MAX_SAMPLES_PER_QUERY,
         recording_rules: bool = True,
@@ -52,9 +52,9 @@ class PrometheusSource:
         self.scope: tuple[promql.Matcher, ...] = (
             (promql.eq(cluster_label, cluster),) if cluster is not None else ()
         )
-        if util_scale not in ("auto", "percent", "ratio"):
-            raise ValueError(f"util_scale must be auto, percent or ratio, not {util_scale!r}")
-        self.util_scale = util_scale
+        if gpu_util_unit not in ("auto", "percent", "ratio"):
+            raise ValueError(f"gpu_util_unit must be auto, percent or ratio, not {gpu_util_unit!r}")
+        self.gpu_util_unit = gpu_util_unit
         # Read the rollups of alerts/gpu-analyzer.recording.yaml where they cover the window.
         self.recording_rules = recording_rules
         self._batch = Batch(self.client)
@@ -99,7 +99,7 @@ class PrometheusSource:
         """This source restricted to one cluster's series (same client: one bound on requests)."""
         return PrometheusSource(
             self.client,
-            self.util_scale,
+            self.gpu_util_unit,
             self.max_points_per_series,
             self.max_samples_per_query,
             self.recording_rules,
@@ -123,7 +123,7 @@ class PrometheusSource:
                 else self.discover(window, thresholds)
             )
             return snapshot_round.snapshot(
-                self._batch, caps, window, thresholds, self.util_scale, self.recording_rules
+                self._batch, caps, window, thresholds, self.gpu_util_unit, self.recording_rules
             )
         finally:
             self._batch.drop()

@@ -42,6 +42,7 @@ from analyzer.sources.span_queries import (
     PODS_PER_TERM,
     RANKED,
     TERMS_PER_QUERY,
+    RenamedTerm,
     SpanTerm,
     aggregate_names,
     joined,
@@ -99,11 +100,13 @@ def first_busy(
     by_job: dict[tuple[str, str, float], list[Window]] = defaultdict(list)
     for key, span in wanted:
         if (d := snapshot.devices.get(key)) is not None and key.pod:
-            by_job[(d.info.metric, d.info.job, d.interval_s or 15.0)].append((key, span))
+            # Under each name it was read under (its exporter renamed them): the earliest of all.
+            for metric in d.info.metrics:
+                by_job[(metric, d.info.job, d.interval_s or 15.0)].append((key, span))
     queries: list[tuple[str, datetime]] = []
     for (metric, job, step), holders in sorted(by_job.items()):
         for reach, pods in near_spans(holders):
-            term = SpanTerm.pods_of_job(caps, metric, job, pods, reach, step, caps.scale(metric, job))
+            term = SpanTerm.pods_of_job(caps, metric, job, pods, reach, step, caps.to_percent(metric, job))
             queries.append((term.first_busy(idle_percent), reach.end))
 
     def firsts(answer: list[VectorSample]) -> list[tuple[DeviceKey, float]]:
@@ -171,7 +174,7 @@ def _families(
         # sort of the samples for every quantile.
         ranked = sorted(set(levels.values()))
         by_name = {
-            ADDITIVE: when("stats", SpanTerm.additive),
+            ADDITIVE: when("stats", lambda term: term.additive()),
             RANKED: when("stats", lambda term: term.ranked(ranked)),
         }
     else:
@@ -187,9 +190,9 @@ def _families(
     if snapshot.merged:
         by_name |= {"merged_count": merged("count_over_time"), "merged_sum": merged("sum_over_time")}
     return [
-        {**by_name, "histogram": when("histogram", SpanTerm.histogram)},
+        {**by_name, "histogram": when("histogram", lambda term: term.histogram())},
         {
-            "n": when("shares", SpanTerm.samples),
+            "n": when("shares", lambda term: term.samples()),
             "stalled": when("shares", lambda term: term.state_count(True, idle)),
             "stalled_runs": when("shares", lambda term: term.state_runs(True, idle)),
             "busy": when("shares", lambda term: term.state_count(False, busy)),
@@ -206,7 +209,7 @@ def _numbers(
     dev = snapshot.devices[w[0]]
     one = partial(_first, got)
     with_stats, with_histogram, with_shares = need
-    scale = caps.scale(dev.info.metric, dev.info.job)
+    scale = caps.to_percent(dev.info.metric, dev.info.job)
     stats = _stats(one, w[0] in snapshot.merged, scale, q_low) if with_stats else None
     histogram = None
     if with_histogram:
@@ -252,19 +255,22 @@ def _stats(one: Callable[[str], float | None], merged: bool, scale: float, q_low
 def _terms(snapshot: FleetSnapshot, wanted: Sequence[Window]) -> list[list[SpanTerm]]:
     """Holders grouped into per-span terms, the terms into queries none of whose terms clash."""
     caps = snapshot.capabilities
-    # Holders per (metric, job, span), in order and once each.
-    groups: dict[tuple[str, str, TimeWindow], dict[DeviceKey, None]] = defaultdict(dict)
+    # Holders per (names, job, span), in order and once each.
+    groups: dict[tuple[tuple[str, ...], str, TimeWindow], dict[DeviceKey, None]] = defaultdict(dict)
     for key, span in wanted:
         dev = snapshot.devices.get(key)
         if dev is not None:
-            groups[(dev.info.metric, dev.info.job, span)][key] = None
+            groups[(dev.info.metrics, dev.info.job, span)][key] = None
     batches: list[list[SpanTerm]] = []
     batch_names: list[set[str]] = []
     terms: list[SpanTerm] = []
-    for (metric, job, span), held in sorted(groups.items(), key=_by_span):
+    for (metrics, job, span), held in sorted(groups.items(), key=_by_span):
         step = snapshot.devices[next(iter(held))].interval_s or 15.0
+        metric, *others = metrics
+        scale = caps.to_percent(metric, job)
+        renamed = tuple((name, caps.to_percent(name, job) / scale) for name in others)
         for keys in _term_keys(list(held)):
-            terms += _fitting(caps, metric, keys, span, step, caps.scale(metric, job))
+            terms += _fitting(caps, metric, keys, span, step, scale, renamed)
     for term in terms:
         names = term.uuids | term.pods
         for batch, seen in zip(batches, batch_names, strict=True):
@@ -383,16 +389,28 @@ def _by_window(
 
 
 def _fitting(
-    caps: Capabilities, metric: str, keys: list[DeviceKey], span: TimeWindow, step: float, scale: float
+    caps: Capabilities,
+    metric: str,
+    keys: list[DeviceKey],
+    span: TimeWindow,
+    step: float,
+    scale: float,
+    renamed: Sequence[tuple[str, float]] = (),
 ) -> list[SpanTerm]:
     """Terms for ``keys`` whose longest aggregate (a run count, repeated once per piece of a long
-    span) stays under the query length limit: halved until it does."""
-    term = SpanTerm(caps, metric, keys, span, step, scale)
+    span) stays under the query length limit: halved until it does. Holders read under several
+    names (``renamed``: the others, with their factors into ``metric``'s unit) get a
+    ``RenamedTerm``."""
+    term = (
+        RenamedTerm(caps, metric, renamed, keys, span, step, scale)
+        if renamed
+        else SpanTerm(caps, metric, keys, span, step, scale)
+    )
     if len(keys) == 1 or len(term.state_runs(True, 0.0)) <= promql.MAX_QUERY_CHARS - 500:
         return [term]
     half = len(keys) // 2
-    return _fitting(caps, metric, keys[:half], span, step, scale) + _fitting(
-        caps, metric, keys[half:], span, step, scale
+    return _fitting(caps, metric, keys[:half], span, step, scale, renamed) + _fitting(
+        caps, metric, keys[half:], span, step, scale, renamed
     )
 
 
@@ -433,9 +451,9 @@ def near_spans(holders: Sequence[Window]) -> Iterator[tuple[TimeWindow, list[str
         yield TimeWindow(start=start, end=end), sorted(pods)
 
 
-def _by_span(group: tuple[tuple[str, str, TimeWindow], object]) -> tuple[datetime, datetime, str]:
-    (metric, job, span), _ = group
-    return (span.end, span.start, metric + "/" + job)
+def _by_span(group: tuple[tuple[tuple[str, ...], str, TimeWindow], object]) -> tuple[datetime, datetime, str]:
+    (names, job, span), _ = group
+    return (span.end, span.start, "+".join(names) + "/" + job)
 
 
 def _first(values: Mapping[str, list[float]], name: str) -> float | None:
