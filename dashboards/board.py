@@ -59,7 +59,9 @@ def query_variable(
 
 
 def cluster_variable(options: Options) -> Variable:
-    variable = query_variable("cluster", "Cluster", f"label_values({m.FB_USED}, cluster)")
+    # Either naming's framebuffer series: a fleet may serve only DCGM 4.7's.
+    names = "|".join(m.both_names(m.FB_USED))
+    variable = query_variable("cluster", "Cluster", f'label_values({{__name__=~"{names}"}}, cluster)')
     hide = dm.VariableHide.DONT_HIDE if options.show_cluster else dm.VariableHide.HIDE_VARIABLE
     return variable.hide(hide)
 

@@ -21,11 +21,12 @@ from dashboards.promql import (
     over,
     per_device_util,
     pod_util,
-    sel,
+    present,
 )
 
 THRESHOLD = "$idle_threshold"
-REPORTING = f"count({by(DEVICE, 'count', sel(m.FB_USED))})"
+LAST_15M = over("max_over_time", "15m")
+REPORTING = f"count({present(m.FB_USED, keep=DEVICE)})"
 ALLOCATED = f"count({allocated()})"
 USED = f"sum({allocated_only(per_device_util())}) / 100"
 
@@ -69,7 +70,7 @@ def build(options: Options) -> d.Dashboard:
                 "Allocated devices whose utilization stayed at or below the idle threshold over the last "
                 "15 minutes.",
                 "short",
-                f"sum({allocated_only(idle(per_device_util(wrap=over('max_over_time', '15m')), THRESHOLD))})",
+                f"sum({allocated_only(idle(per_device_util(window=LAST_15M), THRESHOLD))})",
                 size=stat_size,
                 alert_at=(1, "orange"),
             ),
@@ -86,7 +87,7 @@ def build(options: Options) -> d.Dashboard:
                 "Fleet mean utilization",
                 "Mean utilization of every device over the selected range.",
                 "percent",
-                f"avg({by(DEVICE, 'avg', device_util(wrap=over('avg_over_time', '$__range')))})",
+                f"avg({device_util(window=over('avg_over_time', '$__range'))})",
                 size=stat_size,
                 decimals=1,
             ),
@@ -118,12 +119,11 @@ def build(options: Options) -> d.Dashboard:
                 "How many devices sit at each mean utilization over the selected range. A pile at the left "
                 "is idle capacity.",
                 Query(
-                    by(
-                        "cluster, Hostname, hostname, gpu, UUID, GPU_I_ID",
-                        "avg",
-                        device_util(wrap=over("avg_over_time", "$__range")),
+                    device_util(
+                        window=over("avg_over_time", "$__range"),
+                        keep="cluster, hostname, gpu, UUID, GPU_I_ID",
                     ),
-                    "{{Hostname}}{{hostname}}/{{gpu}} {{GPU_I_ID}} {{cluster}}",
+                    "{{hostname}}/{{gpu}} {{GPU_I_ID}} {{cluster}}",
                 ),
                 size=wide,
             ),
@@ -144,7 +144,7 @@ def build(options: Options) -> d.Dashboard:
                 "over-provisioned.",
                 "percent",
                 Query(
-                    by("cluster, modelName", "avg", by(f"{DEVICE}, modelName", "max", device_util())),
+                    by("cluster, modelName", "avg", device_util(keep=f"{DEVICE}, modelName")),
                     "{{modelName}} {{cluster}}",
                 ),
                 size=wide,
@@ -160,7 +160,7 @@ def build(options: Options) -> d.Dashboard:
                     by(
                         "cluster, namespace, pod",
                         "count",
-                        f"{pod_util(wrap=over('max_over_time', '$__range'))} <= {THRESHOLD}",
+                        f"{pod_util(window=over('max_over_time', '$__range'))} <= {THRESHOLD}",
                     ),
                     column="idle devices",
                 ),

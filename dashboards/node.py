@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from grafana_foundation_sdk.builders import dashboard as d
 from grafana_foundation_sdk.builders import timeseries
 
@@ -12,37 +10,33 @@ from common import metric_names as m
 from dashboards import board
 from dashboards.board import Options, Row
 from dashboards.panels import Query, stat_panel, table_panel, timeseries_panel
-from dashboards.promql import NODE_GPU, by, node_series, on_node, over, per_gpu, sel
+from dashboards.promql import NODE_GPU, alternatives, by, on_node, over, present, sel
 
-GPU_LEGEND = "{{Hostname}}/{{gpu}} {{cluster}}"
+GPU_LEGEND = "{{hostname}}/{{gpu}} {{cluster}}"
 RATE = over("rate", "$__rate_interval")
-
-
-def _throttle_reasons() -> str:
-    """Field 112 under either of its names (DCGM renamed it in 3.3)."""
-
-    def either(node: Sequence[str]) -> str:
-        return f"({sel(m.CLOCK_THROTTLE_REASONS, *node)} or {sel(m.CLOCKS_EVENT_REASONS, *node)})"
-
-    return per_gpu(node_series(either))
+#: Field 112 under either of its names (DCGM renamed it in 3.3); the bitmask is the same.
+REASONS = alternatives(
+    ((m.CLOCKS_EVENT_REASONS, ""), (m.CLOCK_THROTTLE_REASONS, "")), keep=NODE_GPU, node=True
+)
+INVENTORY = f"cluster, hostname, gpu, UUID, modelName, pci_bus_id, {m.DRIVER_VERSION_LABEL_4_7}"
 
 
 def _per_gpu(
     title: str, description: str, unit: str, metric: str, bounds: tuple[float, float] | None = None
 ) -> timeseries.Panel:
     """One line per GPU of a gauge."""
-    query = Query(per_gpu(on_node(metric)), GPU_LEGEND)
+    query = Query(on_node(metric), GPU_LEGEND)
     return timeseries_panel(title, description, unit, query, size=(12, 8), bounds=bounds)
 
 
 def build(options: Options) -> d.Dashboard:
-    reasons = _throttle_reasons()
+    reasons = REASONS
     device = f"{NODE_GPU}, GPU_I_ID"
-    used, free = on_node(m.FB_USED), on_node(m.FB_FREE)
+    used, free = on_node(m.FB_USED, keep=device), on_node(m.FB_FREE, keep=device)
     node_variable = board.query_variable(
         "node",
         "Node",
-        f"query_result(count by (Hostname, hostname) ({sel(m.FB_USED)}))",
+        f"query_result({present(m.FB_USED, keep='Hostname, hostname')})",
         regex='/[Hh]ostname="([^"]+)"/',
     )
     return board.dashboard(
@@ -77,8 +71,8 @@ def build(options: Options) -> d.Dashboard:
                 "Share of time clocks were held down by thermal or power limits (DCGM violation counters, "
                 "nanoseconds).",
                 "percentunit",
-                Query(f"{per_gpu(on_node(m.THERMAL_VIOLATION, wrap=RATE))} / 1e9", f"thermal {GPU_LEGEND}"),
-                Query(f"{per_gpu(on_node(m.POWER_VIOLATION, wrap=RATE))} / 1e9", f"power {GPU_LEGEND}"),
+                Query(f"{on_node(m.THERMAL_VIOLATION, window=RATE)} / 1e9", f"thermal {GPU_LEGEND}"),
+                Query(f"{on_node(m.POWER_VIOLATION, window=RATE)} / 1e9", f"power {GPU_LEGEND}"),
                 size=(12, 8),
                 bounds=(0, 1),
             ),
@@ -86,7 +80,7 @@ def build(options: Options) -> d.Dashboard:
                 "Energy in range",
                 "Energy drawn by the selected nodes' GPUs over the selected range.",
                 "kwatth",
-                f"sum({per_gpu(on_node(m.TOTAL_ENERGY, wrap=over('increase', '$__range')))}) / 3.6e9",
+                f"sum({on_node(m.TOTAL_ENERGY, window=over('increase', '$__range'))}) / 3.6e9",
                 size=(6, 6),
                 decimals=1,
             ),
@@ -94,16 +88,17 @@ def build(options: Options) -> d.Dashboard:
                 "Mean power (range)",
                 "Mean total power of the selected nodes' GPUs over the range.",
                 "watt",
-                f"sum({per_gpu(on_node(m.POWER_USAGE, wrap=over('avg_over_time', '$__range')))})",
+                f"sum({on_node(m.POWER_USAGE, window=over('avg_over_time', '$__range'))})",
                 size=(6, 6),
             ),
             timeseries_panel(
                 "Energy rate by node",
-                "Power derived from the energy counter (millijoules), per node.",
+                "Power derived from the energy counter (millijoules, or joules in DCGM 4.7's naming), per "
+                "node.",
                 "watt",
                 Query(
-                    f"{by('cluster, Hostname', 'sum', per_gpu(on_node(m.TOTAL_ENERGY, wrap=RATE)))} / 1000",
-                    "{{Hostname}} {{cluster}}",
+                    f"{by('cluster, hostname', 'sum', on_node(m.TOTAL_ENERGY, window=RATE))} / 1000",
+                    "{{hostname}} {{cluster}}",
                 ),
                 size=(12, 6),
             ),
@@ -127,8 +122,8 @@ def build(options: Options) -> d.Dashboard:
                 "Framebuffer memory used as a share of each device's memory.",
                 "percent",
                 Query(
-                    f"100 * {per_gpu(used, device)} / ({per_gpu(used, device)} + {per_gpu(free, device)})",
-                    "{{Hostname}}/{{gpu}} {{GPU_I_ID}} {{cluster}}",
+                    f"100 * {used} / ({used} + {free})",
+                    "{{hostname}}/{{gpu}} {{GPU_I_ID}} {{cluster}}",
                 ),
                 size=(12, 8),
                 bounds=(0, 100),
@@ -136,10 +131,11 @@ def build(options: Options) -> d.Dashboard:
             Row("Errors"),
             stat_panel(
                 "Last XID per GPU",
-                "The last XID each GPU reported (DCGM_FI_DEV_XID_ERRORS); 0 means none. XIDs 48, 62, 64, 74, "
-                "79, 92, 94, 95, 119 and 120 need a reset or a drain.",
+                "The last XID each GPU reported (DCGM_FI_DEV_XID_ERRORS, DCGM_FI_DEV_XID_ERROR in DCGM 4.7's "
+                "naming); 0 means none. XIDs 48, 62, 64, 74, 79, 92, 94, 95, 119 and 120 need a reset or a "
+                "drain.",
                 "short",
-                by("cluster, Hostname, gpu", "max", on_node(m.XID_ERRORS)),
+                on_node(m.XID_ERRORS, keep="cluster, hostname, gpu"),
                 size=(12, 6),
                 alert_at=(1, "red"),
             ),
@@ -148,10 +144,11 @@ def build(options: Options) -> d.Dashboard:
                 "XID events counted by gpu-exporter over the selected range, by GPU and XID.",
                 "short",
                 Query(
-                    by(
-                        "cluster, Hostname, gpu, UUID, xid",
-                        "sum",
-                        on_node(m.XID_TOTAL, wrap=over("increase", "$__range")),
+                    on_node(
+                        m.XID_TOTAL,
+                        'xid!=""',  # the per-GPU total (no xid label) is the sum of these rows
+                        keep="cluster, hostname, gpu, UUID, xid",
+                        window=over("increase", "$__range"),
                     ),
                     column="events",
                 ),
@@ -162,7 +159,7 @@ def build(options: Options) -> d.Dashboard:
                 "1 while gpu-exporter can read the GPU through NVML, 0 once it is lost (fallen off the bus, "
                 "XID 79).",
                 "short",
-                Query(per_gpu(on_node(m.GPU_UP)), GPU_LEGEND),
+                Query(on_node(m.GPU_UP), GPU_LEGEND),
                 size=(12, 6),
                 bounds=(0, 1),
             ),
@@ -189,11 +186,7 @@ def build(options: Options) -> d.Dashboard:
                 "Model, driver, PCI address and memory of every GPU on the selected nodes.",
                 "mbytes",
                 Query(
-                    by(
-                        "cluster, Hostname, gpu, UUID, modelName, pci_bus_id, DCGM_FI_DRIVER_VERSION",
-                        "max",
-                        f"{free} + {used}",
-                    ),
+                    f"{on_node(m.FB_FREE, keep=INVENTORY)} + {on_node(m.FB_USED, keep=INVENTORY)}",
                     column="memory (MiB)",
                 ),
                 size=(24, 8),

@@ -8,7 +8,19 @@ from common import metric_names as m
 from dashboards import board
 from dashboards.board import Options, Row
 from dashboards.panels import Query, heatmap_panel, table_panel, timeseries_panel
-from dashboards.promql import HELD, Wrap, by, cpu_share, gpu_pods, over, pod_util, same, sel
+from dashboards.promql import (
+    HELD,
+    POD_DEVICE,
+    Wrap,
+    by,
+    cpu_share,
+    field,
+    gpu_pods,
+    over,
+    pod_util,
+    same,
+    sel,
+)
 
 NAMESPACE = 'namespace=~"$namespace"'
 POD = 'pod=~"$pod"'
@@ -71,15 +83,16 @@ def build(options: Options) -> d.Dashboard:
             ),
             timeseries_panel(
                 "Sample mean vs scrape gauge",
-                "Mean of the sub-second samples against DCGM_FI_DEV_GPU_UTIL as scraped. Where they agree "
-                "but the samples are bimodal, the gauge is hiding stalls.",
+                "Mean of the sub-second samples against the utilization gauge as scraped "
+                "(DCGM_FI_DEV_GPU_UTIL, or DCGM_FI_DEV_GPU_UTIL_RATIO in percent). Where they agree but the "
+                "samples are bimodal, the gauge is hiding stalls.",
                 "percent",
                 Query(
                     f"{by(KEY, 'sum', now(sel(f'{m.UTILIZATION_SAMPLES}_sum', *PODS, HELD)))} / "
                     f"{by(KEY, 'sum', now(sel(m.UTILIZATION_SAMPLES_COUNT, *PODS, HELD)))}",
                     f"samples {LEGEND}",
                 ),
-                Query(by(KEY, "avg", sel(m.GPU_UTIL, *PODS, HELD)), f"gauge {LEGEND}"),
+                Query(by(KEY, "avg", field(m.GPU_UTIL, *PODS, HELD, keep=POD_DEVICE)), f"gauge {LEGEND}"),
                 size=(12, 8),
                 bounds=(0, 100),
             ),
@@ -124,7 +137,7 @@ def build(options: Options) -> d.Dashboard:
                 "the throttled share.",
                 "short",
                 Query(
-                    by(KEY, "avg", pod_util(*PODS, wrap=over("avg_over_time", "$__range"))),
+                    by(KEY, "avg", pod_util(*PODS, window=over("avg_over_time", "$__range"))),
                     column="GPU util %",
                     unit="percent",
                 ),

@@ -36,7 +36,7 @@ def _table_columns(group: str, *, per_workload: bool, unused: bool) -> list[Quer
 
     util = pod_util(NAMESPACE)
     idle_hours = total(hours(idle(util, THRESHOLD))) + PER_HOUR
-    mean = pod_util(NAMESPACE, wrap=over("avg_over_time", "$__range"))
+    mean = pod_util(NAMESPACE, window=over("avg_over_time", "$__range"))
     columns = [
         Query(total(samples(util)) + PER_HOUR, column="allocated GPU-h", unit="h"),
         Query(idle_hours, column="idle GPU-h", unit="h"),
@@ -128,7 +128,9 @@ def build(options: Options) -> d.Dashboard:
                     by(
                         "cluster, namespace",
                         "sum",
-                        idle(pod_util(NAMESPACE, wrap=over("max_over_time", "$__rate_interval")), THRESHOLD),
+                        idle(
+                            pod_util(NAMESPACE, window=over("max_over_time", "$__rate_interval")), THRESHOLD
+                        ),
                     ),
                     "{{namespace}} {{cluster}}",
                 ),

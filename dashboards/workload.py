@@ -11,7 +11,9 @@ from dashboards.panels import Query, heatmap_panel, stat_panel, table_panel, tim
 from dashboards.promql import (
     HELD,
     PER_HOUR,
+    POD_DEVICE,
     by,
+    field,
     gpu_pods,
     hours,
     idle,
@@ -25,7 +27,7 @@ from dashboards.promql import (
 NAMESPACE = 'namespace="$namespace"'
 POD = 'pod=~"$pod"'
 RATE = over("rate", "$__rate_interval")
-DEVICE_LEGEND = "{{pod}} {{Hostname}}{{hostname}}/{{gpu}} {{GPU_I_ID}} {{cluster}}"
+DEVICE_LEGEND = "{{pod}} {{hostname}}/{{gpu}} {{GPU_I_ID}} {{cluster}}"
 
 
 def _variables() -> list[board.Variable]:
@@ -71,7 +73,7 @@ def build(options: Options) -> d.Dashboard:
                 "Mean utilization of its devices over the selected range (a pod's own share on a GPU "
                 "gpu-exporter saw shared).",
                 "percent",
-                f"avg({pod_util(*pods, wrap=over('avg_over_time', '$__range'))})",
+                f"avg({pod_util(*pods, window=over('avg_over_time', '$__range'))})",
                 size=(6, 4),
                 decimals=1,
             ),
@@ -87,7 +89,7 @@ def build(options: Options) -> d.Dashboard:
                 "Memory held (range mean)",
                 "Mean framebuffer memory held across its devices.",
                 "mbytes",
-                f"sum({pod_memory_mib(*pods, wrap=over('avg_over_time', '$__range'))})",
+                f"sum({pod_memory_mib(*pods, window=over('avg_over_time', '$__range'))})",
                 size=(6, 4),
             ),
             timeseries_panel(
@@ -111,8 +113,14 @@ def build(options: Options) -> d.Dashboard:
                 "DCGM profiling ratios where available (dcgm-exporter with profiling, or gpu-exporter on "
                 "Hopper and newer).",
                 "percentunit",
-                Query(sel(m.PROF_SM_ACTIVE, *pods, HELD), "SM active {{pod}}/{{gpu}} {{cluster}}"),
-                Query(sel(m.PROF_DRAM_ACTIVE, *pods, HELD), "DRAM active {{pod}}/{{gpu}} {{cluster}}"),
+                Query(
+                    field(m.PROF_SM_ACTIVE, *pods, HELD, keep=POD_DEVICE),
+                    "SM active {{pod}}/{{gpu}} {{cluster}}",
+                ),
+                Query(
+                    field(m.PROF_DRAM_ACTIVE, *pods, HELD, keep=POD_DEVICE),
+                    "DRAM active {{pod}}/{{gpu}} {{cluster}}",
+                ),
                 size=(12, 8),
                 bounds=(0, 1),
             ),
@@ -161,9 +169,9 @@ def build(options: Options) -> d.Dashboard:
                 "on them).",
                 "watt",
                 Query(
-                    by("cluster, UUID, Hostname, hostname, gpu", "max", sel(m.POWER_USAGE))
+                    field(m.POWER_USAGE, keep="cluster, hostname, gpu, UUID")
                     + f" and on (cluster, UUID) {gpu_pods(*pods)}",
-                    "{{Hostname}}{{hostname}}/{{gpu}} {{cluster}}",
+                    "{{hostname}}/{{gpu}} {{cluster}}",
                 ),
                 size=(12, 8),
             ),
@@ -171,14 +179,7 @@ def build(options: Options) -> d.Dashboard:
                 "Devices",
                 "Every device the selected pods hold, with the memory each holds.",
                 "mbytes",
-                Query(
-                    by(
-                        "cluster, namespace, pod, Hostname, hostname, gpu, GPU_I_ID, modelName, UUID",
-                        "max",
-                        pod_memory_mib(*pods),
-                    ),
-                    column="memory used (MiB)",
-                ),
+                Query(pod_memory_mib(*pods, keep=f"{POD_DEVICE}, modelName"), column="memory used (MiB)"),
                 size=(24, 7),
             ),
         ],

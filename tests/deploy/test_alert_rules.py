@@ -26,6 +26,7 @@ import yaml
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
+from common import metric_names as m
 from exporter import fields
 from harness.binaries import require_binary
 from harness.live import HEALTHY_POD, LiveFleet, exposition_line
@@ -186,7 +187,9 @@ class _Fleet(Protocol):
 
 class HealthyFleet:
     """The live fleet's nodes, namespaces, pods and GPUs (tests/harness/live.py), all healthy: busy
-    GPUs, no XID, cool and unthrottled, an exporter that collects, a reaper that succeeds."""
+    GPUs, no XID, cool and unthrottled, an exporter that collects, a reaper that succeeds. Two of its
+    pods' GPUs and node-b are served in DCGM 4.7's naming (dcgm-exporter 4.9: a 0-1 utilization ratio,
+    bytes, ``hostname``): a rule that read a ratio of 0.6 as 0.6 % would find them idle."""
 
     MODEL = "NVIDIA H100 80GB HBM3"
     PODS = (
@@ -206,11 +209,18 @@ class HealthyFleet:
         out: list[str] = []
         add = out.append
         for i, (namespace, pod, uuid) in enumerate(self.PODS):
-            gpu = {"UUID": uuid, "gpu": str(i), "Hostname": "node-a", "modelName": self.MODEL}
+            current = i >= 3  # these GPUs' exporter serves DCGM 4.7's naming
+            node = {m.HOSTNAME if current else m.HOSTNAME_LEGACY: "node-a"}
+            gpu = {"UUID": uuid, "gpu": str(i), "modelName": self.MODEL} | node
             owner = {"namespace": namespace, "pod": pod, "container": "main"}
-            add(exposition_line("DCGM_FI_DEV_GPU_UTIL", gpu | owner, 60))
-            add(exposition_line("DCGM_FI_DEV_FB_USED", gpu | owner, 30000))
-            add(exposition_line("DCGM_FI_DEV_GPU_TEMP", gpu, 55))
+            if current:
+                add(exposition_line(m.GPU_UTIL_RATIO, gpu | owner, 0.6))
+                add(exposition_line(m.FB_USED_BYTES, gpu | owner, 30000 * 2**20))
+                add(exposition_line(m.GPU_TEMP_CELSIUS, gpu, 55))
+            else:
+                add(exposition_line(m.GPU_UTIL, gpu | owner, 60))
+                add(exposition_line(m.FB_USED, gpu | owner, 30000))
+                add(exposition_line(m.GPU_TEMP, gpu, 55))
             add(exposition_line(fields.GPU_UP, gpu, 1))
             add(exposition_line("kube_pod_start_time", {"namespace": namespace, "pod": pod}, now - 7 * 3600))
             add(exposition_line("container_cpu_cfs_periods_total", owner, 10 * n))
@@ -232,9 +242,9 @@ class HealthyFleet:
         )
         for uuid, gpu_index in (("GPU-6", "0"), ("GPU-7", "1")):
             labels = {"UUID": uuid, "gpu": gpu_index, "hostname": "node-b", "modelName": self.MODEL}
-            add(exposition_line("DCGM_FI_DEV_GPU_TEMP", labels, 60))
-            add(exposition_line("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", labels, 0))
-            add(exposition_line("DCGM_FI_DEV_XID_ERRORS", labels, 0))
+            add(exposition_line(m.GPU_TEMP_CELSIUS, labels, 60))
+            add(exposition_line(m.CLOCKS_EVENT_REASONS, labels, 0))
+            add(exposition_line(m.XID_ERROR, labels, 0))
             # Here gpu-exporter serves node-b as well: a join on the GPU alone would let this
             # cluster's gpu_up hide the other clusters' dcgm-exporter XIDs.
             add(exposition_line(fields.GPU_UP, labels, 1))

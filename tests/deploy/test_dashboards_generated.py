@@ -22,7 +22,10 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.parametrize("name", list(BUILDERS))
 def test_committed_json_is_what_the_code_generates(name: str) -> None:
     committed = (DIRECTORY / f"{name}.json").read_text(encoding="utf-8")
-    assert committed == render(name), f"dashboards/{name}.json is stale: run `python -m dashboards`"
+    assert committed == render(name), (
+        f"dashboards/{name}.json differs from what dashboards/{name}.py generates (a hand edit, or code "
+        "changed without regenerating): run `python -m dashboards` and commit the JSON with the code"
+    )
 
 
 def test_every_shipped_file_has_a_builder() -> None:
@@ -34,7 +37,8 @@ def test_the_command_line_regenerates_and_checks(tmp_path: Path) -> None:
         command = [sys.executable, "-m", "dashboards", *args]
         return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
 
-    assert run("--check").returncode == 0
+    check = run("--check")
+    assert check.returncode == 0, f"stale dashboards ({check.stderr.strip()}): run `python -m dashboards`"
     assert run("--out", str(tmp_path)).returncode == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{n}.json" for n in BUILDERS)
     assert (tmp_path / "node.json").read_text(encoding="utf-8") == render("node")

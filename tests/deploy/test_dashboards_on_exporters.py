@@ -1,10 +1,12 @@
 """Every dashboard query, on what each exporter really serves, in one cluster and in two.
 
-Three real Prometheus servers, one per fleet of :mod:`harness.exporter_datasets`: dcgm-exporter 4.x's
-series as it labels them, gpu-exporter's exposition from its own collection path, and two clusters
-(``cluster="a"``/``"b"``, colliding node names and GPU UUIDs) as a Thanos, Mimir or VictoriaMetrics
-user queries them. The dashboards' variables are resolved the way Grafana would, once with "All"
-wherever a variable offers it and once with one value each; every query must then
+Four real Prometheus servers, one per fleet: those of :mod:`harness.exporter_datasets` —
+dcgm-exporter 4.x's series as it labels them, gpu-exporter's exposition from its own collection path,
+and two clusters (``cluster="a"``/``"b"``, colliding node names and GPU UUIDs) as a Thanos, Mimir or
+VictoriaMetrics user queries them — and dcgm-exporter 4.9's: the same nodes in DCGM 4.7's naming
+(ratios, bytes, hertz, joules, ``hostname``), where every panel must still show its own unit. The
+dashboards' variables are resolved the way Grafana would, once with "All" wherever a variable offers
+it and once with one value each; every query must then
 
 * answer without error (no ``many-to-many`` or other matching errors),
 * return data, except where it reads only what gpu-exporter serves (its sample histogram, XID counter,
@@ -26,7 +28,7 @@ from functools import cache
 import promql_parser
 import pytest
 
-from harness.exporter_datasets import BENCH, CAROL, DATASETS, DCGM_NODE, MIG_IDLE, OUR_NODE
+from harness.exporter_datasets import BENCH, CAROL, DATASETS, DCGM_NODE, MIG_IDLE, OUR_NODE, dcgm_cluster
 from harness.extra_fleet import END_S
 from harness.grafana import (
     PanelQuery,
@@ -39,9 +41,20 @@ from harness.grafana import (
 )
 from harness.promql import instant, metric_names
 from harness.servers import PrometheusServer, backfill_blocks
+from simulation.fleet import Series
+from simulation.fleet.naming import renamed
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.slow]
 
+
+def dcgm_exporter_4_9() -> list[Series]:
+    """dcgm-exporter 4.9's series of the dcgm-exporter fleet: DCGM 4.7's names, units and labels."""
+    return [renamed(s) for s in dcgm_cluster()]
+
+
+FLEETS = {**DATASETS, "dcgm-exporter-4.9": dcgm_exporter_4_9}
+#: The fleets served by dcgm-exporter alone, in either naming.
+DCGM_EXPORTER = ("dcgm-exporter", "dcgm-exporter-4.9")
 QUERIES = [q for path in dashboard_files() for q in panel_queries(path)]
 #: One value per variable where "All" is not wanted: a Job's pod on an exclusive GPU has every series
 #: of both exporters (a pod on a shared GPU has, from gpu-exporter, only its share); cluster b and its
@@ -84,7 +97,7 @@ BOUNDS = {
 def fleets(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, PrometheusServer]]:
     with ExitStack() as stack:
         servers = {}
-        for name, build in DATASETS.items():
+        for name, build in FLEETS.items():
             blocks = backfill_blocks(build(), tmp_path_factory.mktemp(f"{name}-blocks"))
             servers[name] = stack.enter_context(
                 PrometheusServer(tmp_path_factory.mktemp(name), blocks=blocks)
@@ -130,7 +143,7 @@ def _ids(query: PanelQuery) -> str:
     return query.id
 
 
-@pytest.mark.parametrize("dataset", list(DATASETS))
+@pytest.mark.parametrize("dataset", list(FLEETS))
 @pytest.mark.parametrize("query", QUERIES, ids=_ids)
 def test_query_returns_data_in_its_unit(
     fleets: dict[str, PrometheusServer], dataset: str, query: PanelQuery
@@ -138,7 +151,7 @@ def test_query_returns_data_in_its_unit(
     for every_value in (True, False):
         result = _run(fleets[dataset], query, every_value)  # raises on a Prometheus error
         where = f"{query.id} on {dataset} ({'All' if every_value else 'one value each'})"
-        if dataset == "dcgm-exporter" and _gpu_exporter_only(query.expr):
+        if dataset in DCGM_EXPORTER and _gpu_exporter_only(query.expr):
             assert result == [], f"{where} reads only gpu-exporter's series, yet answered"
             continue
         assert result, f"{where}: no data\n{query.expr}"
@@ -209,7 +222,7 @@ def _panel(dashboard: str, title: str, ref: str = "A") -> PanelQuery:
     return query
 
 
-@pytest.mark.parametrize("dataset", ["dcgm-exporter", "gpu-exporter"])
+@pytest.mark.parametrize("dataset", [*DCGM_EXPORTER, "gpu-exporter"])
 def test_a_shared_gpu_counts_once_as_allocated_and_its_idle_pod_shows(
     fleets: dict[str, PrometheusServer], dataset: str
 ) -> None:
@@ -236,12 +249,14 @@ DCGM_DASHBOARD_PANELS = (
 )
 
 
+@pytest.mark.parametrize("dataset", DCGM_EXPORTER)
 @pytest.mark.parametrize("title", DCGM_DASHBOARD_PANELS)
 def test_the_panels_of_dcgm_exporters_dashboard_show_each_gpu_once(
-    fleets: dict[str, PrometheusServer], title: str
+    fleets: dict[str, PrometheusServer], title: str, dataset: str
 ) -> None:
-    """One series per GPU (per MIG instance for memory), however many pods dcgm-exporter copied it onto."""
-    result = _run(fleets["dcgm-exporter"], _panel("node", title), every_value=True)
-    devices = [(i["metric"]["Hostname"], i["metric"]["gpu"], i["metric"].get("GPU_I_ID", "")) for i in result]
+    """One series per GPU (per MIG instance for memory), however many pods dcgm-exporter copied it onto,
+    under the node label ``hostname`` whichever spelling the exporter wrote."""
+    result = _run(fleets[dataset], _panel("node", title), every_value=True)
+    devices = [(i["metric"]["hostname"], i["metric"]["gpu"], i["metric"].get("GPU_I_ID", "")) for i in result]
     assert len(devices) == len(set(devices)), f"{title}: a GPU drawn twice"
     assert {gpu for node, gpu, _ in devices if node == DCGM_NODE} == {"0", "1", "2", "3"}

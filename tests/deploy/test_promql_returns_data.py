@@ -9,6 +9,9 @@ Two fleets, each in its own Prometheus:
   throttling, reaper runs. Every expression must return data from it too, which also shows the
   dashboards work on relabelled node labels.
 
+Both are in dcgm-exporter's legacy naming; tests/deploy/test_both_namings.py runs the same
+expressions over DCGM 4.7's naming, mixed fleets and a mid-window upgrade.
+
 Dashboard variables are resolved the way Grafana would (their own queries run against the same
 Prometheus); for an alert, "returns data" means its condition holds somewhere in the fleet.
 """
@@ -21,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from common.metric_names import legacy_name
 from harness.extra_fleet import END_S
 from harness.grafana import (
     PanelQuery,
@@ -57,7 +61,10 @@ SHARED_GPU_ALTERNATIVES = frozenset({"gpu_pod_sm_utilization_percent", "gpu_pod_
 
 
 def _on_standard_fleet(expr: str) -> bool:
-    return metric_names(with_placeholders(expr)) - SHARED_GPU_ALTERNATIVES <= STANDARD_METRICS
+    """Whether the standard fleet (legacy naming) serves what ``expr`` reads: a DCGM 4.7 name is the
+    alternative to its legacy one (tests/deploy/test_both_namings.py reads both)."""
+    read = {legacy_name(n) for n in metric_names(with_placeholders(expr))}
+    return read - SHARED_GPU_ALTERNATIVES <= STANDARD_METRICS
 
 
 @cache
