@@ -29,6 +29,9 @@ class Analysis:
     workloads: tuple[WorkloadView, ...]
     nodes: tuple[NodeView, ...]
     parts: tuple[ClusterAnalysis, ...] = ()
+    # The namespaces whose pods held GPUs in the window, whatever the namespace scope: what a scope
+    # that matched nothing is told.
+    held: frozenset[str] = frozenset()
 
     @property
     def capabilities(self) -> str:
@@ -38,9 +41,8 @@ class Analysis:
 
     @property
     def gpu_count(self) -> int:
-        if self.parts:
-            return sum(p.analysis.gpu_count for p in self.parts)
-        return len({(k.uuid, k.mig_instance) for k in self.snapshot.devices})
+        """GPUs and MIG instances judged, in the namespace scope (the report says it too)."""
+        return self.report.gpus_judged or 0
 
 
 @dataclass(frozen=True)

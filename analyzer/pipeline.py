@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from analyzer.analysis import Analysis, ClusterAnalysis
 from analyzer.clusters import CLUSTERS_AT_ONCE, choose_clusters
 from analyzer.detection import detectors, right_size, workloads
+from analyzer.detection.sources_needed import missing_sources
 from analyzer.detection.views import NodeView, RequestRate, WorkloadView
 from analyzer.scope import scope_snapshot
 from analyzer.sources.aggregates import CloserLook, DeviceKey, FleetSnapshot, SpanNumbers
@@ -26,15 +27,28 @@ from analyzer.sources.promql import duration, render_template
 from analyzer.sources.source_errors import NoDataError
 from common.errors import BadInputError
 from common.memory import collector_paused
-from common.model import Finding, FindingsReport, TimeWindow
+from common.model import Finding, FindingsReport, MissingSource, TimeWindow
 from common.thresholds import Thresholds
 
-__all__ = ["Analysis", "ClusterAnalysis", "MetricsSource", "analyze", "analyze_in_detail"]
+__all__ = [
+    "Analysis",
+    "ClusterAnalysis",
+    "EmptyScopeError",
+    "MetricsSource",
+    "analyze",
+    "analyze_in_detail",
+]
 
 log = logging.getLogger(__name__)
 
 # Clocks drift: a window ending a little after our `now` is still this minute's analysis.
 _CLOCK_SKEW = timedelta(minutes=2)
+
+
+class EmptyScopeError(BadInputError):
+    """A namespace scope in which no pod held a GPU in the window: most often a mistyped name.
+
+    Never reported as "no findings": no GPU was judged, so nothing can be called busy enough."""
 
 
 def analyze(
@@ -84,7 +98,7 @@ def _by_cluster(
     (for plots); otherwise only its findings, so memory is bounded by the clusters in flight."""
     chosen = choose_clusters(source.clusters(window, thresholds), wanted, source.cluster_label)
     if not chosen:
-        return _analysis(source, window, thresholds, now, progress, namespaces)
+        return _in_scope(_analysis(source, window, thresholds, now, progress, namespaces), namespaces)
 
     def one(cluster: str) -> ClusterAnalysis:
         def step(message: str) -> None:
@@ -97,7 +111,8 @@ def _by_cluster(
         report = found.report.model_copy(update={"findings": stamped})
         if keep:
             return ClusterAnalysis(cluster, replace(found, report=report), scoped)
-        return ClusterAnalysis(cluster, Analysis(report, _empty_snapshot(found.snapshot), (), ()), scoped)
+        kept = Analysis(report, _empty_snapshot(found.snapshot), (), (), held=found.held)
+        return ClusterAnalysis(cluster, kept, scoped)
 
     log.info("analysing %d clusters (%s) apart", len(chosen), ", ".join(chosen))
     with ThreadPoolExecutor(max_workers=min(CLUSTERS_AT_ONCE, len(chosen))) as pool:
@@ -105,9 +120,48 @@ def _by_cluster(
     first = parts[0].analysis
     findings = tuple(f for p in parts for f in p.analysis.report.findings)
     report = FindingsReport(
-        window=window, generated_at=first.report.generated_at, source=source.description, findings=findings
+        window=window,
+        generated_at=first.report.generated_at,
+        source=source.description,
+        gpus_judged=sum(p.analysis.gpu_count for p in parts),
+        missing_sources=_merged_missing(parts),
+        findings=findings,
     )
-    return Analysis(report, first.snapshot, first.workloads, first.nodes, parts)
+    held = frozenset(ns for p in parts for ns in p.analysis.held)
+    return _in_scope(Analysis(report, first.snapshot, first.workloads, first.nodes, parts, held), namespaces)
+
+
+def _in_scope(analysis: Analysis, namespaces: Collection[str]) -> Analysis:
+    """``analysis``, unless its namespace scope held no GPU: then no GPU was judged, and "no
+    findings" would read as "all busy". Said with the namespaces that did hold GPUs, as an unknown
+    ``--cluster`` is said with the clusters there are."""
+    if not namespaces:
+        return analysis
+    asked = sorted(set(namespaces))
+    if analysis.gpu_count == 0:
+        held = ", ".join(sorted(analysis.held)) or "none: no pod held a GPU"
+        which = "namespace" if len(asked) == 1 else "namespaces"
+        raise EmptyScopeError(
+            f"no pod in {which} {', '.join(asked)} held a GPU in the window (namespaces holding GPUs: {held})"
+        )
+    idle = [ns for ns in asked if ns not in analysis.held]
+    if idle:
+        log.warning("no pod in namespace(s) %s held a GPU in the window: left out", ", ".join(idle))
+    return analysis
+
+
+def _merged_missing(parts: Sequence[ClusterAnalysis]) -> tuple[MissingSource, ...]:
+    """Each source some cluster lacks, once, naming the clusters that lack it unless all do."""
+    lacking: dict[str, list[str]] = {}
+    first: dict[str, MissingSource] = {}
+    for p in parts:
+        for m in p.analysis.report.missing_sources:
+            lacking.setdefault(m.source, []).append(p.cluster)
+            first.setdefault(m.source, m)
+    return tuple(
+        first[name].model_copy(update={"clusters": () if len(names) == len(parts) else tuple(names)})
+        for name, names in lacking.items()
+    )
 
 
 def _empty_snapshot(snapshot: FleetSnapshot) -> FleetSnapshot:
@@ -137,11 +191,18 @@ def _analysis(
             progress(message)
 
     rounds = _Rounds(source, thresholds, now, step, cluster)
-    snapshot = rounds.snapshot(window, namespaces)
+    snapshot, held = rounds.snapshot(window, namespaces)
     views, nodes = rounds.closer_looks(snapshot)
     found = rounds.judge(snapshot, views, nodes)
-    report = FindingsReport(window=window, generated_at=now, source=source.description, findings=tuple(found))
-    return Analysis(report=report, snapshot=snapshot, workloads=tuple(views), nodes=tuple(nodes))
+    report = FindingsReport(
+        window=window,
+        generated_at=now,
+        source=source.description,
+        gpus_judged=len({(k.uuid, k.mig_instance) for k in snapshot.devices}),
+        missing_sources=missing_sources(snapshot.capabilities),
+        findings=tuple(found),
+    )
+    return Analysis(report=report, snapshot=snapshot, workloads=tuple(views), nodes=tuple(nodes), held=held)
 
 
 @dataclass(frozen=True)
@@ -155,17 +216,19 @@ class _Rounds:
     step: Callable[[str], None]
     cluster: str | None
 
-    def snapshot(self, window: TimeWindow, namespaces: Collection[str]) -> FleetSnapshot:
-        """Discovery and the fleet-wide aggregates: every GPU holder of the window and its numbers."""
+    def snapshot(
+        self, window: TimeWindow, namespaces: Collection[str]
+    ) -> tuple[FleetSnapshot, frozenset[str]]:
+        """Discovery and the fleet-wide aggregates: every GPU holder of the window (in the namespace
+        scope) and its numbers; and the namespaces whose pods held GPUs, scope or not."""
         self.step("discovering series and querying fleet-wide aggregates")
         snapshot = self.source.snapshot(window, self.thresholds)
         if not snapshot.devices:
             raise NoDataError(f"{self.source.description}: no GPU series in the window")
+        held = frozenset(k.namespace for k in snapshot.devices if k.allocated)
         snapshot = scope_snapshot(snapshot, namespaces)
-        if namespaces and not snapshot.devices:
-            log.warning("no pod in namespace(s) %s held a GPU in the window", ", ".join(sorted(namespaces)))
         log.info("source capabilities: %s", snapshot.capabilities.describe())
-        return snapshot
+        return snapshot, held
 
     def closer_looks(self, snapshot: FleetSnapshot) -> tuple[list[WorkloadView], list[NodeView]]:
         """Each holder over its own judged span (past its pod's warm-up; a young Job's from its first

@@ -88,8 +88,8 @@ from bench_fleet import (  # noqa: E402
 from analyzer.pipeline import analyze, analyze_in_detail  # noqa: E402
 from analyzer.sources import pacing, prometheus_api  # noqa: E402
 from analyzer.sources.pacing import AdaptiveLimit  # noqa: E402
+from analyzer.sources.prometheus.source import PrometheusSource  # noqa: E402
 from analyzer.sources.prometheus_api import PrometheusClient, PrometheusConfig, PrometheusSession  # noqa: E402
-from analyzer.sources.prometheus_source import PrometheusSource  # noqa: E402
 from common.model import FindingKind, FindingsReport, TimeWindow, WorkloadRef  # noqa: E402
 from common.thresholds import Thresholds  # noqa: E402
 from common.timeutil import parse_duration  # noqa: E402

@@ -12,6 +12,7 @@ imported by the functions that run them, so ``--help`` and ``--version`` start q
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -27,6 +28,16 @@ if TYPE_CHECKING:
     from common.model import FindingsReport, TimeWindow
 
 PROG = "gpu-analyzer"
+
+log = logging.getLogger("cli.analyzer")
+
+
+def _builtin_scenarios() -> str:
+    """The built-in fleet scenarios' names, from their files: ``--help`` loads no scenario code."""
+    import simulation  # its surface only: nothing of the fleet is imported
+
+    found = sorted(p.stem for p in (Path(simulation.__file__).parent / "fleet" / "scenarios").glob("*.yaml"))
+    return ", ".join(found) or "none"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,7 +76,15 @@ def build_parser() -> argparse.ArgumentParser:
     s = conventions.add_command(
         sub, "simulate", "write a simulated fleet's series (to backfill a trial TSDB)"
     )
-    s.add_argument("scenario", help="built-in scenario name or YAML file")
+    s.add_argument("scenario", help=f"built-in scenario ({_builtin_scenarios()}) or a scenario YAML file")
+    s.add_argument(
+        "--end",
+        type=conventions.past_time_arg,
+        metavar="TIME",
+        help="when the simulated series end: RFC 3339 or unix seconds, not in the future; default now "
+        "(to the scenario's step), so a trial TSDB holds them within its retention and `analyze` reads "
+        "them without --end; the command prints the --end to analyze them with",
+    )
     s.add_argument(
         "--format",
         choices=("openmetrics", "prometheus"),
@@ -123,15 +142,20 @@ def _source_and_window(args: argparse.Namespace) -> tuple[MetricsSource, TimeWin
     config = prometheus_options.prometheus_config(args)
     now = datetime.now(UTC)
     end = args.end or now
-    source = PrometheusSource(config, util_scale=args.util_scale, cluster_label=args.cluster_label)
+    source = PrometheusSource(config, gpu_util_unit=args.gpu_util_unit, cluster_label=args.cluster_label)
     return source, _window(end, args.window), now
 
 
 def _window(end: datetime, length: timedelta) -> TimeWindow:
+    from common.durations import MIN_ANALYSIS_WINDOW
     from common.model import TimeWindow
+    from common.timeutil import format_duration
 
-    if length < timedelta(minutes=10):
-        raise BadInputError(f"--window {length} is too short to judge anything (10m at least)")
+    if length < MIN_ANALYSIS_WINDOW:
+        raise BadInputError(
+            f"--window {format_duration(length)} is too short to judge anything "
+            f"({format_duration(MIN_ANALYSIS_WINDOW)} at least)"
+        )
     return TimeWindow.ending(end, length)
 
 
@@ -168,6 +192,7 @@ def _analyze(args: argparse.Namespace) -> int:
                 namespaces=namespaces,
                 clusters=clusters,
             )
+        _warn_missing(report)
         _write_findings(args, report, currency)
         return _wrote(args)
     from analyzer import offender_series  # the HTML report's plots only
@@ -182,6 +207,7 @@ def _analyze(args: argparse.Namespace) -> int:
             offenders = offender_series(source, analysis, top=args.top, thresholds=thresholds)
     from analyzer import render_html
 
+    _warn_missing(analysis.report)
     html = render_html(
         analysis.report,
         thresholds,
@@ -192,6 +218,12 @@ def _analyze(args: argparse.Namespace) -> int:
     )
     _write(args.output, lambda out: out.write(html))
     return _wrote(args)
+
+
+def _warn_missing(report: FindingsReport) -> None:
+    """Each source the verdicts lack, at the default level: the report's header says it too."""
+    for m in report.missing_sources:
+        log.warning("%s", m.sentence())
 
 
 def _write_findings(args: argparse.Namespace, report: FindingsReport, currency: str) -> None:
@@ -236,7 +268,10 @@ def _simulate(args: argparse.Namespace) -> int:
     )
 
     try:
-        fleet = simulate(load_scenario(args.scenario))
+        scenario = load_scenario(args.scenario)
+        end = args.end or _on_step(datetime.now(UTC), scenario.step)
+        # Every time in a scenario counts from its end or its start: moving the end moves it all.
+        fleet = simulate(scenario.model_copy(update={"end": end}))
     except ScenarioError as e:
         raise BadInputError(str(e)) from e
 
@@ -248,10 +283,22 @@ def _simulate(args: argparse.Namespace) -> int:
                 out.write(chunk.decode())
 
     _write(args.output, emit)
-    if args.output is not None:
-        count, series = fleet.sample_count, len(fleet.series)
-        print(f"{PROG}: wrote {count} samples of {series} series to {args.output}", file=sys.stderr)
+    from common.timeutil import rfc3339
+
+    count, series = fleet.sample_count, len(fleet.series)
+    where = f" to {args.output}" if args.output is not None else ""
+    print(
+        f"{PROG}: wrote {count} samples of {series} series{where}, ending {rfc3339(end)}; "
+        f"analyze them with --end {rfc3339(end)}",
+        file=sys.stderr,
+    )
     return ExitCode.OK
+
+
+def _on_step(at: datetime, step: timedelta) -> datetime:
+    """``at`` rounded down to a multiple of ``step`` since the epoch (to the minute, for 60 s)."""
+    seconds = step.total_seconds()
+    return datetime.fromtimestamp(at.timestamp() // seconds * seconds, tz=UTC)
 
 
 if __name__ == "__main__":

@@ -120,26 +120,51 @@ def parse(
 def _parse_command_line(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
     """``parse_args``, with usage errors said by the command they concern.
 
-    argparse reports an unknown option with the top parser's usage, and, before the command is
-    named, as a missing command (``gpu-reaper --bogus``: "required: COMMAND"). Commands are parsed
-    as optional here; what is left over is reported by the deepest command reached (its own
-    usage), then a command still missing.
+    argparse reports an unknown option with the top parser's usage, and after any missing required
+    argument (``gpu-reaper run --bogus``: "required: --policy"; before the command is named, "required:
+    COMMAND"). A first pass with nothing required finds what is left over, reported by the deepest
+    command reached (its own usage); only then are required arguments and commands checked.
     """
-    chosen = _commands(parser)
-    for action in chosen:
-        action.required = False
-    try:
+    with _nothing_required(parser, everything=True):
         args, extras = parser.parse_known_args(argv)
-    finally:
-        for action in chosen:
-            action.required = True
     command_parser: argparse.ArgumentParser = args._parser
     if extras:
         command_parser.error(f"unrecognized arguments: {' '.join(extras)}")
+    with _nothing_required(parser, everything=False):
+        args, extras = parser.parse_known_args(argv)
+    command_parser = args._parser
     for action in _commands(command_parser, nested=False):
         if getattr(args, action.dest, None) is None:
             command_parser.error(f"the following arguments are required: {action.metavar or action.dest}")
     return args
+
+
+@contextmanager
+def _nothing_required(parser: argparse.ArgumentParser, everything: bool) -> Iterator[None]:
+    """The commands (and, ``everything``, every other required argument and group) made optional for
+    the block: what is missing is then checked by the caller, after what is left over."""
+    relaxed: list[Any] = list(_commands(parser))
+    if everything:
+        relaxed += _required(parser)
+    for item in relaxed:
+        item.required = False
+    try:
+        yield
+    finally:
+        for item in relaxed:
+            item.required = True
+
+
+def _required(parser: argparse.ArgumentParser) -> list[Any]:
+    """Every required argument and mutually exclusive group of ``parser`` and its commands."""
+    commands = argparse._SubParsersAction
+    found: list[Any] = [a for a in parser._actions if a.required and not isinstance(a, commands)]
+    found += [g for g in parser._mutually_exclusive_groups if g.required]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):
+                found += _required(sub)
+    return found
 
 
 def _commands(parser: argparse.ArgumentParser, nested: bool = True) -> list[argparse._SubParsersAction[Any]]:

@@ -31,10 +31,14 @@ class _Option(NamedTuple):  # not a dataclass: parsing needs no dataclasses modu
     switch: bool = False  # a flag without a value
     environment: bool = True  # $GPU_ + the flag, upper-cased
     old: tuple[str, ...] = ()  # deprecated spellings
+    env_name: str | None = None  # where $GPU_ + the flag would say GPU twice
+    old_env: tuple[str, ...] = ()  # deprecated environment variables, still read
 
     @property
     def env(self) -> str | None:
-        return "GPU_" + self.flag.removeprefix("--").replace("-", "_").upper() if self.environment else None
+        if not self.environment:
+            return None
+        return self.env_name or "GPU_" + self.flag.removeprefix("--").replace("-", "_").upper()
 
 
 URL_ENV = "GPU_PROMETHEUS_URL"
@@ -119,18 +123,21 @@ _PROMETHEUS = (
         "LABEL",
     ),
     _Option(
-        "--util-scale",
-        "util_scale",
+        "--gpu-util-unit",
+        "gpu_util_unit",
         "unit of DCGM_FI_DEV_GPU_UTIL: auto (detected per scrape job, the default), percent or ratio",
         lambda text: _choice(text, ("auto", "percent", "ratio")),
         "{auto,percent,ratio}",
+        env_name="GPU_UTIL_UNIT",
+        old=("--util-scale",),  # it named a unit, not a multiplier
+        old_env=("GPU_UTIL_SCALE",),
     ),
 )
 _DEFAULTS: dict[str, Any] = {
     "prometheus_timeout": timedelta(seconds=60),
     "prometheus_retries": 3,
     "prometheus_concurrency": 4,
-    "util_scale": "auto",
+    "gpu_util_unit": "auto",
     "cluster_label": "cluster",
     "prometheus_insecure_skip_verify": False,
 }
@@ -199,11 +206,12 @@ def from_environment(args: argparse.Namespace, env: Mapping[str, str] | None = N
     if args.prometheus_url is None:
         args.prometheus_url = env.get(URL_ENV) or None
     for o in _PROMETHEUS:
-        if getattr(args, o.dest) is None and o.env and env.get(o.env):
+        name = next((n for n in (o.env, *o.old_env) if n and env.get(n)), None)
+        if getattr(args, o.dest) is None and name:
             try:
-                setattr(args, o.dest, o.type(env[o.env]))
+                setattr(args, o.dest, o.type(env[name]))
             except argparse.ArgumentTypeError as e:
-                raise BadInputError(f"${o.env}: {e}") from e
+                raise BadInputError(f"${name}: {e}") from e
         if getattr(args, o.dest) is None and o.dest in _DEFAULTS:
             setattr(args, o.dest, _DEFAULTS[o.dest])
 

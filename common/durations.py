@@ -15,6 +15,10 @@ from common.timeutil import format_duration, parse_duration
 
 _DURATION_PATTERN = r"^(0|0s|(\d+(\.\d+)?(ms|s|m|h|d|w))+)$"
 
+# The shortest window the analyzer judges (``analyze --window``, the policy's ``window``): less holds
+# too few samples at the usual 30-60 s scrape interval for coverage and quantiles to mean anything.
+MIN_ANALYSIS_WINDOW = timedelta(minutes=10)
+
 
 def _duration(value: Any) -> Any:
     # Durations are written with a unit ("30m", "6h"); a bare number is ambiguous (seconds? hours?).

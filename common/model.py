@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, model_validator
 
 from common.evidence import (
     AnyEvidence,
@@ -42,6 +42,7 @@ __all__ = [
     "GpuRef",
     "IdleEndpointEvidence",
     "LowUtilizationEvidence",
+    "MissingSource",
     "TimeWindow",
     "UnknownEvidence",
     "UtilQuantile",
@@ -229,6 +230,8 @@ class Finding(_Frozen):
         finding = cls.model_validate(
             {**payload, "workload": {"kind": workload.kind, "name": workload.name, "namespace": namespace}}
         )
+        if gpu_count is not None and (isinstance(gpu_count, bool) or not isinstance(gpu_count, int)):
+            raise ValueError(f"gpu_count must be a whole number, not {gpu_count!r}")
         if gpu_count is not None and gpu_count != finding.gpu_count:
             raise ValueError(f"gpu_count {gpu_count} disagrees with {finding.gpu_count} listed gpus")
         return finding
@@ -267,22 +270,67 @@ EVIDENCE_BY_KIND: dict[FindingKind, type[AnyEvidence]] = {
 }
 
 
+class MissingSource(_Frozen):
+    """A data source the verdicts depend on that the analysis did not find: what its absence costs
+    the verdicts, and how to add it. ``clusters``: only these clusters lack it (empty: all of them)."""
+
+    source: str = Field(min_length=1)
+    lost: str
+    fix: str
+    clusters: tuple[str, ...] = ()
+
+    @property
+    def what(self) -> str:
+        """``kube-state-metrics``, with the clusters lacking it where not all do."""
+        return f"{self.source} (clusters {', '.join(self.clusters)})" if self.clusters else self.source
+
+    def sentence(self) -> str:
+        """The one wording of every log line and report header: what is missing, lost, and the fix."""
+        return f"no {self.what}: {self.lost}. To fix: {self.fix}."
+
+    def to_dict(self) -> dict[str, Any]:
+        named = {"clusters": list(self.clusters)} if self.clusters else {}
+        return {"source": self.source, "lost": self.lost, "fix": self.fix, **named}
+
+
+# The document's keys: a key not among them is refused, as one inside a finding is (a typo, or a
+# newer analyzer's field this reader does not know, is never silently dropped).
+_DOCUMENT_KEYS = (
+    "schema_version",
+    "generated_at",
+    "source",
+    "window",
+    "gpus_judged",
+    "missing_sources",
+    "findings",
+)
+
+
 class FindingsReport(_Frozen):
     """Everything one analysis produced: the JSON document ``--format json`` writes."""
 
     window: TimeWindow
     generated_at: AwareDatetime
     source: str = ""
+    # GPUs and MIG instances the analysis judged (in its namespace scope); None: not said (a document
+    # written before the field existed, or a findings file scoped afterwards).
+    gpus_judged: StrictInt | None = Field(default=None, ge=0)
+    missing_sources: tuple[MissingSource, ...] = ()
     findings: tuple[Finding, ...] = ()
 
     def to_json(self, indent: int | None = 2) -> str:
-        doc = {
+        doc: dict[str, Any] = {
             "schema_version": SCHEMA_VERSION,
             "generated_at": rfc3339(self.generated_at),
             "source": self.source,
             "window": {"start": rfc3339(self.window.start), "end": rfc3339(self.window.end)},
-            "findings": [f.to_dict() for f in self.findings],
         }
+        # Both written only when known, so documents of earlier releases read back byte for byte.
+        if self.gpus_judged is not None:
+            doc["gpus_judged"] = self.gpus_judged
+        if self.missing_sources:
+            doc["missing_sources"] = [m.to_dict() for m in self.missing_sources]
+        doc["findings"] = [f.to_dict() for f in self.findings]
         return json.dumps(doc, indent=indent, sort_keys=False)
 
     @classmethod
@@ -293,6 +341,12 @@ class FindingsReport(_Frozen):
         version = doc.get("schema_version")
         if version != SCHEMA_VERSION:
             raise ValueError(f"unsupported findings schema_version {version!r} (expected {SCHEMA_VERSION})")
+        unknown = [key for key in doc if key not in _DOCUMENT_KEYS]
+        if unknown:
+            raise InvalidFindingsError(
+                f"unknown key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} at the "
+                f"document's top level (known: {', '.join(_DOCUMENT_KEYS)})"
+            )
         findings = doc.get("findings", [])
         if not isinstance(findings, list):
             raise ValueError("findings: must be a JSON array")
@@ -302,6 +356,8 @@ class FindingsReport(_Frozen):
                     "window": doc.get("window"),
                     "generated_at": doc.get("generated_at"),
                     "source": doc.get("source", ""),
+                    "gpus_judged": doc.get("gpus_judged"),
+                    "missing_sources": doc.get("missing_sources", ()),
                     "findings": tuple(_finding_at(i, f) for i, f in enumerate(findings)),
                 }
             )

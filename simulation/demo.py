@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TextIO
 
 from common.errors import BadInputError
-from common.model import FindingsReport, WorkloadRef
+from common.model import FindingsReport, LowUtilizationEvidence, WorkloadRef
 from common.timeutil import rfc3339
 from reaper import names
 from reaper.analysis import metrics_source, write_html_report
@@ -47,7 +47,7 @@ def _table(rows: Sequence[tuple[str, ...]], out: TextIO, indent: str = "  ") -> 
         print(indent + "  ".join([*cells, r[-1]]).rstrip(), file=out)
 
 
-def _print_findings(report: FindingsReport, out: TextIO) -> None:
+def _print_findings(report: FindingsReport, out: TextIO, currency: str) -> None:
     w = report.window
     print(f"\nFindings over {rfc3339(w.start)} → {rfc3339(w.end)}: {len(report.findings)}", file=out)
     rows: list[tuple[str, ...]] = [("KIND", "WORKLOAD", "GPUS", "WASTED GPU-h", "CONFIDENCE")]
@@ -62,6 +62,19 @@ def _print_findings(report: FindingsReport, out: TextIO) -> None:
             )
         )
     _table(rows, out)
+    _print_right_sizing(report, out, currency)
+
+
+def _print_right_sizing(report: FindingsReport, out: TextIO, currency: str) -> None:
+    """The smaller GPU share each long-running workload of low utilization would fit, or why none."""
+    rows: list[tuple[str, ...]] = []
+    for f in report.findings:
+        sized = f.evidence.right_size if isinstance(f.evidence, LowUtilizationEvidence) else None
+        if sized is not None:
+            rows.append((f.workload.key().lstrip("/"), sized.line(currency)))
+    if rows:
+        print("\nRight-sizing (long-running workloads of low utilization)", file=out)
+        _table(sorted(rows, key=lambda r: r[1].startswith("No ")), out)
 
 
 def _print_plan(report: RunReport, out: TextIO) -> None:
@@ -119,7 +132,7 @@ def run_demo(scenario: str, policy_path: Path | None, output: Path, out: TextIO)
     if report.found is None or report.plan is None:
         print(f"nothing planned: {report.error}", file=out)
         return report.exit_code
-    _print_findings(report.found, out)
+    _print_findings(report.found, out, policy.currency)
     _print_plan(report, out)
     print("\nSlack messages (preview)", file=out)
     print(preview(report.messages) or "  (none)", file=out)

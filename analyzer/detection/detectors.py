@@ -16,6 +16,7 @@ from typing import Any
 
 from analyzer.detection.controllers import STOPS
 from analyzer.detection.mig import gpu_share
+from analyzer.detection.units import memory as size
 from analyzer.detection.views import DeviceView, NodeView, WorkloadView
 from analyzer.sources.aggregates import UtilStats
 from common.model import (
@@ -139,7 +140,7 @@ def _r(value: float) -> float:
 def _base_evidence(n: _Numbers, devices: Sequence[DeviceView], judged_from: datetime) -> dict[str, Any]:
     """The utilization fields every verdict carries, as keyword arguments of its evidence class."""
     evidence: dict[str, Any] = {
-        "util_metric": ",".join(sorted({d.info.metric for d in devices})),
+        "util_metric": ",".join(sorted({m for d in devices for m in d.info.metrics})),
         "mean_util_percent": _r(n.mean),
         "max_util_percent": _r(n.max),
         "quantiles": (
@@ -384,7 +385,7 @@ def idle_endpoint(w: WorkloadView, t: Thresholds, now: datetime) -> Finding | No
         evidence["min_memory_used_mib"] = _r(least_memory)
     gpus = len({d.key.device_id for d in w.devices})
     memory = evidence.get("memory_used_mib")
-    held = f", holding {memory:,.0f} MiB each" if memory is not None else ""
+    held = f", holding {size(memory)} each" if memory is not None else ""
     stayed = f"stayed at or below {t.idle_percent:g} % for {format_duration(judged.duration)}{held}"
     if w.owner is not None:
         o = w.owner
@@ -406,11 +407,15 @@ def idle_endpoint(w: WorkloadView, t: Thresholds, now: datetime) -> Finding | No
         confidence=n.coverage,
         wasted=n.wasted_gpu_hours,
         t=t,
-        recommendation=(
-            f"{lead} If it must answer rare requests, serve them from a shared or smaller GPU "
-            "(MIG slice, time-slicing)."
-        ),
+        recommendation=f"{lead} If it must answer rare requests, serve them from {_smaller_share(w)}.",
     )
+
+
+def _smaller_share(w: WorkloadView) -> str:
+    """A smaller share than it holds: on a MIG instance already, a smaller profile, not "a MIG slice"."""
+    if any(d.info.mig_profile for d in w.devices):
+        return "a smaller MIG profile or a time-sliced GPU"
+    return "a shared or smaller GPU (a MIG slice, time-slicing, MPS)"
 
 
 def time_sliced(w: WorkloadView) -> bool:
@@ -648,7 +653,7 @@ def low_utilization(w: WorkloadView, t: Thresholds, now: datetime) -> Finding | 
         # Idle and (some of) its GPUs hold almost no memory: allocated, but nothing was ever loaded.
         evidence["min_memory_used_mib"] = _r(least_memory)
         unloaded = (
-            f" Its GPUs stayed idle and at least one holds only {least_memory:,.0f} MiB: nothing runs on "
+            f" Its GPUs stayed idle and at least one holds only {size(least_memory)}: nothing runs on "
             "it; release the GPU (or find out why the pod never started its work)."
         )
     cpu = _cpu(w)
@@ -665,10 +670,16 @@ def low_utilization(w: WorkloadView, t: Thresholds, now: datetime) -> Finding | 
             "(raise or remove its limit, raise its request, more DataLoader workers), then look again "
             "before right-sizing its GPUs."
         )
+    elif t.right_size.enabled:
+        # Long-running kinds get the smaller share they would fit sized beside this (or are told none
+        # does); the others were not sized, and no share is suggested blind (right_size.wanted).
+        advice = (
+            ". Right-size it: fewer GPUs, or more work per GPU (larger batches, more concurrent requests)."
+        )
     else:
         advice = (
-            ". Right-size it: fewer GPUs, a smaller GPU or MIG slice, sharing (time-slicing, MPS), or "
-            "more work per GPU (larger batches, more concurrent requests)."
+            f". Right-size it: fewer GPUs, {_smaller_share(w)}, or more work per GPU (larger batches, "
+            "more concurrent requests)."
         )
     return _workload_finding(
         FindingKind.LOW_UTILIZATION,

@@ -27,10 +27,11 @@ from typing import Literal
 
 from analyzer.detection.mig import gpu_share
 from analyzer.detection.mig_profiles import MigGpu, mig_gpu, named_memory_mib, profile_named
+from analyzer.detection.units import memory as size
 from analyzer.detection.views import WorkloadView
 from analyzer.sources.aggregates import DeviceKey, MemoryPeak
 from common.evidence import LowUtilizationEvidence, RightSizing
-from common.model import Finding, FindingKind
+from common.model import Finding, FindingKind, WorkloadRef
 from common.thresholds import Thresholds
 
 # Controllers that keep pods running until told otherwise: what a smaller share is for. Jobs end on
@@ -50,6 +51,12 @@ TIME_SLICED_RESOURCE = "nvidia.com/gpu.shared"  # the device plugin's name with 
 _EPSILON = 1e-9
 
 
+def sized_kind(workload: WorkloadRef, owner: WorkloadRef | None) -> bool:
+    """Whether a workload of this kind (under this owner) is sized: a long-running one."""
+    kind = owner.kind if owner is not None else workload.kind
+    return kind in LONG_RUNNING_KINDS or workload.kind in LONG_RUNNING_KINDS
+
+
 def wanted(finding: Finding, t: Thresholds) -> bool:
     """Whether ``finding`` gets a right-size recommendation (or the reason it has none)."""
     if not t.right_size.enabled or finding.kind is not FindingKind.LOW_UTILIZATION:
@@ -57,8 +64,7 @@ def wanted(finding: Finding, t: Thresholds) -> bool:
     evidence = finding.evidence
     if not isinstance(evidence, LowUtilizationEvidence) or evidence.unallocated:
         return False
-    kind = finding.owner.kind if finding.owner is not None else finding.workload.kind
-    return kind in LONG_RUNNING_KINDS or finding.workload.kind in LONG_RUNNING_KINDS
+    return sized_kind(finding.workload, finding.owner)
 
 
 @dataclass(frozen=True)
@@ -149,7 +155,7 @@ def _mig(
         return _none(
             base,
             f"its {what} needs the whole {gpu.family} GPU: no MIG profile holds "
-            f"{need.memory_mib:,.0f} MiB with {need.compute:.0%} of its compute",
+            f"{size(need.memory_mib)} with {need.compute:.0%} of its compute",
         )
     chosen = min(fitting, key=lambda p: (p.slices, p.memory_mib))
     share = gpu.share(chosen)
@@ -159,7 +165,7 @@ def _mig(
         return _none(
             base,
             f"{where}no smaller MIG profile of the {gpu.family} holds its framebuffer peak "
-            f"{need.peak_mib:,.0f} MiB plus {settings.memory_headroom:.0%} and its activity{whole}",
+            f"{size(need.peak_mib)} plus {settings.memory_headroom:.0%} and its activity{whole}",
         )
     return _recommended(
         base,
@@ -171,8 +177,8 @@ def _mig(
         resource=chosen.resource,
         share=share,
         reason=f"{chosen.name} ({chosen.slices}/{gpu.slices} of the compute, "
-        f"{chosen.memory_mib:,.0f} MiB) is the smallest {gpu.family} profile holding "
-        f"{need.memory_mib:,.0f} MiB and {need.compute:.1%} of the GPU's compute at "
+        f"{size(chosen.memory_mib)}) is the smallest {gpu.family} profile holding "
+        f"{size(need.memory_mib)} and {need.compute:.1%} of the GPU's compute at "
         f"≤ {settings.compute_ceiling_percent:g} % of the slice",
     )
 
@@ -200,8 +206,8 @@ def _time_sliced(
     if replicas < 2 or share >= max(shares.values()) - _EPSILON:
         return _none(
             base,
-            f"{why}, and it needs {fraction:.0%} of a GPU ({need.memory_mib:,.0f} MiB of "
-            f"{memory:,.0f}, {need.compute:.1%} of its compute): no smaller time-sliced share",
+            f"{why}, and it needs {fraction:.0%} of a GPU ({size(need.memory_mib)} of "
+            f"{size(memory)}, {need.compute:.1%} of its compute): no smaller time-sliced share",
         )
     return _recommended(
         base.model_copy(update={"replaces": "nvidia.com/gpu"}),
@@ -212,7 +218,7 @@ def _time_sliced(
         profile=f"1/{replicas}",
         resource=TIME_SLICED_RESOURCE,
         share=share,
-        reason=f"{why}; it needs {fraction:.0%} of a GPU ({need.memory_mib:,.0f} MiB of {memory:,.0f}, "
+        reason=f"{why}; it needs {fraction:.0%} of a GPU ({size(need.memory_mib)} of {size(memory)}, "
         f"{need.compute:.1%} of its compute), so {replicas} such pods fit one time-sliced GPU — which "
         "isolates neither memory nor faults",
     )

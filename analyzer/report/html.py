@@ -13,7 +13,14 @@ from markupsafe import Markup
 
 from analyzer.report import plots, units
 from analyzer.report.offenders import OffenderSeries
-from analyzer.report.summaries import by_cluster, cluster_prefix, detail, mean_util, spans_clusters
+from analyzer.report.summaries import (
+    by_cluster,
+    cluster_prefix,
+    detail,
+    mean_util,
+    no_findings_line,
+    spans_clusters,
+)
 from common.model import (
     Finding,
     FindingKind,
@@ -157,7 +164,9 @@ def render_html(
     currency: str = "USD",
 ) -> str:
     """The whole report as one HTML document; ``sections``: escaped HTML a caller adds after the
-    summary cards (the reaper's plan), so the analyzer knows nothing of what they show."""
+    summary cards (the reaper's plan), so the analyzer knows nothing of what they show.
+    ``capabilities``: how the source was read (``Analysis.capabilities``), one part per ``; ``;
+    ``gpu_count``: the GPUs judged, by default the report's own count."""
     counts = Counter(f.kind for f in report.findings)
     wasted = sum(f.wasted_gpu_hours for f in report.findings)
     costs = [f.estimated_cost for f in report.findings if f.estimated_cost is not None]
@@ -201,8 +210,10 @@ def render_html(
         window_length=format_duration(report.window.duration),
         generated_at=to_the_second(report.generated_at),
         source=report.source or "unknown source",
-        capabilities=capabilities,
-        gpu_count=gpu_count,
+        capabilities=[part for part in capabilities.split("; ") if part],
+        gpu_count=report.gpus_judged if gpu_count is None else gpu_count,
+        missing=report.missing_sources,
+        no_findings=no_findings_line(report),
         cards=cards,
         wasted=wasted,
         cost=sum(costs) if costs else None,

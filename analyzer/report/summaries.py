@@ -79,6 +79,13 @@ def findings_line(findings: Sequence[Finding], currency: str = "USD") -> str:
     return text
 
 
+def no_findings_line(report: FindingsReport) -> str:
+    """What an empty report means, with how many GPUs it rests on where the report says."""
+    n = report.gpus_judged
+    judged = "every judged GPU was" if n is None else f"all {n} judged GPU{'s were' if n != 1 else ' was'}"
+    return f"No findings: {judged} busy enough, with enough data to say so."
+
+
 def summary_line(report: FindingsReport, currency: str = "USD") -> str:
     return findings_line(report.findings, currency)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from analyzer.detection.units import memory
 from common.evidence import EvidenceValue
 from common.timeutil import format_duration, to_the_second
 
@@ -34,8 +35,8 @@ def share(value: float) -> str:
 
 
 def mebibytes(value: float) -> str:
-    """Framebuffer sizes: GiB from 1 GiB up, MiB below."""
-    return f"{value / 1024:,.1f} GiB" if abs(value) >= 1024 else f"{value:,.0f} MiB"
+    """Framebuffer sizes: GiB from 1 GiB up, MiB below (the recommendations' spelling too)."""
+    return memory(value)
 
 
 def hours(value: float) -> str:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import io
+import json
 import re
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -15,12 +18,38 @@ import pytest
 import responses
 
 from cli.analyzer import build_parser, main
-from common.model import FindingKind, FindingsReport
-from harness.servers import PrometheusServer, free_port
+from common.model import FindingKind, FindingsReport, LowUtilizationEvidence
+from common.timeutil import parse_time
+from harness.binaries import require_binary
+from harness.servers import PrometheusServer, VictoriaMetricsServer, free_port
 from reaper.policy import load_policy
-from simulation.fleet import Fleet, expected_findings
+from simulation.fleet import Fleet, Scenario, expected_findings, simulate
+from simulation.fleet.scenario import builtin_scenarios
 
 END = "2026-01-05T00:00:00Z"
+# A fleet small enough to load into a TSDB in a test: an idle Deployment and a CPU-starved Job on
+# dcgm-exporter without profiling, over seven hours.
+SMALL_FLEET = {
+    "name": "small",
+    "seed": 3,
+    "end": END,
+    "duration": "7h",
+    "step": "60s",
+    "analysis_window": "6h",
+    "nodes": [{"name": "gpu-s1", "gpus": 4}],
+    "workloads": [
+        {"namespace": "serving", "name": "idle-api", "behaviour": "idle", "node": "gpu-s1"},
+        {
+            "namespace": "research",
+            "name": "loader",
+            "kind": "Job",
+            "behaviour": "starvation_cpu",
+            "gpus_per_pod": 2,
+            "node": "gpu-s1",
+            "cpu_limit_cores": 4,
+        },
+    ],
+}
 
 
 def truth_kinds(fleet: Fleet) -> dict[str, FindingKind]:
@@ -337,6 +366,7 @@ def test_a_bad_value_in_the_environment_names_the_variable(
     [
         pytest.param(["--tenant", "ml-team"], ["--prometheus-tenant", "ml-team"], id="tenant"),
         pytest.param(["--bearer-token-file", "TOKEN"], ["--prometheus-token-file", "TOKEN"], id="token-file"),
+        pytest.param(["--util-scale", "ratio"], ["--gpu-util-unit", "ratio"], id="gpu-util-unit"),
     ],
 )
 def test_older_spellings_still_work_with_a_warning(
@@ -461,3 +491,233 @@ def test_debug_logs_each_query_with_its_promql_series_and_duration(
         r"prometheus_api: /api/v1/label/__name__/values \{.+\}: (\d+) values in \d+\.\d{3}s$", err, re.M
     )
     assert labels and int(labels[0]) > 0
+
+
+# --- a scope, and how much was judged (issue 41) --------------------------------------------------------
+
+
+def test_a_namespace_that_holds_no_gpu_is_bad_input_naming_those_that_do(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A mistyped namespace is never "no findings: every judged GPU was busy enough"."""
+    assert main(["analyze", "--simulate", "standard", "--namespace", "nosuchns"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.strip().splitlines()[-1] == (
+        "gpu-analyzer: error: no pod in namespace nosuchns held a GPU in the window (namespaces "
+        "holding GPUs: ml-platform, research, serving, team-a, team-b)"
+    )
+    # One namespace of two holding none is no error, but said.
+    assert (
+        main(["analyze", "--simulate", "standard", "--namespace", "serving", "--namespace", "nosuchns"]) == 0
+    )
+    assert "no pod in namespace(s) nosuchns held a GPU in the window" in capsys.readouterr().err
+
+
+def test_every_report_says_how_many_gpus_it_judged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The standard fleet: 8 + 8 + 4 + 4 + 4 + 4 GPUs and 2 GPUs of two MIG instances each.
+    assert main(["analyze", "--simulate", "standard", "--format", "json"]) == 0
+    assert FindingsReport.from_json(capsys.readouterr().out).gpus_judged == 36
+    assert main(["analyze", "--simulate", "standard", "--format", "json", "--namespace", "serving"]) == 0
+    serving = FindingsReport.from_json(capsys.readouterr().out)
+    # chat-api 2, legacy-ranker 2, embeddings 1: the scope's GPUs only.
+    assert serving.gpus_judged == 5
+    assert main(["analyze", "--simulate", "standard"]) == 0
+    assert "from simulated:standard · 36 GPUs judged" in capsys.readouterr().out.splitlines()[0]
+    page = tmp_path / "report.html"
+    assert main(["analyze", "--simulate", "standard", "--format", "html", "--output", str(page)]) == 0
+    html = page.read_text(encoding="utf-8")
+    assert "· 36 GPUs judged ·" in html
+    assert '<div class="n">36</div><div class="l">GPUs judged' in html
+
+
+# --- what the data source lacks (issue 41) -------------------------------------------------------------
+
+
+@pytest.mark.victoriametrics
+def test_missing_sources_are_said_at_the_default_level_and_in_every_report_header(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without kube-state-metrics, cAdvisor and profiling the analysis still runs; every report says
+    what it could not see and how to fix it, and so does the log at its default level."""
+    fleet = simulate(Scenario.model_validate(SMALL_FLEET))
+    kept = [s for s in fleet.series if not s.name.startswith(("kube_", "container_"))]
+    assert len(kept) < len(fleet.series)
+    with VictoriaMetricsServer(tmp_path / "vm") as vm:
+        vm.import_series(kept)
+        args = ["analyze", "--prometheus-url", vm.url, "--end", END]
+        assert main(args) == 0
+        table = capsys.readouterr()
+        page = tmp_path / "report.html"
+        assert main([*args, "--format", "html", "--output", str(page)]) == 0
+        capsys.readouterr()
+        assert main([*args, "--format", "json"]) == 0
+        doc = FindingsReport.from_json(capsys.readouterr().out)
+    missing = ("kube-state-metrics", "cAdvisor", "DCGM profiling metrics")
+    assert [m.source for m in doc.missing_sources] == list(missing)
+    assert doc.gpus_judged == 4
+    html = page.read_text(encoding="utf-8")
+    for source in missing:
+        # The log, at the default level (no -v), with what is lost and how to fix it.
+        assert re.search(rf"WARNING +cli\.analyzer: no {source}: .+\. To fix: .+\.$", table.err, re.M), source
+        # The table's header, before any finding.
+        header = table.out[: table.out.index("┏")] if "┏" in table.out else table.out
+        assert f"⚠ no {source}:" in " ".join(header.split()), source
+        assert f"<strong>No {source}</strong>" in html, source
+    assert "every workload is reported as a bare Pod" in table.err
+    assert "CPU-bound dataloader starvation" in html
+    assert html.index('id="missing-sources"') < html.index("All findings")
+
+
+# --- the trial flow of docs/analyzer.md (issue 41) -----------------------------------------------------
+
+
+@pytest.mark.prometheus
+def test_the_trial_flow_works_as_written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """simulate → promtool backfill → Prometheus → analyze, with no --end anywhere: the simulated
+    series end now, and the command says which --end reads them exactly."""
+    scenario = tmp_path / "small.yaml"
+    scenario.write_text(json.dumps(SMALL_FLEET), encoding="utf-8")  # JSON is YAML
+    series = tmp_path / "fleet.om"
+    assert main(["simulate", str(scenario), "--output", str(series)]) == 0
+    said = capsys.readouterr().err
+    end = re.search(r"analyze them with --end (\S+)$", said.strip())
+    assert end, said
+    assert abs(parse_time(end.group(1)) - datetime.now(UTC)) < timedelta(minutes=2)
+    blocks = tmp_path / "data"
+    promtool = subprocess.run(
+        [require_binary("promtool"), "tsdb", "create-blocks-from", "openmetrics", str(series), str(blocks)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert promtool.returncode == 0, promtool.stderr
+    with PrometheusServer(tmp_path / "prometheus", blocks=blocks) as prometheus:
+        assert main(["analyze", "--prometheus-url", prometheus.url, "--format", "json"]) == 0
+        found = FindingsReport.from_json(capsys.readouterr().out)
+        assert (
+            main(["analyze", "--prometheus-url", prometheus.url, "--end", end.group(1), "--format", "json"])
+            == 0
+        )
+        exact = FindingsReport.from_json(capsys.readouterr().out)
+    assert found.gpus_judged == exact.gpus_judged == 4
+    kinds = {f.workload.key(): f.kind for f in exact.findings}
+    assert kinds["serving/Deployment/idle-api"] is FindingKind.IDLE_ENDPOINT
+    assert {f.workload.key(): f.kind for f in found.findings} == kinds
+
+
+def test_simulate_help_lists_the_built_in_scenarios(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"built-in scenario ({', '.join(builtin_scenarios())})" in text
+    assert "--end TIME" in text
+
+
+def test_a_short_window_is_named_as_it_was_typed(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["analyze", "--simulate", "standard", "--window", "5m"]) == 2
+    err = capsys.readouterr().err
+    assert "--window 5m is too short to judge anything (10m at least)" in err
+    assert "0:05:00" not in err
+
+
+# --- the terminal table never cuts a name (issue 41) ---------------------------------------------------
+
+LONG = "an-inference-service-with-a-long-name-predictor-00042"
+
+
+@pytest.mark.parametrize("width", [60, 80, 120, 150, 250])
+def test_the_table_never_cuts_a_workload_name(width: int, capsys: pytest.CaptureFixture[str]) -> None:
+    """At any width, piped (150) or on a terminal, each name is printed whole on one line (folded only
+    where the name alone is wider than the console); the detail moves instead."""
+    from rich.console import Console
+
+    from analyzer.report.table import render_table
+    from harness.findings import finding, report
+
+    found = report(
+        finding(
+            name=LONG, evidence={"mean_util_percent": 0.2, "max_util_percent": 0.9, "memory_used_mib": 57091}
+        ),
+        finding("low_utilization", namespace="research", name="notebook-alice"),
+        finding(
+            "unknown", namespace="team-a", name="fresh", evidence={"reason": "too_young", "judged_hours": 1.5}
+        ),
+    )
+    buf = io.StringIO()
+    render_table(found, Console(file=buf, width=width, color_system=None))
+    text = buf.getvalue()
+    assert max(len(line) for line in text.splitlines()) <= width
+    names = (f"serving/Deployment/{LONG}", "research/Deployment/notebook-alice", "team-a/Deployment/fresh")
+    for name in names:
+        if len(name) <= width:
+            assert name in text, (name, text)
+        else:  # folded at the cell's edge: every character there, in order
+            assert name in re.sub(r"[│\s]", "", text), text
+    assert "…" not in text
+    assert "too young: 1.5 h judged" in " ".join(re.sub(r"[│]", " ", text).split())
+
+
+# --- advice that fits what was sized (issue 41) --------------------------------------------------------
+
+SLICE_ADVICE = ("MIG slice", "time-slic", "smaller GPU", "MPS")
+
+
+def test_the_demo_fleet_has_a_workload_a_smaller_share_fits_and_no_blind_slice_advice(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert main(["analyze", "--simulate", "demo", "--format", "json"]) == 0
+    found = {f.workload.key(): f for f in FindingsReport.from_json(capsys.readouterr().out).findings}
+    sized = found["serving/Deployment/reranker"].evidence
+    assert isinstance(sized, LowUtilizationEvidence) and sized.right_size is not None
+    assert (sized.right_size.share, sized.right_size.profile) == ("mig", "2g.20gb")
+    for f in found.values():
+        if f.kind is FindingKind.LOW_UTILIZATION and f.workload.kind != "Node":
+            # Sized (a share, or why none), or a kind that is not sized: no generic slice advice either way.
+            assert not any(words in f.recommendation for words in SLICE_ADVICE), f.recommendation
+    # A MIG instance is never told to move to a MIG slice.
+    mig = found["team-b/Deployment/mig-idle"].recommendation
+    assert "MIG slice" not in mig and "a smaller MIG profile or a time-sliced GPU" in mig
+    # Where the policy turns right-sizing off, the generic advice is all there is, and it is given.
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("rules: []\ndetection:\n  rightSize: {enabled: false}\n", encoding="utf-8")
+    assert main(["analyze", "--simulate", "demo", "--format", "json", "--policy", str(policy)]) == 0
+    plain = {f.workload.key(): f for f in FindingsReport.from_json(capsys.readouterr().out).findings}
+    assert "a shared or smaller GPU (a MIG slice, time-slicing, MPS)" in (
+        plain["serving/Deployment/reranker"].recommendation
+    )
+
+
+@pytest.mark.parametrize(
+    ("path", "status", "hint"),
+    [
+        pytest.param("", 404, "often need a path prefix such as /prometheus", id="404-no-prefix"),
+        pytest.param("/prometheus", 404, "check the host and the path before /prometheus", id="404-prefixed"),
+        pytest.param("/prometheus", 501, "check the host and the path before /prometheus", id="501-prefixed"),
+    ],
+)
+def test_a_url_that_is_no_query_api_is_said_once_without_its_page(
+    capsys: pytest.CaptureFixture[str], path: str, status: int, hint: str
+) -> None:
+    """A URL ending in /prometheus is not told to add it; a 501 is not retried, nor its page dumped."""
+    calls: list[str] = []
+
+    def answer(handler: BaseHTTPRequestHandler) -> None:
+        calls.append(handler.path)
+        reply(handler, status, "<html><title>Not Implemented</title><body>Apache</body></html>", "text/html")
+
+    sent = []
+    with local_server(answer) as url:
+        for retries in ("0", "3"):
+            calls.clear()
+            code = main(
+                ["analyze", "--prometheus-url", url + path, "--end", END, "--prometheus-retries", retries]
+            )
+            assert code == 3
+            sent.append(len(calls))
+    (line, _) = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert f"HTTP {status} for {path}/api/v1/" in line and "not a Prometheus query API at this URL" in line
+    assert hint in line
+    assert "<html>" not in line and "retries" not in line
+    assert sent[0] == sent[1]  # three retries allowed, none made: nothing would change

@@ -3,6 +3,7 @@ Prometheus options, ``python -m``, and the setup script's own usage errors."""
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import re
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from cli import analyzer, exporter, reaper
+from cli import analyzer, exporter, prometheus_options, reaper
 from harness.findings import report
 from harness.kube_emulator import EmulatedCluster
 
@@ -181,7 +182,12 @@ def test_analyzer_and_reaper_take_the_same_prometheus_options(capsys: pytest.Cap
     assert _reaper(["run", "--help"]) == 0
     run_help = capsys.readouterr().out
     flags = _prometheus_flags(analyze_help)
-    assert {"--prometheus-token-file", "--prometheus-tenant", "--prometheus-timeout", "--util-scale"} <= flags
+    assert {
+        "--prometheus-token-file",
+        "--prometheus-tenant",
+        "--prometheus-timeout",
+        "--gpu-util-unit",
+    } <= flags
     assert flags == _prometheus_flags(run_help)
     for text in (analyze_help, run_help):
         assert "--prometheus-url" in text and "--end" in text and "--namespace" in text
@@ -212,3 +218,21 @@ def test_the_demo_report_is_ignored_by_git() -> None:
     default = reaper._build_parser().parse_args(["demo"]).output
     done = subprocess.run([str(git), "check-ignore", "-q", str(default)], cwd=ROOT)
     assert done.returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("env", "unit"),
+    [
+        pytest.param({}, "auto", id="default"),
+        pytest.param({"GPU_UTIL_UNIT": "ratio"}, "ratio", id="current"),
+        pytest.param({"GPU_UTIL_SCALE": "ratio"}, "ratio", id="earlier-name"),
+        pytest.param({"GPU_UTIL_UNIT": "percent", "GPU_UTIL_SCALE": "ratio"}, "percent", id="current-wins"),
+    ],
+)
+def test_the_unit_of_the_device_gauge_comes_from_either_variable(env: dict[str, str], unit: str) -> None:
+    parser = argparse.ArgumentParser()
+    prometheus_options.add_prometheus_url(parser)
+    prometheus_options.add_prometheus_options(parser)
+    args = parser.parse_args([])
+    prometheus_options.from_environment(args, env)
+    assert args.gpu_util_unit == unit
