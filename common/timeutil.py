@@ -25,7 +25,10 @@ def parse_duration(text: str) -> timedelta:
         raise ValueError(f"invalid duration {text!r}: use a number and a unit such as 30s, 15m, 6h, 7d")
     if total <= 0:
         raise ValueError(f"invalid duration {text!r}: must be positive")
-    return timedelta(seconds=total)
+    try:
+        return timedelta(seconds=total)
+    except OverflowError:
+        raise ValueError(f"invalid duration {text!r}: longer than any date can hold") from None
 
 
 def format_duration(value: timedelta) -> str:
@@ -42,19 +45,32 @@ def format_duration(value: timedelta) -> str:
 
 
 def parse_time(text: str) -> datetime:
-    """Parse an RFC 3339 timestamp or unix seconds into an aware UTC datetime."""
+    """Parse an RFC 3339 timestamp or unix seconds into an aware UTC datetime.
+
+    Every way the text can be wrong raises ValueError, out-of-range values included (``inf``, ``1e20``,
+    ``0001-01-01T00:00:00+01:00``, which the datetime library reports as OverflowError or OSError): the
+    text often comes from an annotation a tenant wrote, and callers skip that one object on ValueError.
+    """
     cleaned = text.strip()
     try:
-        return datetime.fromtimestamp(float(cleaned), tz=UTC)
+        seconds = float(cleaned)
     except ValueError:
         pass
+    else:
+        try:
+            return datetime.fromtimestamp(seconds, tz=UTC)
+        except (ValueError, OverflowError, OSError):
+            raise ValueError(f"invalid time {text!r}: unix seconds out of range") from None
     try:
         parsed = datetime.fromisoformat(cleaned.replace("Z", "+00:00"))
     except ValueError as e:
         raise ValueError(f"invalid time {text!r}: use RFC 3339 (2026-01-01T00:00:00Z) or unix seconds") from e
     if parsed.tzinfo is None:
         raise ValueError(f"invalid time {text!r}: add a timezone, e.g. a trailing Z for UTC")
-    return parsed.astimezone(UTC)
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError:
+        raise ValueError(f"invalid time {text!r}: out of range once in UTC") from None
 
 
 def rfc3339(value: datetime) -> str:

@@ -7,9 +7,11 @@ what the chart and the packaging expect.
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
 
 import pytest
+import yaml
 
 from harness.chart import only, render
 
@@ -26,10 +28,69 @@ def _instructions(name: str) -> list[str]:
     return re.findall(rf"^{name}\s+(.+)$", DOCKERFILE, flags=re.MULTILINE)
 
 
-def test_base_image_is_a_pinned_slim_python_release() -> None:
-    (default,) = re.findall(r"^ARG PYTHON_IMAGE=(\S+)$", DOCKERFILE, flags=re.MULTILINE)
-    assert re.fullmatch(r"python:3\.1[1-9]\.\d+-slim-[a-z]+(@sha256:[0-9a-f]{64})?", default)
-    assert all(line.split()[0] == "${PYTHON_IMAGE}" for line in _instructions("FROM"))
+def test_base_image_is_a_slim_python_release_pinned_by_digest() -> None:
+    # A tag can be re-pushed; a digest names one image. Both stages use the same one (Dependabot
+    # updates FROM lines, not build arguments).
+    images = {line.split()[0] for line in _instructions("FROM")}
+    assert len(images) == 1
+    assert re.fullmatch(r"python:3\.1[1-9]\.\d+-slim-[a-z]+@sha256:[0-9a-f]{64}", images.pop())
+
+
+def _locked(path: Path) -> dict[str, list[str]]:
+    """Requirement → its hashes, from a lock written by scripts/lock.sh."""
+    pins: dict[str, list[str]] = {}
+    name = ""
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if re.match(r"^[A-Za-z0-9]", line):
+            name = re.split(r"[=;\s]", line, maxsplit=1)[0].lower()
+            assert "==" in line, f"{path.name}: {name} is not pinned to one version"
+            pins.setdefault(name, [])
+        elif line.strip().startswith("--hash=sha256:"):
+            pins[name].append(line.strip())
+    return pins
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _requirement_name(spec: str) -> str:
+    return _normal(re.split(r"[<>=!~;\[ ]", spec, maxsplit=1)[0])
+
+
+def test_every_package_the_image_installs_is_pinned_with_hashes() -> None:
+    for lock in ("image.txt", "build.txt"):
+        pins = _locked(ROOT / "requirements" / lock)
+        assert pins and all(pins.values()), f"requirements/{lock}: a requirement without a hash"
+    assert re.search(
+        r"pip install --require-hashes --only-binary :all: -r requirements/image\.txt", DOCKERFILE
+    )
+    assert re.search(r"pip install --require-hashes -r requirements/build\.txt", DOCKERFILE)
+    # The project itself is installed from the locked environment: nothing else is fetched.
+    assert re.search(r"pip install --no-deps --no-build-isolation \.", DOCKERFILE)
+
+
+def test_the_locks_cover_what_pyproject_declares() -> None:
+    """A dependency added to pyproject.toml without re-running scripts/lock.sh fails here, not in an
+    image build."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    declared = {
+        _normal(re.split(r"[<>=!~;\[ ]", d, maxsplit=1)[0]) for d in project["project"]["dependencies"]
+    }
+    build = {_normal(re.split(r"[<>=!~;\[ ]", d, maxsplit=1)[0]) for d in project["build-system"]["requires"]}
+    assert declared <= {_normal(n) for n in _locked(ROOT / "requirements" / "image.txt")}
+    assert build <= {_normal(n) for n in _locked(ROOT / "requirements" / "build.txt")}
+
+
+def test_dependabot_keeps_the_locks_and_the_base_image_current() -> None:
+    config = yaml.safe_load((ROOT / ".github" / "dependabot.yml").read_text(encoding="utf-8"))
+    ecosystems = {(u["package-ecosystem"], u["directory"]) for u in config["updates"]}
+    assert {("pip", "/requirements"), ("docker", "/")} <= ecosystems
+
+
+def test_the_build_script_publishes_an_sbom_and_provenance_with_the_image() -> None:
+    script = (ROOT / "scripts" / "build-image.sh").read_text(encoding="utf-8")
+    assert re.search(r"docker buildx build --sbom=true --provenance=mode=max .*--push", script)
 
 
 def test_final_stage_runs_as_a_numeric_non_root_user() -> None:
