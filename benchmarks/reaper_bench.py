@@ -107,7 +107,8 @@ def fleet(deployments: int, nodes: int, cpu_nodes: int) -> list[dict[str, Any]]:
         replicas = rng.randint(1, 4)
         created = NOW - timedelta(days=rng.randint(1, 90))
         labels = {"app": name, "tier": rng.choice(["inference", "batch"])}
-        template = {"metadata": {"labels": labels}, "spec": {"containers": [{"name": "server"}]}}
+        server = {"name": "server", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+        template = {"metadata": {"labels": labels}, "spec": {"containers": [server]}}
         spec = {"replicas": replicas, "selector": {"matchLabels": {"app": name}}, "template": template}
         deployment = manifest("Deployment", name, ns, labels=labels, created=created, spec=spec)
         rs_name = f"{name}-7d9f8b6c5"

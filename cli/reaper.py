@@ -90,7 +90,11 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     mode.add_argument("--dry-run", action="store_true", help="never make changes, whatever the policy says")
     conventions.add_end_option(p_run, "analyse and plan as of this time")
-    conventions.add_namespace_option(p_run, "act only on workloads in this namespace (nodes are left alone)")
+    conventions.add_namespace_option(
+        p_run,
+        "act only on workloads in this namespace, reading the cluster in it alone rather than "
+        "cluster-wide (what a reaper granted Roles in these namespaces only may do; nodes are left alone)",
+    )
     p_run.add_argument(
         "--cluster",
         type=conventions.cluster_arg,
@@ -146,6 +150,13 @@ def _build_parser() -> argparse.ArgumentParser:
     psub = p_policy.add_subparsers(dest="policy_command", required=True, metavar="COMMAND")
     p_check = conventions.add_command(psub, "check", "validate a policy file and explain what it does")
     p_check.add_argument("file", type=Path)
+    p_check.add_argument(
+        "--run-interval",
+        type=conventions.duration_arg,
+        default=timedelta(hours=1),
+        metavar="DURATION",
+        help="how often the CronJob runs (default 1h, as run's): the window must cover it",
+    )
     conventions.add_command(psub, "schema", "print the policy's JSON Schema")
 
     p_demo = conventions.add_command(
@@ -239,6 +250,21 @@ def _cluster(args: argparse.Namespace, policy: Policy) -> str | None:
     return str(cluster)
 
 
+def _check_windows(args: argparse.Namespace, policy: Policy) -> None:
+    """``--window`` is checked as the policy's window is; either must cover the time between runs
+    where the run analyses (a findings file holds one window, whatever the runs' interval)."""
+    from common.durations import MIN_ANALYSIS_WINDOW, format_setting
+
+    if args.window and args.window < MIN_ANALYSIS_WINDOW:
+        raise BadInputError(
+            f"--window {format_setting(args.window)} is shorter than the analyzer judges "
+            f"({format_setting(MIN_ANALYSIS_WINDOW)} at least)"
+        )
+    gap = policy.gap_between_runs(args.run_interval) if args.findings is None else None
+    if gap:
+        raise BadInputError(f"{'--window' if args.window else args.policy}: {gap} (--run-interval)")
+
+
 class _RunInputs(NamedTuple):  # not a dataclass: see cli.prometheus_options._Option
     settings: RunSettings
     kube: KubeSettings
@@ -249,7 +275,7 @@ def _run_inputs(args: argparse.Namespace) -> _RunInputs:
 
     policy = load_policy(args.policy)
     if args.window:
-        policy = policy.model_copy(update={"window": args.window})
+        policy = policy.model_copy(update={"window": args.window})  # checked by _check_windows
     mode = RunMode.APPLY if args.apply else RunMode.DRY_RUN if args.dry_run else policy.mode
     namespace = _reaper_namespace(args, policy)
     if namespace != policy.reaper_namespace:
@@ -264,6 +290,7 @@ def _run_inputs(args: argparse.Namespace) -> _RunInputs:
         # A findings file holds one window: there is no history to replay.
         run_interval=None if args.findings is not None else args.run_interval,
         cluster=_cluster(args, policy),
+        namespaces=tuple(dict.fromkeys(args.namespaces or ())),
     )
     kube = KubeSettings(kubeconfig=args.kubeconfig, context=args.context, timeout_seconds=args.api_timeout)
     return _RunInputs(settings, kube)
@@ -302,6 +329,7 @@ def _run(args: argparse.Namespace, inputs: _RunInputs, out: TextIO) -> int:
     )
 
     settings = inputs.settings
+    _check_windows(args, settings.policy)
     namespaces = tuple(args.namespaces or ())
     for path, flag in ((args.report, "--report"), (args.metrics_file, "--metrics-file")):
         if path is not None:
@@ -313,12 +341,14 @@ def _run(args: argparse.Namespace, inputs: _RunInputs, out: TextIO) -> int:
         config = prometheus_options.prometheus_config(args)
         source = prometheus_source(
             config,
-            util_scale=args.util_scale,
+            gpu_util_unit=args.gpu_util_unit,
             namespaces=namespaces,
             cluster=settings.cluster,
             cluster_label=args.cluster_label,
         )
-        metrics = prometheus_metrics(config, util_scale=args.util_scale, cluster_label=args.cluster_label)
+        metrics = prometheus_metrics(
+            config, gpu_util_unit=args.gpu_util_unit, cluster_label=args.cluster_label
+        )
     credentials = load_credentials()
     notifier = SlackNotifier(credentials, api_url=settings.policy.slack.api_url) if credentials else None
     # The kubeconfig is read now, before an analysis that can take minutes: a typo fails at once.
@@ -435,6 +465,19 @@ def _write_metrics(path: Path, text: str) -> None:
 
 
 def _cmd_restore(args: argparse.Namespace, out: TextIO) -> int:
+    """One restore; like a run, it ends with its summary line on stdout, whatever stopped it."""
+    mode = "dry-run" if args.dry_run else "apply"
+    try:
+        return _restore(args, out)
+    except GpuToolError as e:
+        code = conventions.fail(PROG, e)
+        print(
+            f"{PROG}: restore mode={mode} error={_STOPPED.get(e.exit_code, 'failed')}", file=out, flush=True
+        )
+        return code
+
+
+def _restore(args: argparse.Namespace, out: TextIO) -> int:
     from reaper import (
         EXIT_ACTION_FAILED,
         EXIT_OK,
@@ -477,8 +520,10 @@ def _cmd_restore(args: argparse.Namespace, out: TextIO) -> int:
         print(f"{r.outcome.value:8} {r.target}: {r.detail}", file=out)
     failed = sum(1 for r in results if r.outcome is Outcome.FAILED)
     restored = sum(1 for r in results if r.outcome in (Outcome.APPLIED, Outcome.DRY_RUN))
+    # A dry-run restored nothing: it says what it would restore.
+    done = "restored" if mode.writes else "would_restore"
     print(
-        f"{PROG}: restore mode={mode.value} restored={restored} "
+        f"{PROG}: restore mode={mode.value} {done}={restored} "
         f"unchanged={len(results) - restored - failed} failed={failed}",
         file=out,
     )
@@ -489,9 +534,8 @@ def _check_restore_target(client: KubeClient, executor: Executor, args: argparse
     """A namespace, workload or node that does not exist is bad input (exit 2) in all three forms,
     not an empty success or a failed action: the name was probably mistyped."""
     if args.all:
-        missing = set(args.namespaces or ()) - {
-            str((ns.get("metadata") or {}).get("name")) for ns in client.list_objects("Namespace")
-        }
+        # One by one: a reaper granted Roles in these namespaces only may read each, not list all.
+        missing = [ns for ns in args.namespaces or () if not _namespace_exists(client, ns)]
         if missing:
             raise BadInputError(f"namespace {', '.join(sorted(missing))} does not exist")
     elif args.node:
@@ -501,6 +545,17 @@ def _check_restore_target(client: KubeClient, executor: Executor, args: argparse
         ns, name = args.target.split("/")
         if not executor.objects_named(ns, name):
             raise BadInputError(f"{ns}/{name} does not exist (no kind gpu-reaper stops has that name)")
+
+
+def _namespace_exists(client: KubeClient, name: str) -> bool:
+    """Whether the namespace exists; one the reaper may not read is taken to (the restore finds
+    nothing there to bring back if it does not)."""
+    from reaper import ForbiddenError
+
+    try:
+        return client.get_optional("Namespace", None, name) is not None
+    except ForbiddenError:
+        return True
 
 
 # --- policy ----------------------------------------------------------------------------------------
@@ -515,6 +570,9 @@ def _cmd_policy(args: argparse.Namespace, out: TextIO) -> int:
         print(json.dumps(json_schema(), indent=2, sort_keys=True), file=out)
         return EXIT_OK
     policy = load_policy(args.file)
+    gap = policy.gap_between_runs(args.run_interval)
+    if gap:
+        raise BadInputError(f"{args.file}: {gap} (--run-interval)")
     print(f"{args.file}: valid", file=out)
     print(explain(policy), file=out)
     return EXIT_OK

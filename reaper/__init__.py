@@ -23,6 +23,7 @@ _SURFACE = {
     "EXIT_ACTION_FAILED": "reaper.runner",
     "EXIT_OK": "reaper.runner",
     "Executor": "reaper.executor",
+    "ForbiddenError": "reaper.adapter_errors",
     "KubeClient": "reaper.kube",
     "KubeError": "reaper.adapter_errors",
     "KubeSettings": "reaper.kube",
@@ -57,6 +58,7 @@ __all__ = [
     "EXIT_ACTION_FAILED",
     "EXIT_OK",
     "Executor",
+    "ForbiddenError",
     "KubeClient",
     "KubeError",
     "KubeSettings",
@@ -87,7 +89,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # what type checkers and editors see
-    from reaper.adapter_errors import KubeError, LeaseHeldError, PushgatewayError
+    from reaper.adapter_errors import ForbiddenError, KubeError, LeaseHeldError, PushgatewayError
     from reaper.analysis import (
         file_source,
         metrics_source,

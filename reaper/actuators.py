@@ -185,13 +185,40 @@ class ScaleSubresource(ScaleToZero):
     """
 
 
+class RecordedScale(ScaleToZero):
+    """Deployment, StatefulSet, ReplicaSet: spec.replicas to 0 through their ``/scale`` subresource
+    only, the original count and the reaper's marks kept in its own ConfigMap (reaper.state_store),
+    never on the object: the reaper needs no ``patch`` on these kinds, which would let whoever holds
+    its token rewrite their pod templates.
+
+    Releases before this one wrote the marks as annotations (``marker``): an object carrying them at
+    0 replicas is still restored from them (reaper.restore).
+    """
+
+    def stop(self, w: Workload, now: str) -> Change:
+        replicas = w.replicas if w.replicas is not None else 1
+        return Change({"replicas": 0}, {}, f"from {replicas} to 0 replicas", before={"replicas": replicas})
+
+    def restore_to(self, w: Workload, original: int) -> Change:
+        """Back to ``original`` replicas; someone who scaled it up meanwhile keeps their number."""
+        replicas = w.replicas or original
+        before = {"replicas": w.replicas or 0}
+        return Change({"replicas": replicas}, {}, f"{replicas} replicas", before=before)
+
+    def legacy_marked(self, w: Workload) -> bool:
+        """Stopped by an earlier release (its annotation), and still at 0: once the object runs again,
+        whatever brought it back settled that stop, and a leftover annotation means nothing."""
+        return self.marker in w.annotations and w.replicas == 0
+
+
 SCALE_SUBRESOURCE = ScaleSubresource()
+RECORDED_SCALE = RecordedScale()
 _SCALE = ScaleToZero()
 _SUSPEND = Suspend()
 ACTUATORS: Mapping[str, Actuator] = {
-    "Deployment": _SCALE,
-    "StatefulSet": _SCALE,
-    "ReplicaSet": _SCALE,  # reached only when it has no controller of its own
+    "Deployment": RECORDED_SCALE,
+    "StatefulSet": RECORDED_SCALE,
+    "ReplicaSet": RECORDED_SCALE,  # reached only when it has no controller of its own
     "LeaderWorkerSet": _SCALE,
     "Rollout": _SCALE,
     # Kubeflow's notebook controller scales the StatefulSet to 0 while the annotation is set.

@@ -9,8 +9,11 @@ reaper module imports the analyzer (an import-linter contract in pyproject.toml)
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+import json
+from collections.abc import Collection, Iterator, Sequence
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from markupsafe import Markup
 
@@ -18,6 +21,7 @@ from analyzer import CLUSTER_LABEL, MetricsSource, PrometheusConfig, analyze, sc
 from common.errors import BadInputError
 from common.model import FindingsReport, InvalidFindingsError, TimeWindow
 from common.thresholds import Thresholds
+from common.timeutil import parse_time
 from reaper.runner import FindingsSource
 
 __all__ = [
@@ -32,7 +36,7 @@ __all__ = [
 
 def prometheus_source(
     config: PrometheusConfig,
-    util_scale: str = "auto",
+    gpu_util_unit: str = "auto",
     namespaces: Collection[str] = (),
     cluster: str | None = None,
     cluster_label: str = CLUSTER_LABEL,
@@ -40,14 +44,14 @@ def prometheus_source(
     """The analyzer over Prometheus; ``config`` comes from the same options ``gpu-analyzer`` takes.
 
     With a ``cluster``, only that cluster's series (by ``cluster_label``) are analysed: every query
-    carries the label's value. A source whose series name no cluster (the cluster's own Prometheus)
-    is analysed whole; one that holds others but not this one is refused by the analyzer (bad input,
-    naming the clusters it holds)."""
+    carries the label's value. A source whose series do not name it (other clusters', or none at
+    all: a Prometheus of one cluster needs no cluster configured) is refused by the analyzer (bad
+    input, naming the clusters it holds)."""
     from analyzer import PrometheusSource
 
     def run(window: TimeWindow, thresholds: Thresholds) -> FindingsReport:
-        source = PrometheusSource(config, util_scale=util_scale, cluster_label=cluster_label)
-        clusters = _only(cluster, source, window, thresholds)
+        source = PrometheusSource(config, gpu_util_unit=gpu_util_unit, cluster_label=cluster_label)
+        clusters = _only(cluster)
         return analyze(source, window, thresholds, now=window.end, namespaces=namespaces, clusters=clusters)
 
     return run
@@ -59,21 +63,18 @@ def metrics_source(
     """The analyzer over any metrics source: the demo hands its simulated fleet in here."""
 
     def run(window: TimeWindow, thresholds: Thresholds) -> FindingsReport:
-        clusters = _only(cluster, source, window, thresholds)
+        clusters = _only(cluster)
         return analyze(source, window, thresholds, now=window.end, namespaces=namespaces, clusters=clusters)
 
     return run
 
 
-def _only(
-    cluster: str | None, source: MetricsSource, window: TimeWindow, thresholds: Thresholds
-) -> tuple[str, ...]:
-    """The analysis restricted to the reaper's cluster, when one is configured (reaper.clusters)
-    and the source's series name clusters at all; their findings then carry no cluster, and are
-    the reaper's. Asking costs nothing more: the analysis reuses what the source found."""
-    if cluster is None or not source.clusters(window, thresholds):
-        return ()
-    return (cluster,)
+def _only(cluster: str | None) -> tuple[str, ...]:
+    """The analysis restricted to the reaper's cluster, when one is configured (reaper.clusters): a
+    name the source's series do not carry, whether they name other clusters or none, is refused by
+    the analyzer (bad input naming the clusters there are), as ``gpu-analyzer analyze --cluster``
+    refuses it: a mistyped name never acts on a whole Prometheus."""
+    return () if cluster is None else (cluster,)
 
 
 def file_source(path: Path, namespaces: Collection[str] = ()) -> FindingsSource:
@@ -88,8 +89,13 @@ def file_source(path: Path, namespaces: Collection[str] = ()) -> FindingsSource:
         raise BadInputError(f"cannot read findings file {path}: {e.strerror or e}") from e
     try:
         found = scope_report(FindingsReport.from_json(text), namespaces)
+        if namespaces:
+            # The file counts the GPUs of its whole analysis, not of the scope applied now.
+            found = found.model_copy(update={"gpus_judged": None})
     except InvalidFindingsError as e:  # the right document, with a field that is wrong: name it
         raise BadInputError(f"{path}: {e}") from e
+    except OverflowError as e:  # a time that parses but falls outside the calendar once in UTC
+        raise BadInputError(f"{path}: {out_of_range(text) or 'a time out of range'}") from e
     except (ValueError, TypeError) as e:  # JSON and pydantic errors derive from ValueError
         raise BadInputError(
             f"{path}: not a findings document from `gpu-analyzer analyze --format json`: {e}"
@@ -102,13 +108,43 @@ def file_source(path: Path, namespaces: Collection[str] = ()) -> FindingsSource:
     return run
 
 
+def out_of_range(text: str) -> str | None:
+    """Where a findings document holds a time that reads as a date but not as a UTC one (before year
+    1 or after 9999 once its offset is applied), as ``window.start '0001-01-01T00:00:00+01:00' …``."""
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return None
+    for where, value in _strings(doc, ""):
+        try:
+            datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            continue  # not a time at all: the model names it if it is wrong
+        try:
+            parse_time(value)
+        except ValueError as e:
+            return f"{where}: {e}"
+    return None
+
+
+def _strings(doc: Any, where: str) -> Iterator[tuple[str, str]]:
+    if isinstance(doc, str):
+        yield where, doc
+    elif isinstance(doc, dict):
+        for key, value in doc.items():
+            yield from _strings(value, f"{where}.{key}" if where else str(key))
+    elif isinstance(doc, list):
+        for i, value in enumerate(doc):
+            yield from _strings(value, f"{where}[{i}]")
+
+
 def prometheus_metrics(
-    config: PrometheusConfig, util_scale: str = "auto", cluster_label: str = CLUSTER_LABEL
+    config: PrometheusConfig, gpu_util_unit: str = "auto", cluster_label: str = CLUSTER_LABEL
 ) -> MetricsSource:
     """Prometheus as a metrics source, for the report's plots of a ``gpu-reaper run``."""
     from analyzer import PrometheusSource
 
-    return PrometheusSource(config, util_scale=util_scale, cluster_label=cluster_label)
+    return PrometheusSource(config, gpu_util_unit=gpu_util_unit, cluster_label=cluster_label)
 
 
 def write_html_report(
@@ -130,7 +166,7 @@ def write_html_report(
     from analyzer import analyze_in_detail, offender_series, render_html
 
     if source is not None:
-        clusters = _only(cluster, source, found.window, thresholds)
+        clusters = _only(cluster)
         result = analyze_in_detail(source, found.window, thresholds, now=found.window.end, clusters=clusters)
         offenders = offender_series(source, result, top=6, thresholds=thresholds)
         html = render_html(

@@ -7,7 +7,7 @@ through :func:`read_snapshot`, so the planner sees the same shape either way.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import MappingProxyType
@@ -21,7 +21,7 @@ from reaper.discovery import ScaleDiscovery
 from reaper.kinds import KINDS, WORKLOAD_KINDS, KindInfo, kind_of
 from reaper.kube_api import KubeApi
 from reaper.policy.schema import DEFAULT_GPU_NODE_SELECTOR, LabelSelector
-from reaper.state import ReaperState
+from reaper.state import ReaperState, StopRecord, stop_key
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +82,9 @@ class Workload:
     suspended: bool = False  # spec.suspend
     owner: OwnerRef | None = None  # the controller, when one owns it
     template_annotations: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    # The GPU resources its pod templates request (nvidia.com/gpu, nvidia.com/mig-…), wherever the
+    # kind keeps them: empty when it asks for none, and then a finding about it is not trusted.
+    gpu_resources: frozenset[str] = frozenset()
     rollout: Rollout | None = None  # None until a controller reports (status.observedGeneration)
     last_progress: datetime | None = None  # the Progressing condition's lastUpdateTime
 
@@ -96,6 +99,12 @@ class Workload:
     def restarted_at(self) -> datetime | None:
         """``kubectl rollout restart`` stamps the pod template with this annotation."""
         return _time(self.template_annotations.get(names.RESTARTED_AT))
+
+    @property
+    def unreadable_restart(self) -> str | None:
+        """The pod template's ``restartedAt`` when it is there but no time can be read from it."""
+        value = self.template_annotations.get(names.RESTARTED_AT)
+        return value if value is not None and self.restarted_at is None else None
 
     @property
     def grace_start(self) -> datetime | None:
@@ -150,6 +159,18 @@ class ClusterSnapshot:
     state: ReaperState = field(default_factory=ReaperState)
 
     by_uid: Mapping[str, Workload] = field(default_factory=dict)
+    # The workload kinds whose list answered: an owner of one of these that is not in the snapshot
+    # is not in the namespace (or nowhere), rather than unreadable.
+    listed_kinds: frozenset[str] = frozenset()
+    # When the reaper last restored what, by the record's keys (reaper.state.stop_key).
+    restores: Mapping[str, datetime] = field(default_factory=dict)
+
+    def restored_at(self, w: Workload) -> datetime | None:
+        """When the reaper last restored ``w``, as its record of stops says (None: not recently)."""
+        info = KINDS.get(w.kind)
+        if info is None:
+            return None
+        return self.restores.get(stop_key(info.group, info.api_kind, w.namespace, w.name))
 
     def workload(self, ref: WorkloadRef) -> Workload | None:
         return self.workloads.get(ref.key())
@@ -157,17 +178,20 @@ class ClusterSnapshot:
     def controllers(self, workload: Workload) -> tuple[tuple[Workload, ...], OwnerRef | None]:
         """The listed controllers above ``workload``, nearest first, and the first one that is not listed.
 
-        The chain follows ownerReferences with ``controller: true`` by uid. An owner that is not in
-        the snapshot (a kind the reaper does not list, or not installed) ends the chain as a bare
-        reference: the reaper knows who controls the object, not how to stop it. The one hop through
-        an object the reaper does not read: a LeaderWorkerSet's worker StatefulSets are owned by their
-        group's leader Pod, and carry the LeaderWorkerSet's name in a label.
+        The chain follows ownerReferences with ``controller: true`` by uid, within the object's own
+        namespace: Kubernetes never follows an owner across namespaces, so a reference whose uid is
+        another namespace's object (forged by whoever can edit the child) names no owner here. An
+        owner that is not in the snapshot (a kind the reaper does not list, or not installed, or
+        absent from the namespace) ends the chain as a bare reference: the reaper knows who controls
+        the object, not how to stop it. The one hop through an object the reaper does not read: a
+        LeaderWorkerSet's worker StatefulSets are owned by their group's leader Pod, and carry the
+        LeaderWorkerSet's name in a label.
         """
         chain: list[Workload] = []
         seen = {workload.uid}
         current = workload
         while current.owner is not None:
-            owner = self.by_uid.get(current.owner.uid) if current.owner.uid else None
+            owner = self._owner(current)
             if owner is None and current.owner.kind == "Pod":
                 lws = current.labels.get(names.LWS_NAME_LABEL)
                 owner = (
@@ -181,6 +205,17 @@ class ClusterSnapshot:
             seen.add(owner.uid)
             current = owner
         return tuple(chain), None
+
+    def _owner(self, child: Workload) -> Workload | None:
+        """The object ``child``'s controller reference names: same uid, kind, name and namespace."""
+        ref = child.owner
+        if ref is None or not ref.uid:
+            return None
+        owner = self.by_uid.get(ref.uid)
+        named = (child.namespace, ref.kind, ref.name)
+        if owner is None or (owner.namespace, owner.kind, owner.name) != named:
+            return None
+        return owner
 
     def autoscalers_for(self, ref: WorkloadRef) -> tuple[Autoscaler, ...]:
         return self.autoscalers.get(ref.key(), ())
@@ -258,7 +293,10 @@ def _rollout(
     observed = status.get("observedGeneration")
     if isinstance(observed, str):
         # Argo Rollouts writes it as a string; older releases wrote a hash, which says nothing here.
-        observed = int(observed) if observed.isdigit() else generation
+        try:
+            observed = int(observed) if observed.isdigit() else generation
+        except ValueError:  # "²" is a digit int() refuses; 5,000 digits are more than it reads
+            observed = generation
     return Rollout(
         generation=generation,
         observed_generation=_int(observed),
@@ -302,9 +340,73 @@ def workload_from_object(kind: str, obj: Mapping[str, Any]) -> Workload:
         suspended=spec.get("suspend") is True,
         owner=_controller(meta),
         template_annotations=_strings(template.get("annotations")),
+        gpu_resources=gpu_resources(spec),
         rollout=_rollout(kind, meta, spec, status) if kind in REPLICATED_KINDS else None,
         last_progress=_last_progress(status),
     )
+
+
+_RESOURCE_LISTS = ("limits", "requests")
+
+
+def gpu_resources(spec: Mapping[str, Any], depth: int = 12) -> frozenset[str]:
+    """The GPU resources requested anywhere in an object's spec, with a quantity above zero.
+
+    A kind with one pod template (``spec.template``: Deployment, StatefulSet, Job, Notebook…) asks
+    through its containers, init containers and pod-level resources. Other kinds keep their pod specs
+    elsewhere (a RayCluster's ``workerGroupSpecs[].template``, a JobSet's
+    ``replicatedJobs[].template.spec.template``, a KServe predictor's ``model.resources``): there any
+    ``resources`` with ``limits`` or ``requests`` naming a GPU resource counts, at whatever depth
+    (bounded: a spec is never that deep).
+    """
+    pod = _mapping(_mapping(spec.get("template")).get("spec"))
+    if pod:  # the common case (Deployment, StatefulSet, Job, Notebook…): one pod template
+        return _pod_gpus(pod)
+    found: set[str] = set()
+    stack: list[tuple[Any, int]] = [(spec, 0)]
+    while stack:
+        node, level = stack.pop()
+        if isinstance(node, Mapping):
+            resources = node.get("resources")
+            if isinstance(resources, Mapping):
+                for key in _RESOURCE_LISTS:
+                    found.update(_gpus_in(resources.get(key)))
+            if level < depth:
+                stack.extend((v, level + 1) for v in node.values() if isinstance(v, Mapping | list))
+        elif isinstance(node, list) and level < depth:
+            stack.extend((v, level + 1) for v in node if isinstance(v, Mapping | list))
+    return frozenset(found)
+
+
+def _pod_gpus(pod: Mapping[str, Any]) -> frozenset[str]:
+    """The GPU resources a pod spec asks for: its containers', init containers' and its own."""
+    found: set[str] = set()
+    for key in ("containers", "initContainers"):
+        containers = pod.get(key)
+        for c in containers if isinstance(containers, list) else ():
+            resources = _mapping(c).get("resources") if isinstance(c, Mapping) else None
+            if isinstance(resources, Mapping):
+                for which in _RESOURCE_LISTS:
+                    found.update(_gpus_in(resources.get(which)))
+    own = pod.get("resources")  # pod-level resources (Kubernetes 1.32 onwards)
+    if isinstance(own, Mapping):
+        for which in _RESOURCE_LISTS:
+            found.update(_gpus_in(own.get(which)))
+    return frozenset(found)
+
+
+def _gpus_in(quantities: Any) -> Iterable[str]:
+    if not isinstance(quantities, Mapping):
+        return ()
+    return (
+        str(name)
+        for name, quantity in quantities.items()
+        if str(name).startswith(names.GPU_RESOURCE_PREFIXES) and str(quantity).strip() not in _NONE
+    )
+
+
+# Quantities that ask for nothing (the API server keeps GPU quantities whole: no "0.0", no "0m").
+_NONE = frozenset({"", "0", "0.0", "None", "null"})
 
 
 def _gpu_capacity(obj: Mapping[str, Any]) -> int:
@@ -371,6 +473,7 @@ def build_snapshot(
     hpas: Iterable[Mapping[str, Any]] = (),
     scaled_objects: Iterable[Mapping[str, Any]] = (),
     state: ReaperState | None = None,
+    record: StopRecord | None = None,
 ) -> ClusterSnapshot:
     """The snapshot from plain objects; ``workloads`` lists objects by kind (reaper.kinds names)."""
     by_key: dict[str, Workload] = {}
@@ -394,21 +497,27 @@ def build_snapshot(
         namespaces={n.name: n for n in ns_objs},
         autoscalers={k: tuple(v) for k, v in scalers.items()},
         state=state or ReaperState(),
+        listed_kinds=frozenset(listed),
+        restores=dict(record.restored) if record is not None else {},
     )
 
 
-def _list_workloads(reader: KubeApi, kind: KindInfo) -> list[dict[str, Any]]:
+Scope = tuple[str | None, ...]  # the namespaces to list in; (None,): cluster-wide
+
+
+def _list_workloads(reader: KubeApi, kind: KindInfo, scope: Scope) -> list[dict[str, Any]] | None:
+    """Every object of a workload kind in the scope; None where the reaper may not list them."""
     # From the watch cache: every write to a workload is conditional on the resourceVersion the plan
     # saw, so a stale copy costs a 409 and a quorum re-read, never a write on stale data.
     if not kind.custom:
-        return reader.list_objects(kind.name, cached=True)
+        return [o for ns in scope for o in reader.list_objects(kind.name, ns, cached=True)]
     try:
-        return reader.list_optional(kind.name, cached=True)
+        return [o for ns in scope for o in reader.list_optional(kind.name, ns, cached=True)]
     except ForbiddenError:
         # Not granted (the chart's rbac.controllers): the kind's children then have an owner the
         # reaper cannot see, and are skipped as controller_managed, never scaled behind its back.
         log.warning("not allowed to list %s: the workloads they control are left alone", kind.plural)
-        return []
+        return None
 
 
 def list_gpu_nodes(reader: KubeApi, selector: LabelSelector | None) -> list[dict[str, Any]]:
@@ -416,37 +525,73 @@ def list_gpu_nodes(reader: KubeApi, selector: LabelSelector | None) -> list[dict
 
     A cluster without the labels (no GPU feature discovery) answers the selector with nothing; its
     nodes are then told apart by the GPUs they report. Nodes are written only by a conditional
-    cordon, so the watch cache serves both lists.
+    cordon, so the watch cache serves both lists. Nodes the reaper may not list (an install scoped
+    to namespaces) are none: no node is cordoned, and nothing else needs them.
     """
-    if selector is not None:
-        labelled = reader.list_objects("Node", selector=selectors.query(selector), cached=True)
-        if labelled:
-            return labelled
-        log.info("no node matches %s: listing every node and keeping those with GPUs", selector.describe())
-    return [n for n in reader.list_objects("Node", cached=True) if _gpu_capacity(n) > 0]
+    try:
+        if selector is not None:
+            labelled = reader.list_objects("Node", selector=selectors.query(selector), cached=True)
+            if labelled:
+                return labelled
+            log.info(
+                "no node matches %s: listing every node and keeping those with GPUs", selector.describe()
+            )
+        return [n for n in reader.list_objects("Node", cached=True) if _gpu_capacity(n) > 0]
+    except ForbiddenError as e:
+        log.warning("not allowed to list nodes (%s): no node is cordoned this run", e)
+        return []
+
+
+def read_namespaces(reader: KubeApi, scope: Collection[str]) -> list[dict[str, Any]]:
+    """The Namespace objects: all of them, or (scoped) each of the scope's, read one by one.
+
+    What their annotations say (the opt-out ``gpu-reaper/exclude``, the owners' Slack channel) is
+    lost where the reaper may not read them: said once, and the run goes on without them.
+    """
+    try:
+        if not scope:
+            return reader.list_objects("Namespace")
+        return [ns for name in scope if (ns := reader.get_optional("Namespace", None, name)) is not None]
+    except ForbiddenError as e:
+        log.warning(
+            "not allowed to read namespaces (%s): their %s and %s annotations are not honoured this run",
+            e,
+            names.EXCLUDE,
+            names.SLACK_CHANNEL,
+        )
+        return []
 
 
 def read_snapshot(
     reader: KubeApi,
     reaper_namespace: str,
     gpu_node_selector: LabelSelector | None = DEFAULT_GPU_NODE_SELECTOR,
+    namespaces: Collection[str] = (),
 ) -> ClusterSnapshot:
     """One list per kind (custom kinds only where their API is served) and the confirmation state.
 
+    Scoped to ``namespaces`` (none: the whole cluster), every namespaced kind is listed in each of
+    them rather than cluster-wide, which a reaper granted Roles in those namespaces only may do.
     Namespaces and autoscalers are read consistently (no cache): they are never written, and an
     opt-out or a new autoscaler must not be missed because a cache lagged.
     """
     state_cm = reader.get_optional("ConfigMap", reaper_namespace, names.STATE_CONFIGMAP)
-    state_text = ((state_cm or {}).get("data") or {}).get(names.STATE_KEY)
-    listed = {k.name: _list_workloads(reader, k) for k in WORKLOAD_KINDS}
+    data = (state_cm or {}).get("data") or {}
+    scope: Scope = tuple(namespaces) or (None,)
+    listed: dict[str, list[dict[str, Any]]] = {}
+    for kind in WORKLOAD_KINDS:
+        objs = _list_workloads(reader, kind, scope)
+        if objs is not None:
+            listed[kind.name] = objs
     listed.update(scalable_owners(reader, listed))
     return build_snapshot(
         workloads=listed,
         nodes=list_gpu_nodes(reader, gpu_node_selector),
-        namespaces=reader.list_objects("Namespace"),
-        hpas=reader.list_objects("HorizontalPodAutoscaler"),
-        scaled_objects=reader.list_optional("ScaledObject"),
-        state=ReaperState.from_json(state_text),
+        namespaces=read_namespaces(reader, namespaces),
+        hpas=[o for ns in scope for o in reader.list_objects("HorizontalPodAutoscaler", ns)],
+        scaled_objects=[o for ns in scope for o in reader.list_optional("ScaledObject", ns)],
+        state=ReaperState.from_json(data.get(names.STATE_KEY)),
+        record=StopRecord.from_json(data.get(names.STOPPED_KEY)),
     )
 
 

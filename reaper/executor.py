@@ -137,8 +137,9 @@ class Executor:
     def save_state(self, state: ReaperState) -> None:
         self._store.save_state(state)
 
-    def prune_record(self) -> None:
-        self._store.prune()
+    def prune_record(self, keep_restores: timedelta) -> None:
+        """Forget what is no longer stopped, and the restores whose grace (``keep_restores``) is over."""
+        self._store.prune(keep_restores)
 
     # --- restore -----------------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from common.errors import DataUnavailableError
+from common.errors import BadInputError, DataUnavailableError
 from common.model import FindingsReport, TimeWindow
 from common.thresholds import Thresholds
 from reaper.cluster import ClusterSnapshot
@@ -71,11 +71,17 @@ def replay(
     state = ReaperState()
     unavailable: list[datetime] = []
     for at in times:
+        window = TimeWindow.ending(at, policy.window)
         try:
-            found = findings(TimeWindow.ending(at, policy.window), policy.thresholds)
+            found = findings(window, policy.thresholds)
         except DataUnavailableError as e:
             log.info("replaying the run at %s: metrics unavailable (%s); it confirms nothing", at, e)
             unavailable.append(at)
             continue
+        except BadInputError as e:
+            # This run's own window was analysed with the same inputs: what an earlier one refuses
+            # is of its time (a namespace or cluster that held no GPU yet). It found nothing then.
+            log.info("replaying the run at %s: %s; it found nothing", at, e)
+            found = FindingsReport(window=window, generated_at=at)
         state = plan(found, replace(snapshot, state=state), policy, at).next_state
     return Replay(times=times, unavailable=tuple(unavailable), state=state)

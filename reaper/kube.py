@@ -22,12 +22,14 @@ from typing import Any
 from urllib.parse import urlencode
 
 import urllib3
+import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from common.errors import BadInputError
+from common.redaction import redact
 from reaper import names
 from reaper.adapter_errors import ExpiredError, KubeError, KubeUnavailableError, NotFoundError, kube_error_for
 from reaper.kinds import KINDS
@@ -35,6 +37,8 @@ from reaper.kinds import KINDS
 log = logging.getLogger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
+KUBECONFIG_ENV = "KUBECONFIG"
+DEFAULT_KUBECONFIG = "~/.kube/config"
 
 # Writes name the reaper as their field manager: managedFields then show who set spec.replicas to 0.
 _MANAGER: list[tuple[str, Any]] = [("fieldManager", names.FIELD_MANAGER)]
@@ -52,15 +56,10 @@ def load_api_client(settings: KubeSettings) -> k8s.ApiClient:
     """In-cluster configuration when running in a pod, else the kubeconfig (--kubeconfig, --context)."""
     configuration = k8s.Configuration()
     explicit = settings.kubeconfig is not None or settings.context is not None
-    if settings.kubeconfig is not None:
-        # The client's own words for a missing file ("No configuration found") do not say which.
-        path = Path(settings.kubeconfig).expanduser()
-        if not path.exists():
-            raise BadInputError(f"--kubeconfig {settings.kubeconfig}: the file does not exist")
-        if not path.is_file():
-            raise BadInputError(f"--kubeconfig {settings.kubeconfig}: not a file")
+    in_cluster = not explicit and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+    where = "in-cluster configuration" if in_cluster else _check_kubeconfig(settings.kubeconfig)
     try:
-        if not explicit and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        if in_cluster:
             k8s_config.load_incluster_config(client_configuration=configuration)
         else:
             k8s_config.load_kube_config(
@@ -70,8 +69,63 @@ def load_api_client(settings: KubeSettings) -> k8s.ApiClient:
                 persist_config=False,
             )
     except (ConfigException, OSError) as e:
-        raise BadInputError(f"no usable Kubernetes configuration: {e}") from e
+        raise BadInputError(f"{where}: no usable Kubernetes configuration: {_one_line(e)}") from e
+    except (yaml.YAMLError, TypeError, AttributeError, KeyError, ValueError) as e:
+        # The client reads the file's structure without checking it: a list where a mapping belongs.
+        raise BadInputError(f"{where}: not a usable kubeconfig ({type(e).__name__}: {_one_line(e)})") from e
     return k8s.ApiClient(configuration=configuration)
+
+
+def _check_kubeconfig(flag: str | None) -> str:
+    """Which kubeconfig a run reads, as a person would name it, once its files exist and parse as
+    YAML mappings: the client's own words for a missing file ("No configuration found") or a YAML
+    error (a traceback) name neither the file nor the setting it came from."""
+    if flag is not None:
+        where, paths = f"--kubeconfig {flag}", [Path(flag).expanduser()]
+    elif os.environ.get(KUBECONFIG_ENV, "").strip(os.pathsep):
+        value = os.environ[KUBECONFIG_ENV]
+        where = f"${KUBECONFIG_ENV} {value}"
+        paths = [Path(p).expanduser() for p in value.split(os.pathsep) if p]
+    else:
+        where, paths = DEFAULT_KUBECONFIG, [Path(DEFAULT_KUBECONFIG).expanduser()]
+    existing = [p for p in paths if p.exists()]
+    if not existing:
+        if where == DEFAULT_KUBECONFIG:
+            raise BadInputError(
+                f"no Kubernetes configuration: not running in a pod, and no --kubeconfig, no "
+                f"${KUBECONFIG_ENV}, no {DEFAULT_KUBECONFIG}"
+            )
+        missing = "the file does not exist" if len(paths) == 1 else "none of its files exists"
+        raise BadInputError(f"{where}: {missing}")
+    for path in existing:
+        # Of several files ($KUBECONFIG=a:b), the one at fault is named too.
+        at = f"{where}: {path}" if len(paths) > 1 else where
+        if not path.is_file():
+            raise BadInputError(f"{at}: not a file")
+        try:
+            doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except OSError as e:
+            raise BadInputError(f"{at}: cannot read it ({e.strerror or e})") from e
+        except yaml.YAMLError as e:
+            raise BadInputError(f"{at}: not valid YAML ({_yaml_problem(e)})") from e
+        if doc is not None and not isinstance(doc, dict):
+            raise BadInputError(
+                f"{at}: not a kubeconfig (a mapping of clusters, contexts and users) but a YAML "
+                f"{type(doc).__name__}"
+            )
+    return where
+
+
+def _yaml_problem(e: yaml.YAMLError) -> str:
+    """A YAML error in one line, where it is and what: PyYAML's own text spans several."""
+    mark = getattr(e, "problem_mark", None)
+    problem = getattr(e, "problem", None) or str(e)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return f"{where}{_one_line(problem)}"
+
+
+def _one_line(e: object) -> str:
+    return " ".join(str(e).split())
 
 
 def _log_request(what: str, query: list[tuple[str, Any]] | None, outcome: str, started: float) -> None:
@@ -245,4 +299,5 @@ def _status_message(data: bytes | None) -> tuple[str, str]:
         return "", ""
     if not isinstance(doc, dict):
         return "", ""
-    return str(doc.get("message") or ""), str(doc.get("reason") or "")
+    # A proxy in front of the API server may echo the request, its token with it.
+    return redact(str(doc.get("message") or "")), str(doc.get("reason") or "")

@@ -31,8 +31,9 @@ def _expiry(spec: Mapping[str, Any]) -> datetime | None:
         return None
     try:
         return parse_time(str(renew)) + timedelta(seconds=int(spec.get("leaseDurationSeconds") or 0))
-    except ValueError:
-        return None  # unreadable: treat as expired rather than wedge every future run
+    except (ValueError, OverflowError):
+        # Unreadable, or past the end of the calendar: treat as expired rather than wedge every run.
+        return None
 
 
 class RunLease:

@@ -100,12 +100,18 @@ def _sections(lines: Sequence[str]) -> list[dict[str, Any]]:
     for line in lines:
         line = line[:_MAX_TEXT]
         if chunk and len(chunk) + 1 + len(line) > _MAX_TEXT:
-            blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": chunk}})
+            blocks.append({"type": "section", "text": _mrkdwn(chunk)})
             chunk = ""
         chunk = f"{chunk}\n{line}" if chunk else line
     if chunk:
-        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": chunk}})
+        blocks.append({"type": "section", "text": _mrkdwn(chunk)})
     return blocks
+
+
+def _mrkdwn(text: str) -> dict[str, Any]:
+    """A mrkdwn text object Slack takes as written: no channel name, mention or URL linked of its
+    own accord (workload names and reasons come from tenants' objects; ``escape`` covers the rest)."""
+    return {"type": "mrkdwn", "text": text, "verbatim": True}
 
 
 def _opt_out_command(ref: WorkloadRef) -> str:
@@ -281,7 +287,7 @@ def _message(
         summary += f"\n*Fleet-wide* ({fleet.targets} targets): {fleet.describe(dry_run, currency)}"
     blocks: list[dict[str, Any]] = [
         {"type": "header", "text": {"type": "plain_text", "text": title[:150]}},
-        {"type": "section", "text": {"type": "mrkdwn", "text": summary}},
+        {"type": "section", "text": _mrkdwn(summary)},
     ]
     shown_results = [*changed, *notices][:limit]
     lines = [_action_line(r, currency) for r in shown_results]
@@ -300,7 +306,7 @@ def _message(
         blocks.append(
             {
                 "type": "context",
-                "elements": [{"type": "mrkdwn", "text": f"…and {hidden} more in the run's log"}],
+                "elements": [_mrkdwn(f"…and {hidden} more in the run's log")],
             }
         )
     refs = [r.action.written for r in shown_results] + [s.root or s.target for s in shown_skips]

@@ -18,6 +18,8 @@ ACTIONS = ("notify", "scale_to_zero", "cordon")
 OUTCOMES = ("applied", "dry_run", "skipped", "failed")
 # Findings held back before any action was chosen (no rule matched, too little data): only skipped.
 NO_ACTION = ("none", "skipped")
+# A notice whose message did not go out (no Slack configured, or its message failed).
+NOT_SENT = ("notify", "not_sent")
 
 
 @dataclass(frozen=True)
@@ -40,11 +42,12 @@ class RunCollector(Collector):
         m = self._m
         actions = CounterMetricFamily(
             "gpu_reaper_actions",
-            "Actions of this run by action and outcome (applied, dry_run, skipped, failed).",
+            "Actions of this run by action and outcome (applied, dry_run, skipped, failed; notices "
+            "also not_sent).",
             labels=["action", "outcome"],
         )
         # Every combination, zeros included, so rate() and alerts see a series from the first run.
-        keys = {(a, o) for a in ACTIONS for o in OUTCOMES} | {NO_ACTION} | set(m.actions)
+        keys = {(a, o) for a in ACTIONS for o in OUTCOMES} | {NO_ACTION, NOT_SENT} | set(m.actions)
         for action, outcome in sorted(keys):
             actions.add_metric([action, outcome], m.actions.get((action, outcome), 0))
         yield actions

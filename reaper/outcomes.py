@@ -13,6 +13,7 @@ class Outcome(StrEnum):
     DRY_RUN = "dry_run"
     SKIPPED = "skipped"  # the object changed since planning so that the action no longer applies
     FAILED = "failed"
+    NOT_SENT = "not_sent"  # a notice whose message did not go out (no Slack configured, or it failed)
 
 
 @dataclass(frozen=True)

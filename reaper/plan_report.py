@@ -5,6 +5,7 @@ the analyzer's report places the section; ``reaper.analysis`` hands it over.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -12,12 +13,12 @@ from datetime import timedelta
 from jinja2 import Environment, StrictUndefined, select_autoescape
 from markupsafe import Markup
 
-from common.model import WorkloadRef
-from common.timeutil import format_duration, rfc3339
+from common.model import UtilizationEvidence, WorkloadRef
+from common.timeutil import format_duration, to_the_second
 from reaper.actuators import verbs
 from reaper.history import Replay
 from reaper.outcomes import ActionResult, Outcome
-from reaper.planner import Plan, PlannedAction, Skip, summarize
+from reaper.planner import Plan, PlannedAction, Skip, describe_finding, summarize
 from reaper.policy import Action, Policy, RunMode
 from reaper.runner import RunReport, RunSettings
 from reaper.wording import outcome_verb
@@ -29,6 +30,8 @@ _TEMPLATE = """\
   .plan h3 { font-size: 15px; margin: 18px 0 8px; }
   .plan code { font-size: 12.5px; }
   .plan .cards { margin-top: 10px; }
+  .plan td.why { min-width: 17em; }
+  .plan .channel, .plan .per-day { white-space: nowrap; }
 </style>
 <section class="plan" id="plan">
   <h2>{{ heading }} <span class="badge" style="--c: {{ mode_colour }}">{{ mode }}</span></h2>
@@ -48,7 +51,7 @@ _TEMPLATE = """\
   {% if actions %}
   <table>
     <thead><tr><th>what</th><th>object</th><th>{{ writes }}</th><th>why</th><th>Slack</th>
-      <th>GPU-h/day</th><th>{{ currency }}/day</th></tr></thead>
+      <th class="num">per day</th></tr></thead>
     <tbody>
     {% for a in actions %}
       <tr>
@@ -56,11 +59,12 @@ _TEMPLATE = """\
         <td>{{ a.object }}
           {% if a.held_by %}<div class="sub">GPUs held by {{ a.held_by }}</div>{% endif %}</td>
         <td>{% if a.write %}<code class="write">{{ a.write }}</code>{% else %}–{% endif %}</td>
-        <td>{{ a.reason }}{% for flag in a.flags %}<div class="flag">⚠ {{ flag }}</div>{% endfor %}
+        <td class="why">{{ a.reason }}{% if a.rule %}<div class="sub">{{ a.rule }}</div>{% endif %}
+          {%- for flag in a.flags %}<div class="flag">⚠ {{ flag }}</div>{% endfor %}
           {% if a.detail %}<div class="sub">{{ a.detail }}</div>{% endif %}</td>
-        <td>{{ a.channel }}</td>
-        <td class="num">{{ a.hours }}</td>
-        <td class="num">{{ a.cost }}{% if a.note %}<div class="sub">{{ a.note }}</div>{% endif %}</td>
+        <td class="channel">{{ a.channel }}</td>
+        <td class="num per-day">{{ a.hours }} GPU-h{% if a.cost %}<br>{{ a.cost }} {{ currency }}{% endif %}
+          {%- if a.note %}<div class="sub">{{ a.note }}</div>{% endif %}</td>
       </tr>
     {% endfor %}
     </tbody>
@@ -80,7 +84,7 @@ _TEMPLATE = """\
           {% if s.held_by %}<div class="sub">GPUs held by {{ s.held_by }}</div>{% endif %}</td>
         <td>{{ s.wanted }}</td>
         <td>{{ s.detail }}</td>
-        <td>{{ s.channel }}</td>
+        <td class="channel">{{ s.channel }}</td>
       </tr>
     {% endfor %}
     </tbody>
@@ -100,6 +104,8 @@ _ENV = Environment(
 )
 
 _NOT_SENT = "not sent"
+# What the planner writes after the finding: "(rule NAME, for: 6h)", maybe "; a note".
+_RULE = re.compile(r"\((rule [^()]*)\)(;.*)?", re.S)
 _COLOURS = {Outcome.APPLIED: "#2e7d32", Outcome.DRY_RUN: "#1565c0", Outcome.FAILED: "#c62828"}
 
 
@@ -123,27 +129,44 @@ def _name(ref: WorkloadRef) -> str:
     return f"Node {ref.name}" if ref.kind == "Node" else f"{ref.kind} {ref.namespace}/{ref.name}"
 
 
-def _amount(value: float | None) -> str:
-    return "–" if value is None else f"{value:,.2f}"
+def _wasted_per_day(a: PlannedAction, price: float | None) -> tuple[float, float | None]:
+    """What a notice's finding wastes per day at the rate it was measured: a notice frees nothing,
+    but its reader should see what the waste costs."""
+    f = a.finding
+    judged = f.evidence.judged_hours if isinstance(f.evidence, UtilizationEvidence) else None
+    hours = judged or f.window.hours
+    per_day = f.wasted_gpu_hours / hours * 24.0 if hours > 0 else 0.0
+    return per_day, (per_day * price if price is not None else None)
 
 
-def _action_row(result: ActionResult, slack: str) -> dict[str, object]:
+def _action_row(result: ActionResult, slack: str, price: float | None) -> dict[str, object]:
     a: PlannedAction = result.action
+    seen = describe_finding(a.finding)
+    # The finding on the first line, the rule that decided (and any note) under it.
+    rest = _RULE.fullmatch(a.reason.removeprefix(seen).strip()) if a.reason.startswith(seen) else None
+    rule = "".join(g or "" for g in rest.groups()) if rest else ""
+    if a.action.destructive:
+        hours, cost = a.gpu_hours_per_day, a.cost_per_day
+        # A cordoned node still costs until it is drained and removed.
+        note = "once the node is removed" if a.action is Action.CORDON else ""
+    else:
+        hours, cost = _wasted_per_day(a, price)
+        note = "wasted; a notice frees nothing"
     return {
         "verb": outcome_verb(a, result.outcome),
         "write": result.write,
         "colour": _COLOURS.get(result.outcome, "#6d4c41"),
         "object": _name(a.written),
         "held_by": _name(a.target) if a.root is not None else "",
-        "reason": a.reason,
+        "reason": seen if rule else a.reason,
+        "rule": rule,
         "flags": a.flags,
         # Why it failed or was left alone; what a success wrote is in "write".
         "detail": result.detail if result.outcome in (Outcome.FAILED, Outcome.SKIPPED) else "",
         "channel": _channel(a.channel, slack),
-        "hours": f"{a.gpu_hours_per_day:,.0f}" if a.action.destructive else "–",
-        "cost": _amount(a.cost_per_day),
-        # A cordoned node still costs until it is drained and removed.
-        "note": "once the node is removed" if a.action is Action.CORDON else "",
+        "hours": f"{hours:,.0f}",
+        "cost": "" if cost is None else f"{cost:,.2f}",
+        "note": note,
     }
 
 
@@ -167,9 +190,9 @@ def _context(view: PlanView) -> str:
         )
         parts.append(f"cluster {view.cluster}{aside}")
     if view.plan is not None:
-        parts.append(f"as of {rfc3339(view.plan.now)}")
+        parts.append(f"as of {to_the_second(view.plan.now)}")
         w = view.plan.window
-        parts.append(f"findings over {rfc3339(w.start)} → {rfc3339(w.end)}")
+        parts.append(f"findings over {to_the_second(w.start)} → {to_the_second(w.end)}")
     parts.append(
         f"confirmations: {view.policy.safety.consecutive_runs} consecutive runs"
         + (f", rules' for: up to {format_duration(f)}" if (f := _longest_for(view.policy)) else "")
@@ -230,7 +253,7 @@ def render_plan_section(view: PlanView) -> Markup:
         cordoned=f"{c_hours:,.0f}" if c_hours else None,
         cordoned_label=f"GPU-hours/day{c_per_day} on cordoned nodes: saved only once the node is "
         "drained and removed",
-        actions=[_action_row(r, view.slack) for r in view.results],
+        actions=[_action_row(r, view.slack, view.policy.price) for r in view.results],
         writes="--apply writes" if dry_run else "written",
         skips=[_skip_row(s, view.slack) for s in (plan.skips if plan is not None else ())],
         currency=currency,

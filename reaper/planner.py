@@ -19,8 +19,8 @@ run: 1 (too little data), 2 (protected namespace), 3 (first matching rule), 4 (p
 They may run in any order. The others are ordered: each names in ``after`` the rows whose verdicts it
 reads, which run before it:
 
-* 6a–6e (live object, controller managed, native stop, GPU node, something left to do) read the action
-  the matched rule asks for (3);
+* 6a–6f (live object, controller managed, native stop, GPU node, something left to do, a GPU
+  requested) read the action the matched rule asks for (3);
 * 8 (autoscaled), 9 (GitOps), 11a (confirmed), 12a and 12b (the caps) read the action to take: the
   rule's (3), or the notification 6c makes of it;
 * 11b (held long enough) also reads when 11a's confirmation streak began, and the rule's ``for:``.
@@ -69,6 +69,7 @@ class SkipReason(StrEnum):
     NOT_FOUND = "not_found"
     ALREADY_DONE = "already_done"
     NOT_A_GPU_NODE = "not_a_gpu_node"
+    NO_GPU_REQUESTED = "no_gpu_requested"
     CONTROLLER_MANAGED = "controller_managed"
     ROLLOUT_IN_PROGRESS = "rollout_in_progress"
     CREATION_GRACE = "creation_grace"
@@ -111,6 +112,7 @@ class PlannedAction:
     gpu_count: int = 0
     replicas: int | None = None  # current replicas: what scale_to_zero records as the original
     resource_version: str = ""  # the version the plan was made from (optimistic concurrency)
+    uid: str = ""  # the uid of the object written, as the plan saw it
     flags: tuple[str, ...] = ()  # e.g. GitOps ownership that would undo the action
     confirmations: int = 1
     gpu_hours_per_day: float = 0.0
@@ -227,11 +229,13 @@ def _gitops_owner(labels: Mapping[str, str], annotations: Mapping[str, str]) -> 
 
 
 def route_channel(namespace: Namespace | None, ns_name: str, rule: Rule | None, policy: Policy) -> str | None:
-    """Owner channel: the namespace's annotation, then the rule's channel, then routes, then the default."""
+    """Owner channel: the namespace's annotation (a channel the policy accepts from tenants: see
+    :func:`refused_channels`), then the rule's channel, then routes, then the default."""
     if namespace is not None:
         annotated = namespace.annotations.get(names.SLACK_CHANNEL, "").strip()
-        if annotated:
-            return annotated
+        channel = policy.slack.owner_channel(annotated)[0] if annotated else None
+        if channel is not None:
+            return channel
     if rule is not None and rule.channel:
         return rule.channel
     if ns_name:
@@ -239,6 +243,20 @@ def route_channel(namespace: Namespace | None, ns_name: str, rule: Rule | None, 
             if glob_match(ns_name, route.namespaces):
                 return route.channel
     return policy.slack.channel
+
+
+def refused_channels(namespaces: Iterable[Namespace], policy: Policy) -> list[tuple[str, str, str]]:
+    """The namespaces whose ``gpu-reaper/slack-channel`` is not posted to: (namespace, value, why).
+
+    Anyone who may annotate a namespace writes it: a user id or a direct message would let them
+    have the reaper message anyone, and the policy may allow only some channels."""
+    out = []
+    for ns in namespaces:
+        annotated = ns.annotations.get(names.SLACK_CHANNEL, "").strip()
+        problem = policy.slack.owner_channel(annotated)[1] if annotated else None
+        if problem is not None:
+            out.append((ns.name, annotated, problem))
+    return out
 
 
 def _matches(rule: Rule, finding: Finding, labels: Mapping[str, str] | None) -> bool:
@@ -275,6 +293,9 @@ class Candidate:
     namespace: Namespace | None
     root: Workload | None = None  # the top listed controller of ``workload`` (itself when none)
     unlisted_owner: OwnerRef | None = None  # a controller above that the reaper does not list
+    # The root's namespace where it is not the finding's: never, as owners are followed only within
+    # a namespace (ClusterSnapshot.controllers), but every protection reads it should that change.
+    root_namespace: Namespace | None = None
 
     @classmethod
     def of(cls, finding: Finding, snapshot: ClusterSnapshot) -> Candidate:
@@ -285,6 +306,7 @@ class Candidate:
         if workload is not None:
             chain, unlisted = snapshot.controllers(workload)
             root = chain[-1] if chain else workload
+        elsewhere = root is not None and root.namespace != ref.namespace
         return cls(
             finding=finding,
             node=snapshot.nodes.get(ref.name) if is_node else None,
@@ -292,6 +314,7 @@ class Candidate:
             namespace=None if is_node else snapshot.namespaces.get(ref.namespace),
             root=root,
             unlisted_owner=unlisted,
+            root_namespace=snapshot.namespaces.get(root.namespace) if root and elsewhere else None,
         )
 
     @property
@@ -324,6 +347,14 @@ class Candidate:
         if self.root is None or self.root is self.workload:
             return (self.workload,)
         return (self.workload, self.root)
+
+    @property
+    def namespaces(self) -> tuple[str, ...]:
+        """Every namespace the action would touch: the finding's, and the root's should it differ."""
+        if self.is_node:
+            return ()
+        root = self.root.namespace if self.root is not None else self.ref.namespace
+        return (self.ref.namespace,) if root == self.ref.namespace else (self.ref.namespace, root)
 
     @property
     def root_ref(self) -> WorkloadRef | None:
@@ -454,9 +485,10 @@ def too_little_data(c: Candidate, d: Decided, p: Planning) -> Verdict | None:
 
 
 def protected_namespace(c: Candidate, d: Decided, p: Planning) -> Verdict | None:
-    """Namespaces that are never touched, whatever the rules say."""
-    if not c.is_node and c.ref.namespace in p.policy.protected_namespaces:
-        return Hold(SkipReason.PROTECTED_NAMESPACE, f"namespace {c.ref.namespace} is never touched")
+    """Namespaces that are never touched, whatever the rules say: the finding's, and the written object's."""
+    for ns in c.namespaces:
+        if ns in p.policy.protected_namespaces:
+            return Hold(SkipReason.PROTECTED_NAMESPACE, f"namespace {ns} is never touched")
     return None
 
 
@@ -469,35 +501,46 @@ def first_matching_rule(c: Candidate, d: Decided, p: Planning) -> Verdict | None
 
 
 def policy_exclusion(c: Candidate, d: Decided, p: Planning) -> Verdict | None:
-    """The policy's global exclusions."""
-    ex, ref, labels = p.policy.exclude, c.ref, c.labels
+    """The policy's global exclusions, on the finding's object and on the root that would be written."""
+    ex, ref = p.policy.exclude, c.ref
     hit: str | None
     if c.is_node:
         hit = glob_match(ref.name, ex.nodes)
         if hit:
             return Hold(SkipReason.EXCLUDED_BY_POLICY, f"node matches exclude.nodes {hit!r}")
     else:
-        hit = glob_match(ref.namespace, ex.namespaces)
-        if hit:
-            return Hold(SkipReason.EXCLUDED_BY_POLICY, f"namespace matches exclude.namespaces {hit!r}")
-        hit = glob_match(f"{ref.namespace}/{ref.name}", ex.workloads)
-        if hit:
-            return Hold(SkipReason.EXCLUDED_BY_POLICY, f"workload matches exclude.workloads {hit!r}")
-    if ex.label_selector is not None and labels is not None and ex.label_selector.matches(labels):
+        for ns in c.namespaces:
+            hit = glob_match(ns, ex.namespaces)
+            if hit:
+                return Hold(
+                    SkipReason.EXCLUDED_BY_POLICY, f"namespace {ns} matches exclude.namespaces {hit!r}"
+                )
+        named = [(ref.namespace, ref.name), *((w.namespace, w.name) for w in c.objects[1:])]
+        for ns, name in named:
+            hit = glob_match(f"{ns}/{name}", ex.workloads)
+            if hit:
+                return Hold(
+                    SkipReason.EXCLUDED_BY_POLICY, f"workload {ns}/{name} matches exclude.workloads {hit!r}"
+                )
+    selector = ex.label_selector
+    labelled = [c.labels] if c.is_node else [w.labels for w in c.objects]
+    if selector is not None and any(labels is not None and selector.matches(labels) for labels in labelled):
         return Hold(
             SkipReason.EXCLUDED_BY_POLICY,
-            f"labels match exclude.labelSelector ({ex.label_selector.describe()})",
+            f"labels match exclude.labelSelector ({selector.describe()})",
         )
     return None
 
 
 def owner_opt_out(c: Candidate, d: Decided, p: Planning) -> Verdict | None:
-    """The owner's opt-out annotations, on the object, its root or its namespace."""
+    """The owner's opt-out annotations, on the object, its root or their namespaces."""
     what = "node" if c.is_node else c.ref.kind.lower()
+    root_ns = c.root_namespace
     opted_out = (
         opt_out(c.annotations, p.now, what)
         or (opt_out(c.root.annotations, p.now, c.root.describe()) if c.root_ref and c.root else None)
         or (opt_out(c.namespace.annotations, p.now, f"namespace {c.ref.namespace}") if c.namespace else None)
+        or (opt_out(root_ns.annotations, p.now, f"namespace {root_ns.name}") if root_ns else None)
     )
     return Hold(SkipReason.EXCLUDED_BY_ANNOTATION, opted_out) if opted_out else None
 
@@ -514,8 +557,17 @@ def controller_managed(c: Candidate, d: Decided, p: Planning) -> Verdict | None:
     if not d.asks_to_stop or c.workload is None:
         return None
     holder = c.workload.describe()
-    if c.unlisted_owner is not None:
-        owner = c.unlisted_owner.describe(c.ref.namespace)
+    owner_ref = c.unlisted_owner
+    if owner_ref is not None and owner_ref.kind in p.snapshot.listed_kinds:
+        # A kind the reaper lists, yet not found here: its reference points out of the namespace
+        # (Kubernetes follows none that way) or at nothing. Whoever wrote it is not trusted with a stop.
+        return Hold(
+            SkipReason.CONTROLLER_MANAGED,
+            f"{holder} names as its controller {owner_ref.kind} {owner_ref.name}, which is not in "
+            f"namespace {c.ref.namespace} (an owner in another namespace is never followed); left alone",
+        )
+    if owner_ref is not None:
+        owner = owner_ref.describe(c.ref.namespace)
         return Hold(
             SkipReason.CONTROLLER_MANAGED,
             f"{holder} is controlled by {owner}, which gpu-reaper has no native stop for; "
@@ -546,6 +598,23 @@ def gpu_node(c: Candidate, d: Decided, p: Planning) -> Verdict | None:
     if d.asks_to_stop and c.node is not None and c.node.gpus == 0:
         return Hold(SkipReason.NOT_A_GPU_NODE, "the node advertises no GPUs")
     return None
+
+
+def requests_a_gpu(c: Candidate, d: Decided, p: Planning) -> Verdict | None:
+    """A workload is stopped only if it (or its root) asks for a GPU in its pod template: a finding
+    (a findings file, say) naming one that holds none is not trusted. The write is conditional on
+    the version this was read from, so it holds for the object written."""
+    if not d.asks_to_stop or c.workload is None:
+        return None
+    if any(w.gpu_resources for w in c.objects):
+        return None
+    which = " nor ".join(w.describe() for w in c.objects)
+    resources = ", ".join(r + ("*" if r.endswith("-") else "") for r in names.GPU_RESOURCE_PREFIXES)
+    return Hold(
+        SkipReason.NO_GPU_REQUESTED,
+        f"{'neither ' if len(c.objects) > 1 else ''}{which} requests a GPU ({resources}) in its pod "
+        "template; a finding about it is not acted on",
+    )
 
 
 def something_left_to_do(c: Candidate, d: Decided, p: Planning) -> Verdict | None:
@@ -588,6 +657,15 @@ def creation_grace(c: Candidate, d: Decided, p: Planning) -> Verdict | None:
                 ("last rolled out", w.last_progress),
             )
         ]
+        for w in c.objects:
+            unreadable = w.unreadable_restart
+            if unreadable is not None:
+                # Whoever wrote it meant a restart: its grace cannot be counted, so it is not spent.
+                return Hold(
+                    SkipReason.CREATION_GRACE,
+                    f"{w.describe()} has an unreadable {names.RESTARTED_AT}={unreadable!r} on its pod "
+                    "template; its grace after creation cannot be judged",
+                )
     known = [(when, what) for what, when in starts if when is not None]
     if not known:
         return None
@@ -595,23 +673,38 @@ def creation_grace(c: Candidate, d: Decided, p: Planning) -> Verdict | None:
     if p.now - latest < grace:
         return Hold(
             SkipReason.CREATION_GRACE,
-            f"{what} {_fmt(p.now - latest)} ago; grace after creation is {_fmt(grace)}",
+            f"{what} {_ago(p.now, latest)}; grace after creation is {_fmt(grace)}",
         )
     return None
 
 
+def _ago(now: datetime, then: datetime) -> str:
+    """``3h ago``; a time after ``now`` (a clock ahead, or a value someone typed) said as it is."""
+    return f"{_fmt(now - then)} ago" if then <= now else f"at {rfc3339(then)}, after now"
+
+
 def restore_grace(c: Candidate, d: Decided, p: Planning) -> Verdict | None:
-    """Grace after a restore: it resets the idle clock."""
+    """Grace after a restore: it resets the idle clock. The reaper's record says when it restored
+    the target or its root; a node, and what earlier releases restored, carry ``restored-at``."""
+    recorded = [t for w in c.objects if (t := p.snapshot.restored_at(w)) is not None]
     restored = c.annotations.get(names.RESTORED_AT)
-    if restored is None:
+    if restored is None and not recorded:
         return None
-    try:
-        restored_at: datetime | None = parse_time(restored)
-    except ValueError:
-        restored_at = None
+    restored_at: datetime | None = max(recorded) if recorded else None
+    if restored is not None:
+        try:
+            annotated = parse_time(restored)
+        except ValueError:
+            restored_at = None  # an unreadable restore time holds it back, whatever the record says
+        else:
+            restored_at = max(annotated, restored_at) if restored_at is not None else annotated
     grace = p.policy.grace.after_restore
     if restored_at is None or p.now - restored_at < grace:
-        ago = f"restored {_fmt(p.now - restored_at)} ago" if restored_at else "restore time unreadable"
+        ago = (
+            f"restored {_ago(p.now, restored_at)}"
+            if restored_at
+            else f"unreadable {names.RESTORED_AT}={restored!r}"
+        )
         return Hold(SkipReason.RESTORE_GRACE, f"{ago}; grace after restore is {_fmt(grace)}")
     return None
 
@@ -659,8 +752,17 @@ def confirmed(c: Candidate, d: Decided, p: Planning) -> Verdict | None:
     safety = p.policy.safety
     streak = p.snapshot.state.streak(c.ref.key(), action.value, p.now, safety.confirmation_max_gap)
     count = (streak.count + 1) if streak else 1
-    since = min(streak.since, c.finding.window.start) if streak else c.finding.window.start
-    confirmation = Confirmation(action=action.value, count=count, since=since, last_seen=p.now)
+    window = c.finding.window
+    since = min(streak.since, window.start) if streak else window.start
+    observed, until = _observed(c.finding, streak)
+    confirmation = Confirmation(
+        action=action.value,
+        count=count,
+        since=since,
+        last_seen=p.now,
+        observed_seconds=observed.total_seconds(),
+        observed_until=until,
+    )
     required = safety.consecutive_runs
     if count < required:
         return Streak(
@@ -680,11 +782,29 @@ def _verb(c: Candidate, action: Action) -> str:
     return verbs(action, obj.kind if obj is not None else c.ref.kind)[0]
 
 
+def _observed(finding: Finding, streak: Confirmation | None) -> tuple[timedelta, datetime]:
+    """The time the streak's runs judged, this run's finding included, and where it ends: each run
+    adds only the part of its judged span after the last one's, so windows shorter than the time
+    between runs count what they saw, never the gaps between them."""
+    window = finding.window
+    judged_from = getattr(finding.evidence, "judged_from", None)
+    start = max(window.start, judged_from) if judged_from is not None else window.start
+    if streak is None:
+        return window.end - start, window.end
+    before, until = streak.observed, streak.observed_until
+    if streak.observed_seconds is None or until is None:
+        # Recorded before judged time was kept, when windows had to cover the runs' interval.
+        before, until = streak.last_seen - streak.since, streak.last_seen
+    new = max(timedelta(0), window.end - max(start, until))
+    return before + new, max(window.end, until)
+
+
 def held_long_enough(c: Candidate, d: Decided, p: Planning) -> Verdict | None:
-    """Held for the rule's ``for:`` duration, counted across runs from when 11a's streak began."""
+    """Held for the rule's ``for:`` duration, counted across runs over the time their windows
+    judged (11a's streak), never over the gaps between them."""
     if d.rule is None or not d.destructive or d.streak is None:
         return None
-    held = p.now - d.streak.since
+    held = d.streak.observed
     if held < d.rule.match.for_:
         return Hold(
             SkipReason.NOT_HELD_LONG_ENOUGH,
@@ -741,6 +861,7 @@ RULES: tuple[SafetyRule, ...] = (
     SafetyRule("6c", native_stop, after=(first_matching_rule,)),
     SafetyRule("6d", gpu_node, after=(first_matching_rule,)),
     SafetyRule("6e", something_left_to_do, after=(first_matching_rule,)),
+    SafetyRule("6f", requests_a_gpu, after=(first_matching_rule,)),
     SafetyRule("7a", rollout_in_progress),
     SafetyRule("7b", creation_grace),
     SafetyRule("7c", restore_grace),
@@ -902,6 +1023,7 @@ def _action(c: Candidate, d: Decided, policy: Policy) -> PlannedAction:
         gpu_count=gpus,
         replicas=written.replicas if isinstance(written, Workload) else None,
         resource_version=written.resource_version if written is not None else "",
+        uid=written.uid if written is not None else "",
         flags=d.flags,
         confirmations=d.streak.count if d.streak is not None else 1,
         gpu_hours_per_day=per_day if destructive else 0.0,

@@ -19,9 +19,11 @@ from common.timeutil import rfc3339
 from reaper import names
 from reaper.actuators import (
     ACTUATORS,
+    RECORDED_SCALE,
     SCALE_SUBRESOURCE,
     Change,
     KueueDeactivate,
+    RecordedScale,
     ScaleSubresource,
     actuator_of,
 )
@@ -34,10 +36,10 @@ from reaper.events import Events
 from reaper.kinds import KINDS
 from reaper.kube_api import KubeApi
 from reaper.kueue import kueue_workload
-from reaper.marks import annotations_of, marked, meta
+from reaper.marks import annotations_of, marked, meta, record_key, stopped_by_reaper
 from reaper.outcomes import Outcome, Refused, RestoreResult
-from reaper.state import StoppedObject
-from reaper.state_store import StateStore, record_key
+from reaper.state import StoppedObject, StopRecord
+from reaper.state_store import StateStore
 from reaper.write_gate import WriteGate
 
 log = logging.getLogger(__name__)
@@ -82,6 +84,17 @@ class Restorer:
         self.retry = retry
         self.discovery = discovery
         self.clock = clock
+        self._record = StopRecord()  # read afresh by each restore: what is stopped, and how
+
+    def _stopped(self, kind: str, obj: Mapping[str, Any]) -> bool:
+        return stopped_by_reaper(kind, obj, self._record)
+
+    def _entry(self, kind: str, obj: Mapping[str, Any]) -> StoppedObject | None:
+        """The record's entry for this object (its uid), where the entry holds the count to restore."""
+        entry = self._record.objects.get(record_key(kind, meta(obj, "namespace"), meta(obj, "name")))
+        if entry is None or entry.original_replicas is None or not entry.names_object(meta(obj, "uid")):
+            return None
+        return entry
 
     # --- what to restore ---------------------------------------------------------------------------
 
@@ -99,6 +112,7 @@ class Restorer:
 
     def workload(self, namespace: str, name: str) -> RestoreResult:
         """Undo the reaper's stop on NAMESPACE/NAME, of whichever kind it stopped; a no-op when unmarked."""
+        self._record = self.store.record()
         kind, root, obj = self._what_to_restore(namespace, name)
         (result,) = self._restore_each([_in_hand(kind, namespace, root, obj)])
         return result
@@ -106,9 +120,15 @@ class Restorer:
     def all(self, namespace: str | None = None) -> list[RestoreResult]:
         """Restore everything the reaper stopped (in one namespace, or everywhere plus its cordons):
         every object carrying its mark, and every object in its record of stops, whatever the kind."""
+        self._record = self.store.record()
         results = self._restore_each(self._everything_stopped(namespace))
         if namespace is None:
-            for node in self.kube.list_objects("Node"):
+            try:
+                nodes = self.kube.list_objects("Node")
+            except ForbiddenError as e:
+                log.warning("not allowed to list nodes (%s): no cordon is undone", e)
+                nodes = []
+            for node in nodes:
                 if names.CORDONED_AT in annotations_of(node):
                     results.append(self.uncordon(meta(node, "name"), node))
         return results
@@ -117,7 +137,7 @@ class Restorer:
         """The kind, name and object that ``restore NAMESPACE/NAME`` acts on."""
         found = self.objects_named(namespace, name)
         for kind, obj in found:
-            if marked(kind, obj):
+            if self._stopped(kind, obj):
                 return kind, name, obj
         for kind, obj in found:
             # NAME may be the child that held the GPUs: what was stopped is its root controller.
@@ -150,9 +170,9 @@ class Restorer:
                 parent = self.kube.get_optional(owner_kind, namespace, owner.name)
             except (NotFoundError, ForbiddenError):
                 return None
-            if parent is None:
-                return None
-            if marked(owner_kind, parent):
+            if parent is None or (owner.uid and meta(parent, "uid") != owner.uid):
+                return None  # not the object the reference names (never followed across namespaces)
+            if self._stopped(owner_kind, parent):
                 return owner_kind, parent
             owner = workload_from_object(owner_kind, parent).owner
         return None
@@ -173,9 +193,10 @@ class Restorer:
                     raise
                 continue  # not granted (rbac.controllers): the reaper cannot have stopped any
             for obj in listed:
-                if marked(kind, obj):
+                if self._stopped(kind, obj):
                     yield _in_hand(kind, meta(obj, "namespace"), meta(obj, "name"), obj)
-        for entry in self.store.recorded(namespace):
+        recorded = [o for o in self._record.objects.values() if namespace is None or o.namespace == namespace]
+        for entry in recorded:
             target = f"{entry.kind} {entry.namespace}/{entry.name}"
             yield _Stopped(entry.key, entry.namespace, entry.name, target, partial(self._live, entry))
 
@@ -186,7 +207,7 @@ class Restorer:
         if kind is None:
             return None
         obj = self.kube.get_optional(kind, entry.namespace, entry.name)
-        if obj is None or not marked(kind, obj):
+        if obj is None or not self._stopped(kind, obj):
             return None
         return kind, obj
 
@@ -209,7 +230,10 @@ class Restorer:
                 log.error("failed to restore %s: %s", one.target, e)
                 settled[one.key] = RestoreResult(one.target, Outcome.FAILED, str(e))
             results += [r for r in (settled[one.key],) if r is not None]
-        self.store.forget([k for k, r in settled.items() if r is None or r.outcome is not Outcome.FAILED])
+        self.store.forget(
+            [k for k, r in settled.items() if r is None or r.outcome is not Outcome.FAILED],
+            restored=[k for k, r in settled.items() if r is not None and r.outcome is Outcome.APPLIED],
+        )
         return results
 
     def _restore(
@@ -219,6 +243,8 @@ class Restorer:
         actuator = actuator_of(kind)
         if actuator is None:
             return RestoreResult(target, Outcome.SKIPPED, "gpu-reaper stops no object of this kind")
+        if isinstance(actuator, RecordedScale):
+            return self._restore_recorded(kind, namespace, name, obj)
         if isinstance(actuator, ScaleSubresource):
             return self._restore_through_scale(kind, namespace, name)
         if isinstance(actuator, KueueDeactivate):
@@ -263,6 +289,67 @@ class Restorer:
             log.error("failed to restore %s: %s", target, e)
             return RestoreResult(target, Outcome.FAILED, str(e))
         return RestoreResult(target, outcome, detail)
+
+    def _restore_recorded(
+        self, kind: str, namespace: str, name: str, obj: dict[str, Any] | None
+    ) -> RestoreResult:
+        """A Deployment, StatefulSet or ReplicaSet: the recorded count back through ``/scale``,
+        conditional on the version read; the record then forgets it (reaper.state_store).
+
+        One stopped by an earlier release carries its count in annotations: restored from them, which
+        are then removed where the reaper may still patch the object. Where it may not (the chart
+        grants only ``/scale`` now), they stay, and mean nothing once the object runs again.
+        """
+        target = f"{kind} {namespace}/{name}"
+
+        def attempt(current: dict[str, Any]) -> tuple[Outcome, str]:
+            if not self._stopped(kind, current):
+                return Outcome.SKIPPED, "nothing to restore (not stopped by gpu-reaper)"
+            live = workload_from_object(kind, current)
+            entry = self._entry(kind, current)
+            if entry is not None and live.replicas:
+                # Scaled back up by someone, or the stop's scale never landed: the record forgets it.
+                return Outcome.SKIPPED, f"already at {live.replicas} replicas; nothing to restore"
+            change: Change | str = (
+                RECORDED_SCALE.restore_to(live, entry.original_replicas)
+                if entry is not None and entry.original_replicas is not None
+                else RECORDED_SCALE.restore(live)
+            )
+            if not isinstance(change, Change):
+                return Outcome.FAILED, change
+            legacy = RECORDED_SCALE.marker in live.annotations
+
+            def write() -> dict[str, Any]:
+                version = {"resourceVersion": meta(current, "resourceVersion")}
+                body = {"metadata": version, "spec": change.spec}
+                scaled = self.kube.patch_scale(kind, namespace, name, body)
+                if legacy:
+                    self._clear_old_marks(kind, namespace, name)
+                return scaled
+
+            what = f"restore {target} through its scale subresource: {change.description}"
+            patched = self.gate.send(what, write)
+            if patched is not None:
+                self.events.record(patched, kind, "Restored", f"gpu-reaper restored {change.description}")
+            return self.gate.done, change.description
+
+        return self._undo(target, reader(self.kube, kind, namespace, name, obj), attempt)
+
+    def _clear_old_marks(self, kind: str, namespace: str, name: str) -> None:
+        """Remove the annotations an earlier release left, where the reaper may still patch the object."""
+        marks = {names.ORIGINAL_REPLICAS: None, names.REAPED_AT: None, names.REASON: None}
+        try:
+            self.kube.patch(kind, namespace, name, {"metadata": {"annotations": marks}})
+        except KubeError as e:
+            log.warning(
+                "%s %s/%s keeps the annotations an earlier gpu-reaper left (%s): %s; they are ignored "
+                "now that it runs again",
+                kind,
+                namespace,
+                name,
+                ", ".join(marks),
+                e,
+            )
 
     def _restore_through_scale(self, kind: str, namespace: str, name: str) -> RestoreResult:
         """The recorded count back through ``/scale``, then the marks removed (a retry finds them)."""

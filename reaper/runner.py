@@ -18,6 +18,7 @@ from common.errors import DataUnavailableError
 from common.model import FindingsReport, TimeWindow
 from common.thresholds import Thresholds
 from common.timeutil import format_duration, rfc3339
+from reaper import names
 from reaper.adapter_errors import KubeError, LeaseHeldError, SlackError
 from reaper.clock import utc_now
 from reaper.cluster import read_snapshot
@@ -28,8 +29,8 @@ from reaper.kube_api import KubeApi
 from reaper.messages import Message, build_messages
 from reaper.metrics import RunMetrics
 from reaper.outcomes import ActionResult, Outcome
-from reaper.planner import Plan, plan
-from reaper.policy import Policy, RunMode
+from reaper.planner import Plan, plan, refused_channels
+from reaper.policy import Action, Policy, RunMode
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,9 @@ class RunSettings:
     # The cluster this reaper acts on, where findings of several clusters come through one query view:
     # other clusters' findings are set aside (reaper.clusters). None: findings must name no cluster.
     cluster: str | None = None
+    # The namespaces the run acts in (``--namespace``): the cluster is then read in each of them
+    # rather than cluster-wide, as a reaper granted Roles there only must. Empty: every namespace.
+    namespaces: tuple[str, ...] = ()
 
 
 @dataclass
@@ -109,6 +113,8 @@ class RunReport:
         if self.failure is not None:
             parts.append(f"error={self.failure}")
         if self.found is not None:
+            if self.found.gpus_judged is not None:  # how many GPUs the findings rest on
+                parts.append(f"gpus={self.found.gpus_judged}")
             parts.append(f"findings={self.findings}")
             if self.other_clusters is not None:
                 parts.append(f"other_clusters={self.other_clusters}")
@@ -117,6 +123,9 @@ class RunReport:
                 f"planned={self.planned} applied={self.count(Outcome.APPLIED)} skipped={self.skipped} "
                 f"failed={self.count(Outcome.FAILED)}"
             )
+            unsent = self.count(Outcome.NOT_SENT)
+            if unsent:
+                parts.append(f"not_sent={unsent}")
         return "gpu-reaper: " + " ".join(parts)
 
     def metrics(self) -> RunMetrics:
@@ -192,6 +201,8 @@ def _run(
         rfc3339(findings_report.window.end),
         findings_report.source or "unnamed source",
     )
+    for m in findings_report.missing_sources:  # once, for this run's window (replays are quiet)
+        log.warning("%s", m.sentence())
     split = split_by_cluster(findings_report, settings.cluster)
     split.check()  # findings of clusters and no cluster configured: refused before any API call
     report.found = split.own
@@ -238,12 +249,23 @@ def _run(
     try:
         with executor.lease(wait=settings.lease_wait.total_seconds()):
             try:
-                snapshot = read_snapshot(cluster, settings.namespace, policy.gpu_node_selector)
+                snapshot = read_snapshot(
+                    cluster, settings.namespace, policy.gpu_node_selector, settings.namespaces
+                )
             except KubeError as e:
                 log.error("cannot read the cluster, nothing will be done: %s", e)
                 report.exit_code, report.error = EXIT_DATA_UNAVAILABLE, str(e)
                 report.failure = "cluster_unavailable"
                 return
+            for ns, value, why in refused_channels(snapshot.namespaces.values(), policy):
+                log.warning(
+                    "namespace %s: %r in %s is not posted to (%s); its owners hear on the policy's "
+                    "channels instead",
+                    ns,
+                    value,
+                    names.SLACK_CHANNEL,
+                    why,
+                )
             if not settings.mode.writes and settings.run_interval is not None:
                 # Dry-run writes no state: the streaks come from the runs apply would have made.
                 own = _own_findings(findings, settings.cluster)
@@ -269,7 +291,7 @@ def _run(
                 # Streaks restart next run: actions are delayed, never hastened. A warning, not a failure.
                 log.warning("could not save confirmation state: %s", e)
             if executor.mode.writes:
-                executor.prune_record()
+                executor.prune_record(policy.grace.after_restore)
     except LeaseHeldError as e:
         log.warning("%s; this run does nothing", e)
         report.lease_held, report.error, report.failure = True, str(e), "lease_held"
@@ -288,8 +310,8 @@ def _run(
         single=notifier is not None and notifier.webhook_mode,
         cluster=settings.cluster,
     )
-    if notifier is not None:
-        _notify(report, notifier)
+    unsent = _notify(report, notifier) if notifier is not None else _no_slack(report)
+    report.results = _unsent(report.results, unsent)
     if report.count(Outcome.FAILED):
         report.exit_code = EXIT_ACTION_FAILED
 
@@ -314,7 +336,13 @@ def _log_plan(p: Plan) -> None:
         log.info("skip: %s%s (%s): %s", (s.root or s.target).key(), via, s.reason.value, s.detail)
 
 
-def _notify(report: RunReport, notifier: Notifier) -> None:
+# Every channel's messages: a webhook's one message carries every notice.
+_ALL_CHANNELS = "*"
+
+
+def _notify(report: RunReport, notifier: Notifier) -> set[str | None]:
+    """Send the messages; the channels whose message did not go out."""
+    failed: set[str | None] = set()
     for message in report.messages:
         try:
             notifier.send(message)
@@ -323,3 +351,36 @@ def _notify(report: RunReport, notifier: Notifier) -> None:
             # Telling people is secondary to doing the right thing: count it, keep going.
             report.slack_failures += 1
             log.error("slack: %s", e)
+            failed.add(_ALL_CHANNELS if notifier.webhook_mode else message.channel)
+    return failed
+
+
+def _no_slack(report: RunReport) -> set[str | None]:
+    """Without Slack, an applying run's notices reach nobody: said once, and counted as not sent
+    (a dry-run's are previews either way)."""
+    notices = sum(
+        1 for r in report.results if r.action.action is Action.NOTIFY and r.outcome is Outcome.APPLIED
+    )
+    if not notices:
+        return set()
+    log.warning(
+        "Slack is not configured (no GPU_REAPER_SLACK_TOKEN or GPU_REAPER_SLACK_WEBHOOK_URL, or their "
+        "_FILE forms): %d notice%s not sent; the owners hear nothing of them",
+        notices,
+        "s were" if notices != 1 else " was",
+    )
+    return {_ALL_CHANNELS}
+
+
+def _unsent(results: list[ActionResult], channels: set[str | None]) -> list[ActionResult]:
+    """``results`` with the applied notices routed to ``channels`` counted as not sent."""
+    if not channels:
+        return results
+    return [
+        replace(r, outcome=Outcome.NOT_SENT, detail="its Slack message was not sent")
+        if r.action.action is Action.NOTIFY
+        and r.outcome is Outcome.APPLIED
+        and (_ALL_CHANNELS in channels or r.action.channel in channels)
+        else r
+        for r in results
+    ]

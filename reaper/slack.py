@@ -19,6 +19,7 @@ from slack_sdk.http_retry.builtin_handlers import ConnectionErrorRetryHandler, R
 from slack_sdk.webhook import WebhookClient
 
 from common.errors import BadInputError
+from common.redaction import redact
 from reaper.adapter_errors import SlackError
 from reaper.messages import Message
 
@@ -115,4 +116,5 @@ class SlackNotifier:
             raise SlackError(f"incoming webhook failed: {type(e).__name__}") from e
         if response.status_code != 200:
             # The webhook URL is the secret: report the status, not the URL.
-            raise SlackError(f"incoming webhook answered {response.status_code}: {response.body[:200]}")
+            body = redact(response.body)[:200]
+            raise SlackError(f"incoming webhook answered {response.status_code}: {body}")

@@ -29,8 +29,18 @@ class Confirmation(BaseModel):
 
     action: str
     count: int = Field(ge=1)
-    since: AwareDatetime  # start of the first window of the streak: how long the finding has held
+    since: AwareDatetime  # start of the first window of the streak
     last_seen: AwareDatetime  # the run that last confirmed it
+    # Time the streak's windows actually judged, and where the last of them ended: what a rule's
+    # ``for:`` counts. Runs whose windows leave gaps between them judged less than ``now - since``.
+    # None in state written before they were kept (windows then had to cover the time between runs,
+    # so the streak is taken as judged from ``since`` to ``last_seen``).
+    observed_seconds: float | None = Field(default=None, ge=0)
+    observed_until: AwareDatetime | None = None
+
+    @property
+    def observed(self) -> timedelta:
+        return timedelta(seconds=self.observed_seconds or 0.0)
 
 
 class ReaperState(BaseModel):
@@ -59,6 +69,11 @@ class ReaperState(BaseModel):
                     "count": e.count,
                     "since": rfc3339(e.since),
                     "last_seen": rfc3339(e.last_seen),
+                    **(
+                        {"observed_seconds": e.observed_seconds, "observed_until": rfc3339(e.observed_until)}
+                        if e.observed_seconds is not None and e.observed_until is not None
+                        else {}
+                    ),
                 }
                 for key, e in sorted(self.entries.items())
             },
@@ -80,12 +95,18 @@ class ReaperState(BaseModel):
             return cls()
 
 
-STOP_RECORD_VERSION = 1
+STOP_RECORD_VERSION = 2
+_READABLE_STOP_RECORDS = (1, STOP_RECORD_VERSION)  # version 1 had no counts and no restores
 
 
 class StoppedObject(BaseModel):
     """One object a run stopped, as its API spells it: enough for ``restore --all`` to find it again,
-    whatever its kind (a custom kind scaled through ``/scale`` carries no mark the reaper can list)."""
+    whatever its kind (a custom kind scaled through ``/scale`` carries no mark the reaper can list).
+
+    For the kinds scaled through ``/scale`` with no write to the object itself (Deployment,
+    StatefulSet, ReplicaSet), this entry is the reaper's mark: the object's uid (a new object of the
+    same name is not the one stopped), the replicas to restore and why it was stopped.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -94,6 +115,13 @@ class StoppedObject(BaseModel):
     namespace: str
     name: str
     stopped_at: AwareDatetime
+    uid: str = ""
+    original_replicas: int | None = Field(default=None, ge=0)
+    reason: str = ""
+
+    def names_object(self, uid: str) -> bool:
+        """Whether this entry is about the object of that uid (an entry without one is about any)."""
+        return not self.uid or self.uid == uid
 
     @property
     def group(self) -> str:
@@ -110,33 +138,43 @@ def stop_key(group: str, kind: str, namespace: str, name: str) -> str:
 
 
 class StopRecord(BaseModel):
-    """What the reaper stopped and has not restored yet (ConfigMap key ``stopped.json``)."""
+    """What the reaper stopped and has not restored yet, and when it last restored what (ConfigMap
+    key ``stopped.json``): a restore starts the grace after restore, which the planner reads here
+    for the objects the reaper does not annotate."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     version: int = STOP_RECORD_VERSION
     objects: Mapping[str, StoppedObject] = Field(default_factory=dict)
+    restored: Mapping[str, AwareDatetime] = Field(default_factory=dict)  # by the same keys
 
     def with_object(self, stopped: StoppedObject) -> StopRecord:
-        return StopRecord(objects={**self.objects, stopped.key: stopped})
+        restored = {k: v for k, v in self.restored.items() if k != stopped.key}
+        return StopRecord(objects={**self.objects, stopped.key: stopped}, restored=restored)
 
-    def without(self, keys: Iterable[str]) -> StopRecord:
+    def without(self, keys: Iterable[str], restored_at: datetime | None = None) -> StopRecord:
+        """The record without ``keys``; with ``restored_at``, noted as restored then."""
         gone = set(keys)
-        return StopRecord(objects={k: v for k, v in self.objects.items() if k not in gone})
+        restored = dict(self.restored)
+        if restored_at is not None:
+            restored.update((k, restored_at) for k in gone)
+        return StopRecord(objects={k: v for k, v in self.objects.items() if k not in gone}, restored=restored)
+
+    def restored_before(self, cutoff: datetime) -> list[str]:
+        """The restores older than ``cutoff``: their grace is over, and they need not be kept."""
+        return [k for k, at in self.restored.items() if at < cutoff]
+
+    def forgetting_restores(self, keys: Iterable[str]) -> StopRecord:
+        gone = set(keys)
+        return StopRecord(
+            objects=self.objects, restored={k: v for k, v in self.restored.items() if k not in gone}
+        )
 
     def to_json(self) -> str:
         doc = {
             "version": self.version,
-            "objects": {
-                key: {
-                    "api_version": o.api_version,
-                    "kind": o.kind,
-                    "namespace": o.namespace,
-                    "name": o.name,
-                    "stopped_at": rfc3339(o.stopped_at),
-                }
-                for key, o in sorted(self.objects.items())
-            },
+            "objects": {key: _stopped_json(o) for key, o in sorted(self.objects.items())},
+            "restored": {key: rfc3339(at) for key, at in sorted(self.restored.items())},
         }
         return json.dumps(doc, indent=None, separators=(",", ":"))
 
@@ -148,10 +186,28 @@ class StopRecord(BaseModel):
             return cls()
         try:
             doc = json.loads(text)
-            if not isinstance(doc, dict) or doc.get("version") != STOP_RECORD_VERSION:
+            if not isinstance(doc, dict) or doc.get("version") not in _READABLE_STOP_RECORDS:
                 raise ValueError(f"version {doc.get('version') if isinstance(doc, dict) else None!r}")
-            parsed = cls.model_validate(doc)
-            return cls(objects={o.key: o for o in parsed.objects.values()})  # keys as this version makes them
+            parsed = cls.model_validate({**doc, "version": STOP_RECORD_VERSION})
+            # Keys as this version makes them.
+            return cls(objects={o.key: o for o in parsed.objects.values()}, restored=parsed.restored)
         except (ValueError, ValidationError) as e:
             log.warning("the record of stopped objects is unreadable (%s): restore finds marked ones only", e)
             return cls()
+
+
+def _stopped_json(o: StoppedObject) -> dict[str, object]:
+    doc: dict[str, object] = {
+        "api_version": o.api_version,
+        "kind": o.kind,
+        "namespace": o.namespace,
+        "name": o.name,
+        "stopped_at": rfc3339(o.stopped_at),
+    }
+    if o.uid:
+        doc["uid"] = o.uid
+    if o.original_replicas is not None:
+        doc["original_replicas"] = o.original_replicas
+    if o.reason:
+        doc["reason"] = o.reason
+    return doc

@@ -1,7 +1,9 @@
 """A planned action carried out: a workload's native stop with the reaper's marks, or a node's cordon.
 
-Each write is conditional on the version read (a 409 re-reads and re-checks) and sent through the
-write gate; an applied one records an Event on the object.
+Each write is conditional on the version read (a 409 re-reads and re-checks: the owner's opt-out,
+and that it still requests a GPU) and sent through the write gate; an applied one records an Event
+on the object. Deployments, StatefulSets and ReplicaSets are only ever written through ``/scale``,
+their marks kept in the reaper's ConfigMap.
 """
 
 from __future__ import annotations
@@ -11,15 +13,24 @@ from typing import Any
 
 from common.timeutil import rfc3339
 from reaper import names
-from reaper.actuators import CORDON, Change, KueueDeactivate, ScaleSubresource, actuator_of, write_line
+from reaper.actuators import (
+    CORDON,
+    Actuator,
+    Change,
+    KueueDeactivate,
+    RecordedScale,
+    ScaleSubresource,
+    actuator_of,
+    write_line,
+)
 from reaper.clock import Clock
-from reaper.cluster import workload_from_object
+from reaper.cluster import Workload, gpu_resources, workload_from_object
 from reaper.conflict_retry import ConflictRetry, read_with_scale, reader
 from reaper.events import Events
 from reaper.kube_api import KubeApi
 from reaper.kueue import kueue_workload
 from reaper.marks import annotations_of, meta
-from reaper.outcomes import ActionResult, Changed, Outcome
+from reaper.outcomes import ActionResult, Changed, Outcome, Refused
 from reaper.planner import PlannedAction, opt_out
 from reaper.state_store import StateStore
 from reaper.write_gate import WriteGate
@@ -29,7 +40,11 @@ def _planned_copy(action: PlannedAction, spec: dict[str, Any]) -> dict[str, Any]
     """The object as the plan saw it: good for a first try, a 409 says when it is stale."""
     if not action.resource_version:
         return None
-    return {"metadata": {"resourceVersion": action.resource_version}, "spec": spec}
+    ref = action.written
+    metadata = {"name": ref.name, "resourceVersion": action.resource_version, "uid": action.uid}
+    if ref.namespace:
+        metadata["namespace"] = ref.namespace
+    return {"metadata": metadata, "spec": spec}
 
 
 class Stopper:
@@ -56,6 +71,19 @@ class Stopper:
         if reason:
             raise Changed(f"{reason} since planning")
 
+    def _still_a_gpu_workload(self, obj: Mapping[str, Any], action: PlannedAction) -> None:
+        """Raise :class:`Changed` unless the object read (or, failing that, the one holding the GPUs)
+        still requests a GPU. The plan checked the version it saw; a re-read after a 409 is checked
+        again here, since the write then goes out on that version."""
+        if gpu_resources(obj.get("spec") or {}):
+            return
+        target = action.target
+        if action.root is not None:
+            held = self.kube.get_optional(target.kind, target.namespace, target.name)
+            if held is not None and gpu_resources(held.get("spec") or {}):
+                return
+        raise Changed(f"{action.written.kind} {action.written.key()} requests no GPU any more since planning")
+
     def stop(self, action: PlannedAction) -> ActionResult:
         """The root's native stop (scale to zero, stop annotation, suspend), with the reaper's annotations.
 
@@ -65,11 +93,19 @@ class Stopper:
         a change by anyone in between is a 409, a re-read and a fresh try.
         """
         ref = action.written
+        if ref.namespace != action.target.namespace:
+            # The planner never plans it (owners are followed within a namespace): a last guard.
+            raise Refused(
+                f"{ref.kind} {ref.namespace}/{ref.name} is not in the namespace of "
+                f"{action.target.kind} {action.target.namespace}/{action.target.name}; nothing changed"
+            )
         actuator = actuator_of(ref.kind)
         if actuator is None:
             raise Changed(f"{ref.kind} has no native stop gpu-reaper can use")  # pragma: no cover
         if isinstance(actuator, KueueDeactivate):
             return self._stop_through_kueue(action, actuator)
+        if isinstance(actuator, RecordedScale):
+            return self._stop_recorded(action, actuator)
         through_scale = isinstance(actuator, ScaleSubresource)
         now = rfc3339(self.clock())
         holder = f" (GPUs held by {action.target.kind} {action.target.namespace}/{action.target.name})"
@@ -77,12 +113,7 @@ class Stopper:
         where = f"{ref.kind} {ref.namespace}/{ref.name}{via}"
 
         def attempt(obj: dict[str, Any]) -> tuple[dict[str, Any] | None, Change]:
-            self._still_wanted(obj, ref.kind.lower())
-            live = workload_from_object(ref.kind, obj)
-            done = actuator.stopped(live)
-            if done:
-                raise Changed(done)
-            change = actuator.stop(live, now)
+            _, change = self._checked_stop(obj, planned, action, actuator, now)
             marks = {
                 "resourceVersion": meta(obj, "resourceVersion"),
                 "annotations": {**change.annotations, names.REAPED_AT: now, names.REASON: action.reason},
@@ -110,6 +141,7 @@ class Stopper:
 
             return self.gate.send(f"{what} ({action.reason})", write), change
 
+        planned = None
         if through_scale:
             read = read_with_scale(self.kube, ref.kind, ref.namespace, ref.name)
         else:
@@ -132,6 +164,72 @@ class Stopper:
         )
         return ActionResult(action, Outcome.APPLIED, change.description, write=written)
 
+    def _checked_stop(
+        self,
+        obj: dict[str, Any],
+        planned: dict[str, Any] | None,
+        action: PlannedAction,
+        actuator: Actuator,
+        now: str,
+    ) -> tuple[Workload, Change]:
+        """What every stop checks on the object it read before writing (the owner's opt-out; that it
+        still requests a GPU, unless it is the plan's own copy; that it is not stopped already), and
+        the change its actuator would make."""
+        kind = action.written.kind
+        self._still_wanted(obj, kind.lower())
+        if obj is not planned:
+            self._still_a_gpu_workload(obj, action)
+        live = workload_from_object(kind, obj)
+        done = actuator.stopped(live)
+        if done:
+            raise Changed(done)
+        return live, actuator.stop(live, now)
+
+    def _stop_recorded(self, action: PlannedAction, actuator: RecordedScale) -> ActionResult:
+        """A Deployment, StatefulSet or ReplicaSet: recorded in the reaper's ConfigMap (the count to
+        restore, the reason), then scaled to 0 through ``/scale`` alone, conditional on the version
+        read. Nothing is written to the object itself: the record is the mark, written first, so a
+        run that dies in between leaves an entry ``restore`` understands (and drops, finding the
+        object still running)."""
+        ref = action.written
+        now = rfc3339(self.clock())
+        holder = f" (GPUs held by {action.target.kind} {action.target.namespace}/{action.target.name})"
+        where = f"{ref.kind} {ref.namespace}/{ref.name}{holder if action.root is not None else ''}"
+        planned = _planned_copy(action, {"replicas": action.replicas} if action.replicas is not None else {})
+
+        def attempt(obj: dict[str, Any]) -> tuple[dict[str, Any] | None, Change]:
+            live, change = self._checked_stop(obj, planned, action, actuator, now)
+
+            def write() -> dict[str, Any]:
+                self.store.remember(
+                    ref.kind,
+                    ref.namespace,
+                    ref.name,
+                    uid=meta(obj, "uid"),
+                    original_replicas=live.replicas if live.replicas is not None else 1,
+                    reason=action.reason,
+                )
+                scale = {"metadata": {"resourceVersion": meta(obj, "resourceVersion")}, "spec": change.spec}
+                # The Scale names the object (name, namespace, uid, its new resourceVersion): the Event's.
+                return self.kube.patch_scale(ref.kind, ref.namespace, ref.name, scale)
+
+            what = f"scale {where} through its scale subresource {change.description} ({action.reason})"
+            return self.gate.send(what, write), change
+
+        read = reader(self.kube, ref.kind, ref.namespace, ref.name, planned)
+        scaled, change = self.retry.run(read, attempt)
+        written = write_line(ref.kind, ref.namespace, ref.name, change)
+        if scaled is None:
+            return ActionResult(action, Outcome.DRY_RUN, write=written)
+        self.events.record(
+            scaled,
+            ref.kind,
+            actuator.done,
+            f"gpu-reaper: {actuator.verb}, {change.description}: {action.reason}. "
+            f"Restore: gpu-reaper restore {ref.namespace}/{ref.name}",
+        )
+        return ActionResult(action, Outcome.APPLIED, change.description, write=written)
+
     def _stop_through_kueue(self, action: PlannedAction, actuator: KueueDeactivate) -> ActionResult:
         """A Kueue-managed Job: marked, then its Workload deactivated; Kueue then evicts it and
         suspends the Job. Suspending the Job directly would be undone: Kueue unsuspends a Job whose
@@ -144,6 +242,7 @@ class Stopper:
 
         def attempt(job: dict[str, Any]) -> tuple[dict[str, Any] | None, Change, str]:
             self._still_wanted(job, "job")
+            self._still_a_gpu_workload(job, action)
             live = workload_from_object(ref.kind, job)
             done = actuator.stopped(live)
             if done:

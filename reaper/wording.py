@@ -18,6 +18,8 @@ CHANGED = "left alone (changed since planning)"
 def outcome_verb(action: PlannedAction, outcome: Outcome) -> str:
     """``would scale to zero``, ``stopped``, ``failed to suspend``, ``heads-up``… (lower case)."""
     verb, past = verbs(action.action, action.written.kind)
+    if outcome is Outcome.NOT_SENT:  # a notice whose message did not go out
+        return f"{verb} (not sent)"
     if action.action is Action.NOTIFY:
         return verb
     return {

@@ -32,7 +32,10 @@ def _time(t: datetime) -> str:
     return rfc3339(t.replace(microsecond=0))
 
 
-def _pod_template(name: str, gpus: int, labels: dict[str, str] | None = None) -> dict[str, Any]:
+def pod_template(
+    name: str, gpus: int, labels: dict[str, str] | None = None, *, resource: str = GPU
+) -> dict[str, Any]:
+    """A pod template of one container limited to ``gpus`` of ``resource`` (a GPU, or a MIG profile's)."""
     return {
         "metadata": {"labels": labels or {"app": name}},
         "spec": {
@@ -40,7 +43,7 @@ def _pod_template(name: str, gpus: int, labels: dict[str, str] | None = None) ->
                 {
                     "name": "main",
                     "image": f"registry.example/{name}:1",
-                    "resources": {"limits": {GPU: str(gpus)}},
+                    "resources": {"limits": {resource: str(gpus)}},
                 }
             ]
         },
@@ -102,7 +105,7 @@ def deployment(
         spec={
             "replicas": replicas,
             "selector": {"matchLabels": labels},
-            "template": _pod_template(name, gpus, labels),
+            "template": pod_template(name, gpus, labels),
         },
         status=replicated_status(replicas, progressed=created + timedelta(minutes=1)),
         owner=owner,
@@ -117,7 +120,7 @@ def notebook(namespace: str, name: str, created: datetime, gpus: int = 1) -> lis
         namespace,
         labels={"app": name},
         created=created,
-        spec={"template": _pod_template(name, gpus)},
+        spec={"template": pod_template(name, gpus)},
         status={
             "readyReplicas": 1,
             "containerState": {"running": {"startedAt": _time(created + timedelta(minutes=2))}},
@@ -134,7 +137,7 @@ def notebook(namespace: str, name: str, created: datetime, gpus: int = 1) -> lis
             "replicas": 1,
             "serviceName": "",
             "selector": {"matchLabels": {"statefulset": name}},
-            "template": _pod_template(name, gpus, {"statefulset": name, "notebook-name": name}),
+            "template": pod_template(name, gpus, {"statefulset": name, "notebook-name": name}),
         },
         status=replicated_status(1) | {"currentRevision": f"{name}-{_hash(name)}"},
         owner=root,
@@ -192,7 +195,7 @@ def knative_service(
     template_annotations = (
         {"autoscaling.knative.dev/min-scale": str(min_scale)} if min_scale is not None else {}
     )
-    template = {"metadata": {"annotations": template_annotations}, "spec": _pod_template(name, gpus)["spec"]}
+    template = {"metadata": {"annotations": template_annotations}, "spec": pod_template(name, gpus)["spec"]}
     ready = {"observedGeneration": 1, "conditions": [{"type": "Ready", "status": "True"}]}
     ksvc = manifest(
         "KnativeService",
@@ -246,7 +249,7 @@ def ray_cluster(
         created=created,
         spec={
             "rayVersion": "2.9.0",
-            "headGroupSpec": {"rayStartParams": {}, "template": _pod_template(f"{name}-head", 0)},
+            "headGroupSpec": {"rayStartParams": {}, "template": pod_template(f"{name}-head", 0)},
             "workerGroupSpecs": [
                 {
                     "groupName": "gpu-group",
@@ -254,7 +257,7 @@ def ray_cluster(
                     "minReplicas": 0,
                     "maxReplicas": workers,
                     "rayStartParams": {},
-                    "template": _pod_template(f"{name}-worker", gpus),
+                    "template": pod_template(f"{name}-worker", gpus),
                 }
             ],
         },
@@ -295,7 +298,7 @@ def leader_worker_set(namespace: str, name: str, created: datetime, replicas: in
         created=created,
         spec={
             "replicas": replicas,
-            "leaderWorkerTemplate": {"size": 2, "workerTemplate": _pod_template(name, 1)},
+            "leaderWorkerTemplate": {"size": 2, "workerTemplate": pod_template(name, 1)},
         },
         # LeaderWorkerSet's status has no observedGeneration nor availableReplicas.
         status={
@@ -312,7 +315,7 @@ def leader_worker_set(namespace: str, name: str, created: datetime, replicas: in
         namespace,
         labels=label,
         created=created,
-        spec={"replicas": replicas, "serviceName": name, "template": _pod_template(name, 1, label)},
+        spec={"replicas": replicas, "serviceName": name, "template": pod_template(name, 1, label)},
         status=replicated_status(replicas),
         owner=root,
     )
@@ -330,7 +333,7 @@ def leader_worker_set(namespace: str, name: str, created: datetime, replicas: in
                 namespace,
                 labels=label | {"leaderworkerset.sigs.k8s.io/group-index": str(i)},
                 created=created,
-                spec={"replicas": 1, "serviceName": name, "template": _pod_template(name, 1, label)},
+                spec={"replicas": 1, "serviceName": name, "template": pod_template(name, 1, label)},
                 status=replicated_status(1),
                 owner=pod,
             )
@@ -345,7 +348,7 @@ def argo_rollout(namespace: str, name: str, created: datetime, replicas: int = 2
         name,
         namespace,
         created=created,
-        spec={"replicas": replicas, "strategy": {"canary": {}}, "template": _pod_template(name, 1)},
+        spec={"replicas": replicas, "strategy": {"canary": {}}, "template": pod_template(name, 1)},
         # Argo writes observedGeneration as a string.
         status=replicated_status(replicas, progressed=created + timedelta(minutes=1))
         | {"observedGeneration": "1", "phase": "Healthy", "stableRS": _hash(name)},
@@ -356,7 +359,7 @@ def argo_rollout(namespace: str, name: str, created: datetime, replicas: int = 2
         namespace,
         labels={"rollouts-pod-template-hash": _hash(name)},
         created=created,
-        spec={"replicas": replicas, "template": _pod_template(name, 1)},
+        spec={"replicas": replicas, "template": pod_template(name, 1)},
         status=replicated_status(replicas),
         owner=root,
     )
@@ -376,7 +379,7 @@ def job_set(namespace: str, name: str, created: datetime, gpus: int = 1) -> list
                 {
                     "name": "workers",
                     "replicas": 1,
-                    "template": {"spec": {"template": _pod_template(name, gpus)}},
+                    "template": {"spec": {"template": pod_template(name, gpus)}},
                 }
             ],
         },
@@ -388,7 +391,7 @@ def job_set(namespace: str, name: str, created: datetime, gpus: int = 1) -> list
         namespace,
         labels={"jobset.sigs.k8s.io/jobset-name": name},
         created=created,
-        spec={"suspend": False, "parallelism": 1, "completions": 1, "template": _pod_template(name, gpus)},
+        spec={"suspend": False, "parallelism": 1, "completions": 1, "template": pod_template(name, gpus)},
         status={"active": 1, "ready": 1, "startTime": _time(created)},
         owner=root,
     )
@@ -409,7 +412,7 @@ def kueue_job(
         namespace,
         labels={"kueue.x-k8s.io/queue-name": queue},
         created=created,
-        spec={"suspend": False, "parallelism": 1, "completions": 1, "template": _pod_template(name, gpus)},
+        spec={"suspend": False, "parallelism": 1, "completions": 1, "template": pod_template(name, gpus)},
         status={"active": 1, "ready": 1, "startTime": _time(created)},
     )
     admitted = [

@@ -22,6 +22,20 @@ from simulation.fleet.scenario import Controller, WorkloadKind, WorkloadSpec
 from simulation.manifests import manifest
 
 _SCALABLE = {WorkloadKind.DEPLOYMENT: "Deployment", WorkloadKind.STATEFULSET: "StatefulSet"}
+_SCALE_KINDS = frozenset({"Deployment", "StatefulSet", "ReplicaSet"})  # apps/v1 kinds serving /scale
+
+
+def _scale_of(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The autoscaling/v1 Scale an API server answers for an object: its identity and replicas."""
+    meta = obj.get("metadata") or {}
+    kept = ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+    return {
+        "apiVersion": "autoscaling/v1",
+        "kind": "Scale",
+        "metadata": {k: meta[k] for k in kept if k in meta},
+        "spec": {"replicas": (obj.get("spec") or {}).get("replicas", 0)},
+        "status": {"replicas": (obj.get("status") or {}).get("replicas", 0)},
+    }
 
 
 def fleet_objects(
@@ -66,7 +80,9 @@ def fleet_objects(
             continue  # Jobs and bare Pods: the reaper only ever notifies about them
         labels = {**w.labels, "app.kubernetes.io/name": w.labels.get("app", w.name)}
         selector = {"matchLabels": {"app.kubernetes.io/name": labels["app.kubernetes.io/name"]}}
-        spec: dict[str, Any] = {"replicas": w.replicas, "selector": selector}
+        # Pods that ask for the GPUs the fleet gives them: the reaper stops nothing that asks for none.
+        template = controllers.pod_template(w.name, w.gpus_per_pod, labels, resource=_gpu_resource(sc, w))
+        spec: dict[str, Any] = {"replicas": w.replicas, "selector": selector, "template": template}
         if kind == "StatefulSet":
             spec["serviceName"] = w.name
         # The status its controller reports once the rollout is done, a minute after creation.
@@ -101,6 +117,12 @@ def fleet_objects(
             )
         )
     return objects
+
+
+def _gpu_resource(scenario: Any, w: WorkloadSpec) -> str:
+    """The resource a workload's pods ask for: a MIG profile's on a MIG node it is pinned to."""
+    node = next((n for n in scenario.nodes if n.name == w.node), None)
+    return f"nvidia.com/mig-{node.mig_profile}" if node is not None and node.mig_profile else controllers.GPU
 
 
 def _controlled(w: WorkloadSpec, created: datetime) -> list[dict[str, Any]]:
@@ -214,12 +236,23 @@ class InMemoryCluster:
         return None  # the demo declares no custom kind with a scale subresource
 
     def get_scale(self, kind: str, namespace: str | None, name: str) -> dict[str, Any]:
-        raise NotFoundError(f"{kind} {namespace or ''}/{name}/scale not found")
+        """``/scale`` of the built-in kinds that serve it, as the API server does (none of custom kinds)."""
+        if kind not in _SCALE_KINDS:
+            raise NotFoundError(f"{kind} {namespace or ''}/{name}/scale not found")
+        return _scale_of(self.get(kind, namespace, name))
 
     def patch_scale(
         self, kind: str, namespace: str | None, name: str, body: Mapping[str, Any]
     ) -> dict[str, Any]:
-        raise NotFoundError(f"{kind} {namespace or ''}/{name}/scale not found")
+        """A merge patch of ``spec.replicas`` through ``/scale``, conditional on the object's version."""
+        if kind not in _SCALE_KINDS:
+            raise NotFoundError(f"{kind} {namespace or ''}/{name}/scale not found")
+        version = (body.get("metadata") or {}).get("resourceVersion")
+        replicas = (body.get("spec") or {}).get("replicas")
+        patch: dict[str, Any] = {"spec": {"replicas": replicas}}
+        if version:
+            patch["metadata"] = {"resourceVersion": version}
+        return _scale_of(self.patch(kind, namespace, name, patch))
 
     def objects(self, kind: str) -> list[dict[str, Any]]:
         """For assertions: the stored objects of a kind, uncounted."""

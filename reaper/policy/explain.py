@@ -84,6 +84,11 @@ def explain(policy: Policy) -> str:
             f"slack: default {sl.channel or '(none)'}"
             + (f"; routes {routes}" if routes else "")
             + f"; a namespace annotation {names.SLACK_CHANNEL} wins"
+            + (
+                f" where it names one of {', '.join(sl.allowed_channels)}"
+                if sl.allowed_channels is not None
+                else " where it names a channel (never a user or a direct message)"
+            )
         )
     return "\n".join(lines)
 

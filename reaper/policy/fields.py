@@ -100,12 +100,39 @@ def _check_namespace_name(value: str) -> str:
     return value
 
 
+_CHANNEL_NAME = re.compile(r"^#[a-z0-9][a-z0-9._\-]{0,79}$")
+_CHANNEL_ID = re.compile(r"^[CGD][A-Z0-9]{6,}$")
+
+
 def _check_channel(value: str) -> str:
     # "#name" for readability, or a channel ID (C…, G…) which survives renames.
-    if re.match(r"^#[a-z0-9][a-z0-9._\-]{0,79}$", value) or re.match(r"^[CGD][A-Z0-9]{6,}$", value):
+    if _CHANNEL_NAME.match(value) or _CHANNEL_ID.match(value):
         return value
     raise ValueError(
         f"Slack channel {value!r} must be '#name' (lowercase) or a channel ID such as C0123456789"
+    )
+
+
+def tenant_channel_problem(value: str) -> str | None:
+    """Why a channel a namespace's owners name (``gpu-reaper/slack-channel``) is not posted to.
+
+    As the policy's channels are checked, and stricter: never a direct message (a ``D…`` id), nor a
+    user (``U…``, ``W…``, ``@name``), which would let any namespace owner message anyone.
+    """
+    if value.startswith(("U", "W", "@")) or (value.startswith("D") and _CHANNEL_ID.match(value)):
+        return "a user or a direct message, not a channel"
+    try:
+        _check_channel(value)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def _check_channel_glob(value: str) -> str:
+    if re.match(r"^#[a-z0-9._\-*?\[\]!]{1,80}$", value) or _CHANNEL_ID.match(value):
+        return value
+    raise ValueError(
+        f"allowed channel {value!r} must be '#name' (lowercase, globs * ? [...] allowed) or a channel ID"
     )
 
 
@@ -123,6 +150,19 @@ Channel = Annotated[
     str,
     AfterValidator(_check_channel),
     WithJsonSchema({"type": "string", "pattern": r"^(#[a-z0-9][a-z0-9._\-]{0,79}|[CGD][A-Z0-9]{6,})$"}),
+]
+
+
+ChannelGlob = Annotated[
+    str,
+    AfterValidator(_check_channel_glob),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "pattern": r"^(#[a-z0-9._\-*?\[\]!]{1,80}|[CGD][A-Z0-9]{6,})$",
+            "description": "A Slack channel: '#name' with shell-style globs (#team-*), or a channel ID.",
+        }
+    ),
 ]
 
 

@@ -15,11 +15,22 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from common.durations import Duration, PositiveDuration
+from common.durations import MIN_ANALYSIS_WINDOW, Duration, PositiveDuration, format_setting
 from common.model import Finding, FindingKind, LowUtilizationEvidence
 from common.thresholds import Pricing, Thresholds
 from reaper import names
-from reaper.policy.fields import Channel, ClusterName, Glob, LabelKey, LabelValue, NamespaceName, WorkloadGlob
+from reaper.policy.fields import (
+    Channel,
+    ChannelGlob,
+    ClusterName,
+    Glob,
+    LabelKey,
+    LabelValue,
+    NamespaceName,
+    WorkloadGlob,
+    glob_match,
+    tenant_channel_problem,
+)
 
 
 class RunMode(StrEnum):
@@ -235,9 +246,21 @@ class SlackRoute(_Model):
 class Slack(_Model):
     channel: Channel | None = None  # default channel (bot token mode)
     routes: tuple[SlackRoute, ...] = ()
+    # The channels a namespace's owners may name in gpu-reaper/slack-channel (globs over '#name', or
+    # IDs). None: any channel; a user or a direct message never, whatever this says.
+    allowed_channels: tuple[ChannelGlob, ...] | None = None
     api_url: str = Field(default="https://slack.com/api/", pattern=r"^https?://[^\s]+/$")
     max_items_per_message: int = Field(default=20, ge=1, le=40)
     notify_when_idle: bool = False  # post even when a run found nothing to report
+
+    def owner_channel(self, value: str) -> tuple[str | None, str | None]:
+        """A namespace's ``gpu-reaper/slack-channel``: the channel to post to, or why it is refused."""
+        problem = tenant_channel_problem(value)
+        if problem is None and self.allowed_channels is not None:
+            allowed = glob_match(value, self.allowed_channels)
+            if allowed is None:
+                problem = f"not in slack.allowedChannels ({', '.join(self.allowed_channels)})"
+        return (None, problem) if problem else (value, None)
 
 
 # NVIDIA's GPU feature discovery (and the GPU operator, which runs it) labels every node with a GPU so.
@@ -262,6 +285,16 @@ class Policy(_Model):
     slack: Slack = Slack()
     rules: tuple[Rule, ...] = Field(min_length=1)
     detection: Thresholds = Thresholds()
+
+    @field_validator("window")
+    @classmethod
+    def _long_enough(cls, window: timedelta) -> timedelta:
+        if window < MIN_ANALYSIS_WINDOW:
+            raise ValueError(
+                f"{format_setting(window)} is shorter than the analyzer judges "
+                f"({format_setting(MIN_ANALYSIS_WINDOW)} at least): too few samples to call anything idle"
+            )
+        return window
 
     @field_validator("rules")
     @classmethod
@@ -298,6 +331,18 @@ class Policy(_Model):
         """The detection settings handed to the analyzer, with the one price filled in (the same
         price ``gpu-analyzer --policy`` reads: common.thresholds.load_thresholds)."""
         return self._pricing.applied_to(self.detection)
+
+    def gap_between_runs(self, run_interval: timedelta) -> str | None:
+        """Why runs every ``run_interval`` would leave time that no run's window judges (None: they
+        do not). A ``for:`` is counted only over judged time, so such gaps would only delay actions,
+        but the waste in them would never be seen."""
+        if self.window >= run_interval:
+            return None
+        return (
+            f"window {format_setting(self.window)} is shorter than the run interval "
+            f"{format_setting(run_interval)}: {format_setting(run_interval - self.window)} between runs "
+            "would be judged by none of them; make the window at least the run interval"
+        )
 
     @property
     def protected_namespaces(self) -> tuple[str, ...]:

@@ -6,6 +6,7 @@ import io
 import json
 import re
 import socket
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -13,10 +14,14 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from pytest_httpserver import HTTPServer
 
+from cli.analyzer import main as analyzer_main
 from cli.reaper import main
 from common.model import FindingKind, TimeWindow
 from harness.findings import NOW, finding, report
+from harness.gpu_workloads import gpu_spec
 from harness.kube_emulator import EmulatedCluster, write_kubeconfig
+from harness.servers import VictoriaMetricsServer
+from simulation.fleet import Scenario, simulate
 from simulation.in_memory_cluster import manifest
 
 LONG_AGO = NOW - timedelta(days=30)
@@ -40,7 +45,7 @@ def seeded(cluster: EmulatedCluster) -> EmulatedCluster:
     cluster.seed(
         [
             *(manifest("Namespace", n) for n in ("serving", "gpu-reaper")),
-            manifest("Deployment", "ranker", "serving", created=LONG_AGO, spec={"replicas": 2}),
+            manifest("Deployment", "ranker", "serving", created=LONG_AGO, spec=gpu_spec(2)),
         ]
     )
     return cluster
@@ -171,6 +176,32 @@ def test_pushgateway_outage_is_only_a_warning(
         f"http://127.0.0.1:{closed_port()}",
     )
     assert code == 0
+
+
+def test_a_pushgateway_url_with_credentials_authenticates_and_is_never_logged_with_them(
+    seeded: EmulatedCluster,
+    findings_file: Path,
+    tmp_path: Path,
+    httpserver: HTTPServer,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    httpserver.expect_request("/metrics/job/gpu-reaper", method="POST").respond_with_data("", status=500)
+    url = httpserver.url_for("/").replace("http://", "http://pusher:pu5h-s3cret@")
+    code, _ = cli(
+        "-v",
+        *run_args(seeded.kubeconfig, write(tmp_path, "p.yaml", GOOD_POLICY), findings_file),
+        "--pushgateway-url",
+        url,
+    )
+    assert code == 0
+    ((req, _),) = httpserver.log
+    assert req.authorization is not None and (req.authorization.username, req.authorization.password) == (
+        "pusher",
+        "pu5h-s3cret",
+    )
+    logged = capsys.readouterr().err
+    assert "answered 500" in logged and "[redacted]@" in logged
+    assert "pu5h-s3cret" not in logged
 
 
 BROKEN_POLICIES = [
@@ -397,6 +428,12 @@ def test_malformed_findings_file_is_bad_input(
         pytest.param(
             0, {"gpu_count": 7}, "findings[0]: gpu_count 7 disagrees with 1 listed gpus", id="inconsistent"
         ),
+        pytest.param(
+            0,
+            {"gpu_count": "two"},
+            "findings[0]: gpu_count must be a whole number, not 'two'",
+            id="gpu-count-text",
+        ),
     ],
 )
 def test_a_bad_finding_is_one_line_naming_its_index_and_field(
@@ -428,7 +465,7 @@ def test_namespace_scopes_the_run(seeded: EmulatedCluster, tmp_path: Path) -> No
     seeded.seed(
         [
             manifest("Namespace", "research"),
-            manifest("Deployment", "notebook", "research", created=LONG_AGO, spec={"replicas": 1}),
+            manifest("Deployment", "notebook", "research", created=LONG_AGO, spec=gpu_spec(1)),
         ]
     )
     both = write(
@@ -493,7 +530,7 @@ def test_restore_of_something_that_does_not_exist_is_bad_input(
     code, out = cli("restore", *target, *kube)
     assert code == 2
     assert f"gpu-reaper: error: {message}" in capsys.readouterr().err
-    assert out == ""
+    assert out == "gpu-reaper: restore mode=apply error=bad_input\n"  # like a run, it ends with a summary
     assert seeded.mutations() == []
 
 
@@ -626,7 +663,7 @@ def test_an_unwritable_report_is_refused_before_the_run(
 def two_clusters(seeded: EmulatedCluster, tmp_path: Path) -> Path:
     """Cluster b's serving/ranker is idle; this cluster (a) has a serving/ranker too, busy: only its
     serving/api is idle. One findings document from the query view over both."""
-    seeded.seed([manifest("Deployment", "api", "serving", created=LONG_AGO, spec={"replicas": 1})])
+    seeded.seed([manifest("Deployment", "api", "serving", created=LONG_AGO, spec=gpu_spec(1))])
     found = report(
         finding(FindingKind.IDLE_ENDPOINT, name="ranker").model_copy(update={"cluster": "b"}),
         finding(FindingKind.IDLE_ENDPOINT, name="api").model_copy(update={"cluster": "a"}),
@@ -728,7 +765,7 @@ def test_debug_logs_each_api_request(
         re.MULTILINE,
     )
     served = seeded.requests()
-    assert ("PATCH", "/apis/apps/v1/namespaces/serving/deployments/ranker") in served
+    assert ("PATCH", "/apis/apps/v1/namespaces/serving/deployments/ranker/scale") in served
     assert sorted((method, path) for method, path, _ in logged) == sorted(served)
 
 
@@ -768,3 +805,303 @@ def test_every_environment_variable_the_reaper_doc_names_is_read() -> None:
     )
     unread = sorted(name for name in named if name.endswith("*") or f'"{name}"' not in code)
     assert unread == []
+
+
+# --- issue 41: never "all fine" on a question that was not answered ----------------------------------
+
+# One node of four GPUs, an idle Deployment on one: small enough to load into a TSDB in a test.
+SMALL_FLEET = {
+    "name": "small",
+    "seed": 5,
+    "end": "2026-01-05T00:00:00Z",
+    "duration": "7h",
+    "step": "60s",
+    "analysis_window": "6h",
+    "nodes": [{"name": "gpu-s1", "gpus": 4}],
+    "workloads": [{"namespace": "serving", "name": "ranker", "behaviour": "idle", "node": "gpu-s1"}],
+}
+
+
+@pytest.fixture(scope="module")
+def small_tsdb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A VictoriaMetrics holding SMALL_FLEET's series, which name no cluster; its URL."""
+    fleet = simulate(Scenario.model_validate(SMALL_FLEET))
+    with VictoriaMetricsServer(tmp_path_factory.mktemp("small-vm")) as vm:
+        vm.import_series(fleet.series)
+        yield vm.url
+
+
+def from_tsdb(url: str, policy: Path, kubeconfig: Path, *extra: str) -> list[str]:
+    return [
+        "run",
+        "--prometheus-url",
+        url,
+        "--policy",
+        str(policy),
+        "--end",
+        "2026-01-05T00:00:00Z",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--reaper-namespace",
+        "gpu-reaper",
+        "--prometheus-retries",
+        "0",
+        *extra,
+    ]
+
+
+@pytest.mark.victoriametrics
+def test_a_run_says_how_many_gpus_it_judged(seeded: EmulatedCluster, small_tsdb: str, tmp_path: Path) -> None:
+    code, out = cli(*from_tsdb(small_tsdb, write(tmp_path, "p.yaml", GOOD_POLICY), seeded.kubeconfig))
+    assert code == 0, out
+    assert out.strip().splitlines()[-1].startswith("gpu-reaper: mode=dry-run gpus=4 findings=")
+
+
+@pytest.mark.victoriametrics
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        pytest.param(
+            ["--namespace", "nosuchns"],
+            "no pod in namespace nosuchns held a GPU in the window (namespaces holding GPUs: serving)",
+            id="namespace",
+        ),
+        pytest.param(
+            ["--cluster", "nope"],
+            "cluster(s) nope not found in the window (clusters by label 'cluster': none: no GPU series "
+            "carries a 'cluster' label)",
+            id="cluster",
+        ),
+    ],
+)
+def test_a_scope_that_matches_nothing_is_bad_input_as_in_the_analyzer(
+    seeded: EmulatedCluster,
+    small_tsdb: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    extra: list[str],
+    message: str,
+) -> None:
+    """Never `findings=0 … failed=0, exit 0`, never a plan for a mistyped cluster: exit 2, naming what
+    the data does hold, as gpu-analyzer does; nothing asked of the cluster."""
+    policy = write(tmp_path, "p.yaml", GOOD_POLICY)
+    code, out = cli(*from_tsdb(small_tsdb, policy, seeded.kubeconfig, "--apply", *extra))
+    assert code == 2
+    assert out.strip().splitlines()[-1] == "gpu-reaper: mode=apply error=bad_input"
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"gpu-reaper: error: {message}"
+    assert seeded.requests() == []
+    analyzer = ["analyze", "--prometheus-url", small_tsdb, "--end", "2026-01-05T00:00:00Z", *extra]
+    assert analyzer_main(analyzer) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"gpu-analyzer: error: {message}"
+
+
+@pytest.mark.parametrize(
+    ("how", "message"),
+    [
+        pytest.param("flag", "--kubeconfig {path}: not valid YAML (line 2, column 1: ", id="run-flag"),
+        pytest.param("env", "$KUBECONFIG {path}: not valid YAML (line 2, column 1: ", id="run-environment"),
+        pytest.param("restore", "$KUBECONFIG {path}: not valid YAML (line 2, column 1: ", id="restore-all"),
+        pytest.param(
+            "list",
+            "--kubeconfig {path}: not a kubeconfig (a mapping of clusters, contexts and users)",
+            id="a-list",
+        ),
+    ],
+)
+def test_a_malformed_kubeconfig_is_one_line_naming_the_file_then_the_summary_line(
+    findings_file: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    how: str,
+    message: str,
+) -> None:
+    kubeconfig = write(tmp_path, "kubeconfig", "- a\n" if how == "list" else "garbage: [\n")
+    policy = write(tmp_path, "p.yaml", GOOD_POLICY)
+    if how in ("env", "restore"):
+        monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    if how == "restore":
+        code, out = cli("restore", "--all")
+        summary = "gpu-reaper: restore mode=apply error=bad_input"
+    else:
+        argv = run_args(kubeconfig, policy, findings_file)
+        if how == "env":
+            argv = argv[: argv.index("--kubeconfig")] + argv[argv.index("--kubeconfig") + 2 :]
+        code, out = cli(*argv)
+        summary = "gpu-reaper: mode=dry-run error=bad_input"
+    assert code == 2
+    assert out.strip().splitlines()[-1] == summary
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("gpu-reaper: error: " + message.format(path=kubeconfig)), line
+    assert "Traceback" not in line
+
+
+def test_a_missing_kubeconfig_named_by_the_environment_is_named(
+    findings_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "no-such-kubeconfig"
+    monkeypatch.setenv("KUBECONFIG", str(missing))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    argv = run_args(tmp_path / "x", write(tmp_path, "p.yaml", GOOD_POLICY), findings_file)
+    argv = argv[: argv.index("--kubeconfig")] + argv[argv.index("--kubeconfig") + 2 :]
+    assert cli(*argv) == (2, "gpu-reaper: mode=dry-run error=bad_input\n")
+    assert (
+        capsys.readouterr().err.strip()
+        == f"gpu-reaper: error: $KUBECONFIG {missing}: the file does not exist"
+    )
+
+
+NOTIFY_POLICY = """\
+safety: {consecutiveRuns: 1}
+slack: {channel: "#gpu-waste"}
+rules:
+  - name: tell
+    match: {findings: [low_utilization]}
+    action: notify
+"""
+
+
+def test_apply_without_slack_counts_notices_as_not_sent(
+    seeded: EmulatedCluster,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Nothing was sent, so nothing is `applied`: one warning, and the notices counted as not sent."""
+    for name in ("GPU_REAPER_SLACK_TOKEN", "SLACK_BOT_TOKEN", "GPU_REAPER_SLACK_TOKEN_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    for name in ("GPU_REAPER_SLACK_WEBHOOK_URL", "GPU_REAPER_SLACK_WEBHOOK_URL_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    found = report(finding(FindingKind.LOW_UTILIZATION, name="ranker"), finding(FindingKind.LOW_UTILIZATION))
+    findings = write(tmp_path, "f.json", found.to_json())
+    metrics = tmp_path / "gpu_reaper.prom"
+    argv = run_args(seeded.kubeconfig, write(tmp_path, "p.yaml", NOTIFY_POLICY), findings, "--apply")
+    code, out = cli(*argv, "--metrics-file", str(metrics))
+    assert code == 0
+    assert out.strip().splitlines()[-1] == (
+        "gpu-reaper: mode=apply findings=2 planned=2 applied=0 skipped=0 failed=0 not_sent=2"
+    )
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "WARNING" in line]
+    assert (
+        len(warnings) == 1
+        and "Slack is not configured" in warnings[0]
+        and "2 notices were not sent" in warnings[0]
+    )
+    families = {f.name: f for f in text_string_to_metric_families(metrics.read_text(encoding="utf-8"))}
+    notify = {
+        s.labels["outcome"]: s.value
+        for s in families["gpu_reaper_actions"].samples
+        if s.labels["action"] == "notify"
+    }
+    assert notify["applied"] == 0 and notify["not_sent"] == 2
+
+
+def test_an_unknown_flag_is_named_before_a_missing_required_option(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert cli("run", "--bogus")[0] == 2
+    assert (
+        capsys.readouterr().err.strip().splitlines()[-1]
+        == "gpu-reaper run: error: unrecognized arguments: --bogus"
+    )
+    assert cli("run")[0] == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "gpu-reaper run: error: the following arguments are required: --policy"
+    )
+
+
+def test_restore_all_dry_run_says_what_it_would_restore(
+    seeded: EmulatedCluster, findings_file: Path, tmp_path: Path
+) -> None:
+    cli(*run_args(seeded.kubeconfig, write(tmp_path, "p.yaml", GOOD_POLICY), findings_file, "--apply"))
+    kube = ["--kubeconfig", str(seeded.kubeconfig), "--reaper-namespace", "gpu-reaper"]
+    code, out = cli("restore", "--all", "--dry-run", *kube)
+    assert code == 0
+    assert out.splitlines()[-1] == "gpu-reaper: restore mode=dry-run would_restore=1 unchanged=0 failed=0"
+    assert seeded.obj("Deployment", "serving", "ranker")["spec"]["replicas"] == 0
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        pytest.param({"colour": "red"}, "unknown key 'colour' at the document's top level", id="unknown-key"),
+        pytest.param(
+            {"gpus_judged": "two"}, "gpus_judged: Input should be a valid integer", id="gpus-judged-text"
+        ),
+    ],
+)
+def test_a_bad_findings_document_header_is_refused_naming_the_key(
+    seeded: EmulatedCluster,
+    findings_file: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    change: dict[str, object],
+    problem: str,
+) -> None:
+    """As a key inside a finding is: a typo is never silently dropped."""
+    doc = json.loads(findings_file.read_text(encoding="utf-8")) | change
+    findings = write(tmp_path, "f.json", json.dumps(doc))
+    code, _ = cli(*run_args(seeded.kubeconfig, write(tmp_path, "p.yaml", GOOD_POLICY), findings))
+    assert code == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith(f"gpu-reaper: error: {findings}: {problem}"), line
+    assert seeded.requests() == []
+
+
+SHORT_WINDOW = GOOD_POLICY + "window: WINDOW\n"
+
+
+@pytest.mark.parametrize(
+    ("window", "interval", "message"),
+    [
+        pytest.param("5m", None, "window: 5m is shorter than the analyzer judges (10m at least)", id="5m"),
+        pytest.param("1m", None, "window: 1m is shorter than the analyzer judges (10m at least)", id="1m"),
+        pytest.param(
+            "30m",
+            "1h",
+            "window 30m is shorter than the run interval 1h: 30m between runs would be judged by none",
+            id="under-the-run-interval",
+        ),
+    ],
+)
+def test_a_window_the_analyzer_refuses_or_that_leaves_gaps_between_runs_is_a_policy_error(
+    seeded: EmulatedCluster,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    window: str,
+    interval: str | None,
+    message: str,
+) -> None:
+    policy = write(tmp_path, "p.yaml", SHORT_WINDOW.replace("WINDOW", window))
+    code, _ = cli("policy", "check", str(policy))
+    assert code == 2
+    assert message in capsys.readouterr().err
+    url = f"http://127.0.0.1:{closed_port()}"
+    code, out = cli(
+        *from_tsdb(url, policy, seeded.kubeconfig, *(("--run-interval", interval) if interval else ()))
+    )
+    assert code == 2
+    # A policy that does not load names no mode; one that does, its own.
+    loaded = "mode=dry-run " if interval else ""
+    assert out.strip().splitlines()[-1] == f"gpu-reaper: {loaded}error=bad_input"
+    assert message in capsys.readouterr().err
+    assert seeded.requests() == []
+    # Runs every 15 minutes are covered by a 30-minute window.
+    if interval:
+        assert cli("policy", "check", str(policy), "--run-interval", "15m")[0] == 0
+
+
+def test_a_window_flag_is_held_to_the_policys_bounds(
+    seeded: EmulatedCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy = write(tmp_path, "p.yaml", GOOD_POLICY)
+    url = f"http://127.0.0.1:{closed_port()}"
+    for window, message in (
+        ("5m", "--window 5m is shorter than the analyzer judges (10m at least)"),
+        ("30m", "--window: window 30m is shorter than the run interval 1h"),
+    ):
+        code, out = cli(*from_tsdb(url, policy, seeded.kubeconfig, "--window", window))
+        assert code == 2
+        assert out.strip().splitlines()[-1] == "gpu-reaper: mode=dry-run error=bad_input"
+        assert message in capsys.readouterr().err
+    assert seeded.requests() == []

@@ -23,7 +23,7 @@ from helm_python.errors import HelmRenderError
 
 from cli.exporter import from_args as exporter_args
 from cli.reaper import _build_parser as reaper_parser
-from exporter.collectors import parse_collectors
+from exporter.counters_file import parse_collectors
 from exporter.fields import DCGM_FIELDS
 from harness.binaries import require_binary
 from harness.chart import CHART_DIR, NAMESPACE, Manifest, lint, only, render, values_file
@@ -33,19 +33,45 @@ from harness.rules import ALERTS_DIR, RULE_FILES
 from reaper.policy import parse_policy
 
 RECORDING_RULES = ALERTS_DIR / "gpu-analyzer.recording.yaml"
+CLUSTER_SCOPED = {
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+}
 VALUE_SETS = {"default-values": {}, "all-enabled": values_file("all-enabled-values.yaml")}
 KUBE_VERSIONS = ("1.28", kubernetes_validate.latest_version())
 RENDERED = {name: render(values) for name, values in VALUE_SETS.items()}
 TEMPLATES = sorted(p.name for p in (CHART_DIR / "templates").glob("*.yaml"))
 
 
+# Kinds the chart renders only on request, that need a newer Kubernetes than 1.28 (their values say so).
+MIN_KUBE_VERSION = {"ValidatingAdmissionPolicy": "1.30", "ValidatingAdmissionPolicyBinding": "1.30"}
+
+
 def _cases() -> list[Any]:
     return [
-        pytest.param(m, version, id=f"{name}/k8s-{version}/{m.id}")
+        pytest.param(m, version, VALUE_SETS[name], id=f"{name}/k8s-{version}/{m.id}")
         for name, manifests in RENDERED.items()
         for m in manifests
         for version in KUBE_VERSIONS
+        if _version(version) >= _version(MIN_KUBE_VERSION.get(m.kind, "1.28"))
     ]
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split("."))
+
+
+def _namespace_of(manifest: Manifest, values: dict[str, Any]) -> str:
+    """Where an object belongs: the exporter's in exporter.namespace, dashboards in theirs, the rest
+    in the release's namespace."""
+    component = manifest.doc["metadata"]["labels"].get("app.kubernetes.io/component")
+    if component == "gpu-exporter":
+        return str(values.get("exporter", {}).get("namespace") or NAMESPACE)
+    if "-dashboard-" in manifest.name:
+        return str(values.get("dashboards", {}).get("namespace") or NAMESPACE)
+    return NAMESPACE
 
 
 def _container(pod_spec: dict[str, Any]) -> dict[str, Any]:
@@ -61,13 +87,18 @@ def _exporter(manifests: list[Manifest]) -> dict[str, Any]:
     return _container(only(manifests, "DaemonSet")["spec"]["template"]["spec"])
 
 
-@pytest.mark.parametrize(("manifest", "version"), _cases())
-def test_rendered_object_is_valid_for_kubernetes(manifest: Manifest, version: str) -> None:
+@pytest.mark.parametrize(("manifest", "version", "values"), _cases())
+def test_rendered_object_is_valid_for_kubernetes(
+    manifest: Manifest, version: str, values: dict[str, Any]
+) -> None:
     if manifest.kind in SCHEMAS:
         jsonschema.validate(manifest.doc, SCHEMAS[manifest.kind])
     else:
         kubernetes_validate.validate(manifest.doc, version, strict=True)
-    assert manifest.doc["metadata"].get("namespace", NAMESPACE) in (NAMESPACE, "grafana")
+    if manifest.kind not in CLUSTER_SCOPED:
+        assert manifest.doc["metadata"]["namespace"] == _namespace_of(manifest, values)
+    else:
+        assert "namespace" not in manifest.doc["metadata"]
 
 
 @pytest.mark.parametrize("values", VALUE_SETS.values(), ids=VALUE_SETS.keys())
@@ -88,8 +119,10 @@ def test_default_install_is_a_dry_run_that_creates_no_monitoring_objects() -> No
     assert "--dry-run" in _reaper(manifests)["args"]
     assert "--apply" not in _reaper(manifests)["args"]
     kinds = {m.kind for m in manifests}
-    assert kinds.isdisjoint({"ServiceMonitor", "PodMonitor", "PrometheusRule", "NetworkPolicy"})
+    assert kinds.isdisjoint({"ServiceMonitor", "PodMonitor", "PrometheusRule"})
     assert not [m for m in manifests if m.kind == "ConfigMap" and "dashboard" in m.name]
+    # The one policy on by default closes the exporter's /metrics (tests/deploy/test_chart_security.py).
+    assert [m.name for m in manifests if m.kind == "NetworkPolicy"] == ["kgr-kube-gpu-reaper-gpu-exporter"]
 
 
 def test_exporter_runs_as_the_architecture_specifies() -> None:
@@ -105,6 +138,8 @@ def test_exporter_runs_as_the_architecture_specifies() -> None:
         "/var/lib/kubelet/pod-resources/kubelet.sock",
         "--log-format",
         "json",
+        "--metric-names",
+        "legacy",
     ]
     node_name = next(e for e in exporter["env"] if e["name"] == "NODE_NAME")
     assert node_name["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
@@ -251,13 +286,12 @@ def test_policy_comes_from_a_configmap_mounted_where_the_args_point(values: str)
     assert policy.mode == ("apply" if values == "all-enabled" else "dry-run")
 
 
-def test_prometheus_credentials_are_files_and_env_from_the_secret_never_arguments() -> None:
+def test_prometheus_credentials_are_files_from_the_secret_never_arguments_or_environment() -> None:
     manifests = render(
         {
             "reaper": {
                 "prometheusAuth": {
                     "existingSecret": "thanos",
-                    "tokenKey": "token",
                     "caKey": "ca.crt",
                     "usernameKey": "user",
                     "passwordKey": "password",
@@ -267,24 +301,46 @@ def test_prometheus_credentials_are_files_and_env_from_the_secret_never_argument
     )
     reaper = _reaper(manifests)
     args = reaper["args"]
-    assert args[args.index("--prometheus-token-file") + 1] == "/var/run/secrets/gpu-reaper/prometheus/token"
+    assert "--prometheus-token-file" not in args
     assert args[args.index("--prometheus-ca-file") + 1] == "/var/run/secrets/gpu-reaper/prometheus/ca.crt"
+    assert (
+        args[args.index("--prometheus-password-file") + 1]
+        == "/var/run/secrets/gpu-reaper/prometheus/password"
+    )
     env = {e["name"]: e.get("valueFrom") for e in reaper["env"]}
+    # The user name is no secret; the password never travels in the environment.
     assert env["GPU_PROMETHEUS_USER"] == {"secretKeyRef": {"name": "thanos", "key": "user"}}
-    assert env["GPU_PROMETHEUS_PASSWORD"] == {"secretKeyRef": {"name": "thanos", "key": "password"}}
+    assert "GPU_PROMETHEUS_PASSWORD" not in env
     pod = only(manifests, "CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"]
-    assert {"name": "prometheus-auth", "secret": {"secretName": "thanos"}} in pod["volumes"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "prometheus-auth"]
+    assert volume["secret"]["secretName"] == "thanos"
+    # Only the keys the reaper reads are mounted (the user name comes from the environment).
+    assert {i["key"] for i in volume["secret"]["items"]} == {"ca.crt", "password"}
     assert getattr(reaper_parser().parse_args(args[1:]), "_deprecated", []) == []
+    # A bearer token instead: a file too (the reaper takes one kind of credentials, not both).
+    args = _reaper(render({"reaper": {"prometheusAuth": {"existingSecret": "thanos", "tokenKey": "token"}}}))[
+        "args"
+    ]
+    assert args[args.index("--prometheus-token-file") + 1] == "/var/run/secrets/gpu-reaper/prometheus/token"
 
 
-def test_slack_credentials_come_only_from_the_named_secret() -> None:
-    env = {e["name"]: e for e in _reaper(RENDERED["all-enabled"])["env"]}
-    assert env["SLACK_BOT_TOKEN"]["valueFrom"] == {
-        "secretKeyRef": {"name": "gpu-reaper-slack", "key": "bot-token"}
+def test_slack_credentials_are_files_from_the_named_secret() -> None:
+    reaper = _reaper(RENDERED["all-enabled"])
+    env = {e["name"]: e for e in reaper["env"]}
+    assert env["GPU_REAPER_SLACK_TOKEN_FILE"]["value"] == "/var/run/secrets/gpu-reaper/slack/bot-token"
+    assert (
+        env["GPU_REAPER_SLACK_WEBHOOK_URL_FILE"]["value"] == "/var/run/secrets/gpu-reaper/slack/webhook-url"
+    )
+    assert not [e for e in reaper["env"] if "secretKeyRef" in e.get("valueFrom", {}) and "SLACK" in e["name"]]
+    pod = only(RENDERED["all-enabled"], "CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "slack"]
+    assert volume["secret"] == {
+        "secretName": "gpu-reaper-slack",
+        "items": [{"key": "bot-token", "path": "bot-token"}, {"key": "webhook-url", "path": "webhook-url"}],
     }
-    assert env["GPU_REAPER_SLACK_WEBHOOK_URL"]["valueFrom"] == {
-        "secretKeyRef": {"name": "gpu-reaper-slack", "key": "webhook-url"}
-    }
+    assert {"name": "slack", "mountPath": "/var/run/secrets/gpu-reaper/slack", "readOnly": True} in reaper[
+        "volumeMounts"
+    ]
     assert not any(
         "SLACK" in name for name in (e["name"] for e in _reaper(RENDERED["default-values"])["env"])
     )
@@ -393,6 +449,13 @@ def test_mig_monitor_is_the_one_opt_in_privilege_and_comes_with_its_environment(
     assert security["readOnlyRootFilesystem"] is True and not security.get("privileged", False)
 
 
+_A100_SPLIT = (
+    "Update the two blocks of docs/install.md's A100 split (its dcgm-exporter counters block and its "
+    "exporter.collectors values block) to match exporter/fields.py, the DCGM families the exporter "
+    "knows; then run `pytest tests/deploy/test_helm_chart.py -k a100_split`"
+)
+
+
 def _install_md_blocks() -> list[str]:
     text = (CHART_DIR.parents[2] / "docs" / "install.md").read_text(encoding="utf-8")
     fences = re.findall(r"^( *)```\w*\n(.*?)^\1```", text, flags=re.DOTALL | re.MULTILINE)
@@ -404,8 +467,13 @@ def test_the_documented_a100_split_serves_every_dcgm_family_once() -> None:
     rest through exporter.collectors. The chart mounts that file where -f reads it, and the two files
     together cover every DCGM family the exporter knows, none twice."""
     blocks = _install_md_blocks()
-    (values_block,) = [b for b in blocks if b.startswith("exporter:\n  collectors:")]
-    (dcgm_block,) = [b for b in blocks if b.startswith("DCGM_FI_PROF_")]
+    values_blocks = [b for b in blocks if b.startswith("exporter:\n  collectors:")]
+    dcgm_blocks = [b for b in blocks if b.startswith("DCGM_FI_PROF_")]
+    assert (len(values_blocks), len(dcgm_blocks)) == (1, 1), (
+        "docs/install.md must hold one dcgm-exporter counters block (lines starting DCGM_FI_PROF_) and "
+        f"one `exporter:\\n  collectors:` values block: {_A100_SPLIT}"
+    )
+    (values_block,), (dcgm_block,) = values_blocks, dcgm_blocks
     values = yaml.safe_load(values_block)
     manifests = render(values)
     exporter = _exporter(manifests)
@@ -420,7 +488,12 @@ def test_the_documented_a100_split_serves_every_dcgm_family_once() -> None:
     theirs = parse_collectors(dcgm_block, "dcgm-exporter counters")
     assert ours.skipped == () and theirs.skipped == ()
     dcgm_served = {name for name in ours.served if name.startswith("DCGM_")}
-    assert dcgm_served.isdisjoint(theirs.served)
-    assert dcgm_served | {n for n in theirs.served if n.startswith("DCGM_")} == DCGM_FIELDS
+    twice = sorted(dcgm_served & theirs.served)
+    assert not twice, f"served by both exporters: {twice}. {_A100_SPLIT}"
+    covered = dcgm_served | {n for n in theirs.served if n.startswith("DCGM_")}
+    assert covered == DCGM_FIELDS, (
+        f"families the exporter knows that neither block serves: {sorted(DCGM_FIELDS - covered)}; "
+        f"served but unknown to it: {sorted(covered - DCGM_FIELDS)}. {_A100_SPLIT}"
+    )
     pod = only(manifests, "DaemonSet")["spec"]["template"]["metadata"]
     assert "checksum/collectors" in pod["annotations"]  # a new file rolls the pods

@@ -49,6 +49,7 @@ RESOURCES = {
     for name, k in KINDS.items()
 }
 CLUSTER_SCOPED = {name for name, k in KINDS.items() if not k.namespaced}
+BUILT_IN_SCALE = frozenset({"Deployment", "StatefulSet", "ReplicaSet"})  # apps/v1 kinds with /scale
 
 
 _Snapshot = tuple[tuple[Any, ...], list[dict[str, Any]]]  # (what was listed, the items at its first page)
@@ -115,7 +116,37 @@ class ApiServer(kmock.KubernetesEmulator):
             except kmock.KubernetesError as e:
                 body = {"kind": "Status", "status": "Failure", "reason": e.reason, "message": e.message}
                 return aiohttp.web.json_response({**body, "code": e.status}, status=e.status)
+        # It reads GET /api/v1/namespaces/NAME as a discovery of namespace NAME: answer with the
+        # Namespace object (404 when there is none), as the API server does, and log it.
+        parts = raw_request.path.rstrip("/").split("/")
+        if raw_request.method == "GET" and len(parts) == 5 and parts[1:4] == ["api", "v1", "namespaces"]:
+            request = kmock.Request(
+                id=len(self._requests),
+                method="GET",
+                url=raw_request.url,
+                action=kmock.action.FETCH,
+                resource=kmock.resource(RESOURCES["Namespace"]),
+                name=parts[4],
+            )
+            self._requests.append(request)
+            return self._serve_namespace(request)
         return await super().__call__(raw_request)
+
+    def _serve_namespace(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
+        fault = next((f for f in self.faults if f.matches(request)), None)
+        status = None
+        if fault is not None:
+            fault.times -= 1
+            status = fault.status
+        key = (request.resource, None, request.name)
+        found = self.objects[key] if key in self.objects and not self.objects[key].deleted else None
+        if status is None and found is None:
+            status = 404
+        if status is not None or found is None:
+            message = f"namespaces {request.name!r} not found" if status == 404 else "injected fault"
+            body = {"kind": "Status", "status": "Failure", "reason": "Injected", "message": message}
+            return aiohttp.web.json_response({**body, "code": status}, status=status)
+        return aiohttp.web.json_response(found.raw)
 
     # --- lists --------------------------------------------------------------------------------------
 
@@ -219,7 +250,10 @@ class ApiServer(kmock.KubernetesEmulator):
                 return aiohttp.web.json_response(await self._serve_version(request))
             return self._serve_paged_list(request)
         if request.subresource == "scale" and request.resource is not None:
-            return self._serve_scale(request)
+            scaled = self._serve_scale(request)
+            if fault is not None and fault.delay:
+                await asyncio.sleep(fault.delay)  # the change is made; only the answer is late
+            return scaled
         self._track_versions(request)
         response = await super()._handle(request)
         if request.action in (kmock.action.UPDATE, kmock.action.CREATE):
@@ -402,9 +436,13 @@ class EmulatedCluster:
         self.call(put)
 
     def declare(self, *kinds: str) -> None:
-        """Make list calls of kinds with no objects answer an empty list rather than 404."""
+        """Make list calls of kinds with no objects answer an empty list rather than 404 (the built-in
+        kinds that serve ``/scale`` on a real API server serve it here too)."""
         for kind in kinds:
-            self.server.resources[RESOURCES[kind]] = kmock.ResourceInfo(kind=KINDS[kind].api_kind)
+            scale = {"scale"} if kind in BUILT_IN_SCALE else set()
+            self.server.resources[RESOURCES[kind]] = kmock.ResourceInfo(
+                kind=KINDS[kind].api_kind, subresources=scale
+            )
 
     def install_crd(self, api_version: str, kind: str, plural: str, *, scale: bool) -> None:
         """Serve a custom kind as its CRD would: in discovery, listable, with ``/scale`` if declared."""

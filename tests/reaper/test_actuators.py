@@ -3,12 +3,15 @@
 The cluster holds objects as their controllers create them (simulation.controllers) and emulated
 controllers that reconcile children from roots (harness.controllers). For every kind: a dry run
 writes nothing; ``--apply`` writes the native stop on the root only (never a child); a second
-``--apply`` writes nothing; ``restore`` brings the root back and its controller the child.
+``--apply`` writes nothing; ``restore`` brings the root back and its controller the child. A
+Deployment, StatefulSet or ReplicaSet is written through ``/scale`` alone, its marks kept in the
+reaper's ConfigMap rather than on it.
 """
 
 from __future__ import annotations
 
 import io
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -22,6 +25,7 @@ from common.model import FindingKind
 from common.timeutil import parse_time, rfc3339
 from harness.controllers import CONTROLLERS
 from harness.findings import NOW, finding, report
+from harness.gpu_workloads import gpu_spec
 from harness.kube_emulator import EmulatedCluster, Fault
 from reaper import names
 from reaper.kinds import KINDS, WORKLOAD_KINDS
@@ -54,10 +58,15 @@ class Case:
     root: tuple[str, str]  # what the reaper writes
     stopped: Callable[[dict[str, Any]], bool]  # the root, after --apply
     child_replicas: tuple[str, str] | None = None  # a child whose controller scales it with the root
+    recorded: bool = False  # written through /scale alone, the marks in the reaper's ConfigMap
 
 
 def _scaled_to_zero(obj: dict[str, Any]) -> bool:
     return _spec(obj).get("replicas") == 0 and _annotations(obj).get(names.ORIGINAL_REPLICAS) is not None
+
+
+def _scaled_through_scale(obj: dict[str, Any]) -> bool:
+    return _spec(obj).get("replicas") == 0 and not _annotations(obj)
 
 
 def _suspended(obj: dict[str, Any]) -> bool:
@@ -78,7 +87,8 @@ CASES = {
         lambda: [objects.deployment(NS, "api", CREATED, replicas=2)],
         ("Deployment", "api"),
         ("Deployment", "api"),
-        _scaled_to_zero,
+        _scaled_through_scale,
+        recorded=True,
     ),
     "statefulset": Case(
         lambda: [
@@ -87,13 +97,14 @@ CASES = {
                 "db",
                 NS,
                 created=CREATED,
-                spec={"replicas": 1, "serviceName": "db"},
+                spec=gpu_spec(1, serviceName="db"),
                 status=objects.replicated_status(1),
             )
         ],
         ("StatefulSet", "db"),
         ("StatefulSet", "db"),
-        _scaled_to_zero,
+        _scaled_through_scale,
+        recorded=True,
     ),
     "ownerless-replicaset": Case(
         lambda: [
@@ -102,13 +113,14 @@ CASES = {
                 "bare",
                 NS,
                 created=CREATED,
-                spec={"replicas": 2},
+                spec=gpu_spec(2),
                 status=objects.replicated_status(2),
             )
         ],
         ("ReplicaSet", "bare"),
         ("ReplicaSet", "bare"),
-        _scaled_to_zero,
+        _scaled_through_scale,
+        recorded=True,
     ),
     "notebook": Case(
         lambda: objects.notebook(NS, "alice", CREATED),
@@ -200,10 +212,19 @@ def _writes_to(cluster: EmulatedCluster, since: int) -> list[str]:
     kinds = {k.plural for k in WORKLOAD_KINDS}
     out = []
     for method, path in cluster.requests()[since:]:
-        parts = path.strip("/").split("/")
+        parts = path.strip("/").removesuffix("/scale").split("/")
         if method != "GET" and len(parts) >= 2 and parts[-2] in kinds:
             out.append(f"{method} {path}")
     return out
+
+
+def _record(cluster: EmulatedCluster) -> dict[str, Any]:
+    state = cluster.obj("ConfigMap", "gpu-reaper", names.STATE_CONFIGMAP)
+    return json.loads(state["data"][names.STOPPED_KEY])  # type: ignore[no-any-return]
+
+
+def _record_key(kind: str, name: str) -> str:
+    return f"{KINDS[kind].api_kind}.{KINDS[kind].group or 'core'} {NS}/{name}"
 
 
 def _path(kind: str, name: str) -> str:
@@ -226,11 +247,17 @@ def test_the_native_stop_goes_on_the_root_and_restore_undoes_it(
 
     seen = len(cluster.requests())
     assert _run(cluster, tmp_path, findings, "--apply").endswith("planned=1 applied=1 skipped=0 failed=0")
-    assert _writes_to(cluster, seen) == [f"PATCH {_path(root_kind, root_name)}"]
+    written = f"PATCH {_path(root_kind, root_name)}" + ("/scale" if case.recorded else "")
+    assert _writes_to(cluster, seen) == [written]
     root = cluster.obj(root_kind, NS, root_name)
     assert case.stopped(root)
-    assert _annotations(root)[names.REAPED_AT] == rfc3339(NOW)
-    assert "rule idle" in _annotations(root)[names.REASON]
+    if case.recorded:
+        entry = _record(cluster)["objects"][_record_key(root_kind, root_name)]
+        assert entry["stopped_at"] == rfc3339(NOW) and "rule idle" in entry["reason"]
+        assert entry["original_replicas"] == _spec(before)["replicas"]
+    else:
+        assert _annotations(root)[names.REAPED_AT] == rfc3339(NOW)
+        assert "rule idle" in _annotations(root)[names.REASON]
     (event,) = cluster.objects("Event")
     assert event["involvedObject"]["kind"] == before["kind"] and event["involvedObject"]["name"] == root_name
     assert event["involvedObject"]["apiVersion"] == before["apiVersion"]
@@ -247,7 +274,11 @@ def test_the_native_stop_goes_on_the_root_and_restore_undoes_it(
     assert _cli(cluster, "restore", f"{NS}/{root_name}").endswith("restored=1 unchanged=0 failed=0")
     restored = cluster.obj(root_kind, NS, root_name)
     assert not case.stopped(restored)
-    assert names.REAPED_AT not in _annotations(restored) and names.RESTORED_AT in _annotations(restored)
+    if case.recorded:
+        assert not _annotations(restored)
+        assert _record_key(root_kind, root_name) in _record(cluster)["restored"]
+    else:
+        assert names.REAPED_AT not in _annotations(restored) and names.RESTORED_AT in _annotations(restored)
     assert _spec(restored).get("replicas") == _spec(before).get("replicas")
     assert _spec(restored).get("suspend") in (None, False)
     if case.child_replicas is not None:
@@ -321,7 +352,8 @@ def test_roots_without_a_safe_stop_are_reported_and_never_written(
     seen = len(cluster.requests())
     with caplog.at_level("INFO"):
         line = _run(cluster, tmp_path, findings, "--apply")
-    assert line.endswith("planned=1 applied=1 skipped=0 failed=0")  # a notification, applied
+    # A notification, not sent: these runs have no Slack, and say so.
+    assert line.endswith("planned=1 applied=0 skipped=0 failed=0 not_sent=1")
     assert _writes_to(cluster, seen) == []
     assert cluster.objects("Event") == []
     plan = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("plan:"))

@@ -17,6 +17,7 @@ from common.errors import BadInputError
 from common.model import Finding, FindingKind, FindingsReport, TimeWindow
 from common.thresholds import Thresholds
 from harness.findings import NOW, finding, report
+from harness.gpu_workloads import gpu_spec
 from reaper import analysis
 from reaper.analysis import PrometheusConfig, metrics_source
 from reaper.clusters import split_by_cluster
@@ -52,7 +53,7 @@ def memory() -> InMemoryCluster:
         [
             *(manifest("Namespace", n) for n in ("serving", "gpu-reaper")),
             *(
-                manifest("Deployment", name, "serving", created=LONG_AGO, spec={"replicas": 2})
+                manifest("Deployment", name, "serving", created=LONG_AGO, spec=gpu_spec(2))
                 for name in ("ranker", "api")
             ),
         ]
@@ -257,13 +258,15 @@ def test_the_analysis_reads_the_reapers_cluster_alone() -> None:
 
 @pytest.mark.parametrize(
     ("held", "restricted"),
-    [(["b", "prod-eu-1"], ("prod-eu-1",)), ([], ())],
+    # Where no series names a cluster, the configured one is asked for all the same: the analyzer
+    # refuses a name the data does not carry, as `gpu-analyzer analyze --cluster` does.
+    [(["b", "prod-eu-1"], ("prod-eu-1",)), ([], ("prod-eu-1",))],
     ids=["query view of many clusters", "the cluster's own unlabelled Prometheus"],
 )
 def test_prometheus_source_restricts_the_analysis_to_the_cluster(
     monkeypatch: pytest.MonkeyPatch, held: list[str], restricted: tuple[str, ...]
 ) -> None:
-    from analyzer.sources.prometheus_source import PrometheusSource
+    from analyzer.sources.prometheus.source import PrometheusSource
 
     seen: list[dict[str, Any]] = []
 

@@ -112,15 +112,19 @@ def test_fleet_in_prometheus_is_reaped_notified_and_restored(
     code, out = cli(*run)
     assert code == 0, out
     assert out.strip().splitlines()[-1] == (
-        "gpu-reaper: mode=apply findings=15 planned=9 applied=9 skipped=6 failed=0"
+        "gpu-reaper: mode=apply gpus=36 findings=15 planned=9 applied=9 skipped=6 failed=0"
     )
+    stopped = json.loads(
+        cluster.obj("ConfigMap", "gpu-reaper", names.STATE_CONFIGMAP)["data"][names.STOPPED_KEY]
+    )["objects"]
     for kind, ns, name, replicas in IDLE:
         obj = cluster.obj(kind, ns, name)
         assert obj["spec"]["replicas"] == 0
-        ann = obj["metadata"]["annotations"]
-        assert ann[names.ORIGINAL_REPLICAS] == str(replicas)
-        assert ann[names.REAPED_AT] == "2026-01-05T00:00:00Z"
-        assert ann[names.REASON].startswith("idle endpoint")
+        # Written through /scale alone: the marks are the reaper's record, not the object's annotations.
+        entry = stopped[f"{kind}.apps {ns}/{name}"]
+        assert entry["original_replicas"] == replicas
+        assert entry["stopped_at"] == "2026-01-05T00:00:00Z"
+        assert entry["reason"].startswith("idle endpoint")
     kind, ns, name, replicas = EXCLUDED
     assert cluster.obj(kind, ns, name)["spec"]["replicas"] == replicas
     for kind, ns, name, replicas in BUSY:
@@ -152,6 +156,10 @@ def test_fleet_in_prometheus_is_reaped_notified_and_restored(
     for kind, ns, name, replicas in IDLE:
         obj = cluster.obj(kind, ns, name)
         assert obj["spec"]["replicas"] == replicas
-        assert names.RESTORED_AT in obj["metadata"]["annotations"]
-        assert names.ORIGINAL_REPLICAS not in obj["metadata"]["annotations"]
+        assert names.ORIGINAL_REPLICAS not in (obj["metadata"].get("annotations") or {})
+    record = json.loads(
+        cluster.obj("ConfigMap", "gpu-reaper", names.STATE_CONFIGMAP)["data"][names.STOPPED_KEY]
+    )
+    assert record["objects"] == {}
+    assert {f"{k}.apps {ns}/{n}" for k, ns, n, _ in IDLE} <= set(record["restored"])  # grace after restore
     assert "unschedulable" not in cluster.obj("Node", None, "gpu-spare")["spec"]

@@ -13,6 +13,7 @@ import pytest
 from common.errors import BadInputError
 from common.model import FindingKind, FindingsReport
 from harness.findings import NOW, finding, report
+from harness.gpu_workloads import gpu_spec
 from harness.kube_emulator import EmulatedCluster, Fault
 from reaper import names
 from reaper.cluster import read_snapshot
@@ -43,7 +44,7 @@ def deployment(
         labels={"app": name},
         annotations=annotations or None,
         created=LONG_AGO,
-        spec={"replicas": replicas},
+        spec=gpu_spec(replicas),
     )
 
 
@@ -97,28 +98,30 @@ def patches(cluster: EmulatedCluster, kind_path: str = "/deployments/") -> list[
     return [path for method, path in cluster.requests() if method == "PATCH" and kind_path in path]
 
 
-def test_scale_to_zero_is_one_patch_recording_the_original_replicas(cluster: EmulatedCluster) -> None:
+def recorded_stops(cluster: EmulatedCluster) -> dict[str, Any]:
+    data = cluster.obj("ConfigMap", "gpu-reaper", names.STATE_CONFIGMAP)["data"]
+    return json.loads(data[names.STOPPED_KEY])  # type: ignore[no-any-return]
+
+
+def test_scale_to_zero_is_one_scale_patch_recorded_first_in_the_configmap(cluster: EmulatedCluster) -> None:
     seed(cluster, deployment("ranker", replicas=3))
     result = reaper_run(cluster, idle("ranker"))
     assert result.exit_code == EXIT_OK
     assert result.summary_line() == (
         "gpu-reaper: mode=apply findings=1 planned=1 applied=1 skipped=0 failed=0"
     )
-    assert patches(cluster) == ["/apis/apps/v1/namespaces/serving/deployments/ranker"]
+    assert patches(cluster) == ["/apis/apps/v1/namespaces/serving/deployments/ranker/scale"]
     obj = cluster.obj("Deployment", "serving", "ranker")
     assert obj["spec"]["replicas"] == 0
-    ann = obj["metadata"]["annotations"]
-    assert ann[names.ORIGINAL_REPLICAS] == "3"
-    assert ann[names.REAPED_AT] == "2026-01-05T00:00:00Z"
-    assert ann[names.REASON].startswith("idle endpoint on 1 GPU (mean")
-    # No version of the object ever had 0 replicas without the record of what to restore.
-    versions = cluster.history("Deployment", "serving", "ranker")
-    assert len(versions) == 2
-    assert all(
-        names.ORIGINAL_REPLICAS in (v["metadata"].get("annotations") or {})
-        for v in versions
-        if v["spec"]["replicas"] == 0
-    )
+    assert not obj["metadata"].get("annotations"), "nothing but the scale is written on the object"
+    entry = recorded_stops(cluster)["objects"]["Deployment.apps serving/ranker"]
+    assert entry["original_replicas"] == 3 and entry["uid"] == obj["metadata"]["uid"]
+    assert entry["stopped_at"] == "2026-01-05T00:00:00Z"
+    assert entry["reason"].startswith("idle endpoint on 1 GPU (mean")
+    # The record of what to restore is written before the object ever reaches 0 replicas.
+    writes = [p for m, p in cluster.requests() if m in ("PATCH", "POST") and "/events" not in p]
+    record = next(i for i, p in enumerate(writes) if "/namespaces/gpu-reaper/configmaps" in p)
+    assert record < writes.index("/apis/apps/v1/namespaces/serving/deployments/ranker/scale")
     (event,) = cluster.objects("Event")
     assert event["reason"] == "ScaledToZero" and event["involvedObject"]["name"] == "ranker"
     assert "gpu-reaper restore serving/ranker" in event["message"]
@@ -135,8 +138,10 @@ def test_restore_brings_back_the_replicas_and_is_idempotent(cluster: EmulatedClu
     assert first.outcome is Outcome.APPLIED and first.detail == "3 replicas"
     obj = cluster.obj("Deployment", "serving", "ranker")
     assert obj["spec"]["replicas"] == 3
-    ann = obj["metadata"]["annotations"]
-    assert ann == {names.RESTORED_AT: "2026-01-05T01:00:00Z"}
+    assert not obj["metadata"].get("annotations")
+    record = recorded_stops(cluster)
+    assert record["objects"] == {}
+    assert record["restored"] == {"Deployment.apps serving/ranker": "2026-01-05T01:00:00Z"}  # grace begins
 
     before = len(patches(cluster))
     again = executor.restore_workload("serving", "ranker")
@@ -146,14 +151,17 @@ def test_restore_brings_back_the_replicas_and_is_idempotent(cluster: EmulatedClu
 
 
 def test_restore_keeps_replicas_someone_already_brought_back(cluster: EmulatedCluster) -> None:
-    seed(cluster, deployment("ranker", replicas=5, **{names.ORIGINAL_REPLICAS: "2", names.REAPED_AT: "x"}))
+    seed(cluster, deployment("ranker", replicas=2))
+    reaper_run(cluster, idle("ranker"))
+    cluster.client().patch("Deployment", "serving", "ranker", {"spec": {"replicas": 5}})
+    seen = len(patches(cluster))
     result = Executor(cluster.client(), mode=RunMode.APPLY, namespace="gpu-reaper").restore_workload(
         "serving", "ranker"
     )
-    assert result.outcome is Outcome.APPLIED
-    obj = cluster.obj("Deployment", "serving", "ranker")
-    assert obj["spec"]["replicas"] == 5
-    assert names.ORIGINAL_REPLICAS not in obj["metadata"]["annotations"]
+    assert result.outcome is Outcome.SKIPPED and result.detail == "already at 5 replicas; nothing to restore"
+    assert cluster.obj("Deployment", "serving", "ranker")["spec"]["replicas"] == 5
+    assert len(patches(cluster)) == seen  # nothing to scale: the record alone forgets it
+    assert recorded_stops(cluster)["objects"] == {}
 
 
 def test_dry_run_makes_no_mutating_request(
@@ -172,7 +180,9 @@ def test_dry_run_makes_no_mutating_request(
     assert all(method == "GET" for method, _ in cluster.requests())
     assert cluster.obj("Deployment", "serving", "ranker")["spec"]["replicas"] == 3
     dry = [r.getMessage() for r in caplog.records if r.getMessage().startswith("DRY-RUN: would")]
-    assert any("scale Deployment serving/ranker from 3 to 0 replicas" in m for m in dry)
+    assert any(
+        "scale Deployment serving/ranker through its scale subresource from 3 to 0 replicas" in m for m in dry
+    )
     assert any("cordon node gpu-a" in m for m in dry)
     assert any("save 2 confirmation streaks" in m for m in dry)
     assert result.summary_line().startswith("gpu-reaper: mode=dry-run findings=2 planned=2 applied=0")
@@ -202,11 +212,13 @@ def test_conflict_is_retried_on_the_fresh_version(cluster: EmulatedCluster) -> N
     result = run(settings, lambda w, t: findings, lambda: client, sleep=lambda s: None)
 
     assert result.exit_code == EXIT_OK
-    ours = [(m, p) for m, p in cluster.requests() if p.endswith("/deployments/ranker")]
-    assert [m for m, _ in ours] == ["PATCH", "PATCH", "GET", "PATCH"]  # theirs, our 409, re-read, retry
-    obj = cluster.obj("Deployment", "serving", "ranker")
-    assert obj["spec"]["replicas"] == 0
-    assert obj["metadata"]["annotations"][names.ORIGINAL_REPLICAS] == "4"  # the fresh count, not the stale 3
+    ranker = "/apis/apps/v1/namespaces/serving/deployments/ranker"
+    ours = [(m, p.removeprefix(ranker)) for m, p in cluster.requests() if p.startswith(ranker)]
+    # Theirs, our 409 on the scale, the re-read, the retry.
+    assert ours == [("PATCH", ""), ("PATCH", "/scale"), ("GET", ""), ("PATCH", "/scale")]
+    assert cluster.obj("Deployment", "serving", "ranker")["spec"]["replicas"] == 0
+    entry = recorded_stops(cluster)["objects"]["Deployment.apps serving/ranker"]
+    assert entry["original_replicas"] == 4  # the fresh count, not the stale 3
 
 
 @pytest.mark.parametrize(
@@ -222,6 +234,11 @@ def test_conflict_is_retried_on_the_fresh_version(cluster: EmulatedCluster) -> N
             {"metadata": {"annotations": {names.EXCLUDE_UNTIL: "2026-02-01T00:00:00Z"}}},
             "annotated gpu-reaper/exclude-until=2026-02-01T00:00:00Z",
             id="owner-opted-out-for-a-month",
+        ),
+        pytest.param(
+            {"spec": {"template": {"spec": {"containers": [{"name": "main", "image": "web:1"}]}}}},
+            "requests no GPU any more since planning",
+            id="its-pods-no-longer-ask-for-a-gpu",
         ),
     ],
 )
@@ -245,7 +262,7 @@ def test_conflict_rechecks_the_object_before_retrying(
 
 def test_throttling_is_retried(cluster: EmulatedCluster) -> None:
     seed(cluster, deployment("a"))
-    cluster.fail(Fault("PATCH", "Deployment", name="a", status=429))
+    cluster.fail(Fault("PATCH", "Deployment", name="a", status=429, subresource="scale"))
     result = reaper_run(cluster, idle("a"))
     assert result.exit_code == EXIT_OK and result.count(Outcome.APPLIED) == 1
     assert len(patches(cluster)) == 2
@@ -255,7 +272,7 @@ def test_server_error_mid_run_fails_that_action_and_leaves_everything_restorable
     cluster: EmulatedCluster,
 ) -> None:
     seed(cluster, deployment("a"), deployment("b"), deployment("c"))
-    cluster.fail(Fault("PATCH", "Deployment", name="b", status=500))
+    cluster.fail(Fault("PATCH", "Deployment", name="b", status=500, subresource="scale"))
     result = reaper_run(cluster, idle("a", "b", "c"))
 
     assert result.exit_code == EXIT_ACTION_FAILED
@@ -275,14 +292,14 @@ def test_server_error_mid_run_fails_that_action_and_leaves_everything_restorable
 def test_timeout_mid_run_fails_the_run_but_the_object_stays_restorable(cluster: EmulatedCluster) -> None:
     seed(cluster, deployment("a"), deployment("b"))
     # Applied, but answered too late; the other calls have 2 s, plenty even on a busy machine.
-    cluster.fail(Fault("PATCH", "Deployment", name="a", delay=5.0))
+    cluster.fail(Fault("PATCH", "Deployment", name="a", delay=5.0, subresource="scale"))
     result = reaper_run(cluster, idle("a", "b"), timeout=2.0)
 
     assert result.exit_code == EXIT_ACTION_FAILED
     failed = next(r for r in result.results if r.action.target.name == "a")
     assert failed.outcome is Outcome.FAILED and "may have been applied" in failed.detail
-    obj = cluster.obj("Deployment", "serving", "a")
-    assert obj["spec"]["replicas"] == 0 and obj["metadata"]["annotations"][names.ORIGINAL_REPLICAS] == "3"
+    assert cluster.obj("Deployment", "serving", "a")["spec"]["replicas"] == 0
+    assert recorded_stops(cluster)["objects"]["Deployment.apps serving/a"]["original_replicas"] == 3
 
     restored = Executor(cluster.client(), mode=RunMode.APPLY, namespace="gpu-reaper").restore_all()
     assert {r.outcome for r in restored} == {Outcome.APPLIED}
@@ -293,7 +310,7 @@ def test_timeout_mid_run_fails_the_run_but_the_object_stays_restorable(cluster: 
 def test_repeated_api_failures_stop_the_run(cluster: EmulatedCluster) -> None:
     names_ = [f"d{i}" for i in range(5)]
     seed(cluster, *(deployment(n) for n in names_))
-    cluster.fail(Fault("PATCH", "Deployment", status=503, times=10))
+    cluster.fail(Fault("PATCH", "Deployment", status=503, times=10, subresource="scale"))
     result = reaper_run(cluster, idle(*names_))
     assert result.exit_code == EXIT_ACTION_FAILED
     assert len(patches(cluster)) == 3
@@ -312,7 +329,7 @@ def test_two_concurrent_runs_never_double_act(cluster: EmulatedCluster) -> None:
     seed(cluster, *(deployment(n) for n in "abc"))
     # Keep the first run busy (holding the Lease) for seconds: the second must meet it even when
     # a busy machine starts its thread late.
-    cluster.fail(Fault("PATCH", "Deployment", delay=1.0, times=100))
+    cluster.fail(Fault("PATCH", "Deployment", delay=1.0, times=100, subresource="scale"))
     results: list[RunReport] = []
     barrier = threading.Barrier(2)
 
@@ -331,7 +348,7 @@ def test_two_concurrent_runs_never_double_act(cluster: EmulatedCluster) -> None:
     loser = next(r for r in results if r.lease_held)
     assert winner.count(Outcome.APPLIED) == 3 and loser.results == [] and loser.exit_code == EXIT_OK
     assert sorted(patches(cluster)) == sorted(
-        f"/apis/apps/v1/namespaces/serving/deployments/{n}" for n in "abc"
+        f"/apis/apps/v1/namespaces/serving/deployments/{n}/scale" for n in "abc"
     )
     assert "holds the lease" in (loser.error or "")
     assert loser.summary_line() == "gpu-reaper: mode=apply error=lease_held findings=3"

@@ -11,6 +11,7 @@ from common.errors import DataUnavailableError
 from common.model import FindingKind, FindingsReport, TimeWindow
 from common.thresholds import Thresholds
 from harness.findings import NOW, finding, report
+from harness.gpu_workloads import gpu_spec
 from reaper.cluster import read_snapshot
 from reaper.history import MAX_REPLAYS, replay, replays_needed
 from reaper.policy import Policy
@@ -58,7 +59,7 @@ def test_a_replayed_run_without_metrics_confirms_nothing() -> None:
     the_policy = policy(runs=3)
     objects = [
         manifest("Namespace", "serving"),
-        manifest("Deployment", "api", "serving", spec={"replicas": 1}),
+        manifest("Deployment", "api", "serving", spec=gpu_spec(1)),
     ]
     snapshot = read_snapshot(InMemoryCluster(objects), "gpu-reaper")
     asked: list[TimeWindow] = []

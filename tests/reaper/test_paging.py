@@ -16,6 +16,7 @@ from kubernetes.client.exceptions import ApiException
 
 from common.model import FindingKind, FindingsReport, WorkloadRef
 from harness.findings import NOW, finding, report
+from harness.gpu_workloads import gpu_spec
 from harness.kube_emulator import EmulatedCluster, Fault
 from reaper import adapter_errors as errors
 from reaper import names
@@ -204,7 +205,7 @@ def test_a_policy_names_its_own_gpu_node_selector(cluster: EmulatedCluster) -> N
 def test_a_stale_watch_cache_never_leads_to_a_write_on_stale_data(cluster: EmulatedCluster) -> None:
     # The cache lags: it still shows ranker without the opt-out its owner has just added.
     long_ago = NOW - timedelta(days=30)
-    seed(cluster, manifest("Deployment", "ranker", "serving", created=long_ago, spec={"replicas": 3}))
+    seed(cluster, manifest("Deployment", "ranker", "serving", created=long_ago, spec=gpu_spec(3)))
     cluster.call(cluster.server.freeze_cache)
     client = cluster.client()
     client.patch("Deployment", "serving", "ranker", {"metadata": {"annotations": {names.EXCLUDE: "true"}}})
@@ -233,7 +234,7 @@ def test_a_policy_without_a_gpu_node_selector_lists_every_node(cluster: Emulated
 
 def test_restore_all_finds_what_a_run_stopped_even_when_the_cache_lags(cluster: EmulatedCluster) -> None:
     long_ago = NOW - timedelta(days=30)
-    seed(cluster, manifest("Deployment", "ranker", "serving", created=long_ago, spec={"replicas": 3}))
+    seed(cluster, manifest("Deployment", "ranker", "serving", created=long_ago, spec=gpu_spec(3)))
     client = cluster.client()
     executor = Executor(
         client, mode=RunMode.APPLY, namespace="gpu-reaper", clock=lambda: NOW, sleep=lambda s: None

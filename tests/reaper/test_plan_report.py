@@ -14,6 +14,7 @@ from cli.reaper import main
 from common.model import FindingKind
 from harness.browser import pixels_near, screenshot
 from harness.findings import NOW, finding, report
+from harness.gpu_workloads import gpu_spec
 from harness.kube_emulator import EmulatedCluster
 from harness.servers import PrometheusServer
 from reaper import names
@@ -131,11 +132,9 @@ def small_plan(apply: bool, **annotations: str) -> tuple[Policy, PlanView]:
         }
     )
     objects = [manifest("Namespace", n) for n in ("serving", "gpu-reaper")]
-    objects.append(manifest("Deployment", "ranker", "serving", created=LONG_AGO, spec={"replicas": 2}))
+    objects.append(manifest("Deployment", "ranker", "serving", created=LONG_AGO, spec=gpu_spec(2)))
     objects.append(
-        manifest(
-            "Deployment", "odd", "serving", created=LONG_AGO, spec={"replicas": 1}, annotations=annotations
-        )
+        manifest("Deployment", "odd", "serving", created=LONG_AGO, spec=gpu_spec(1), annotations=annotations)
     )
     found = report(finding(FindingKind.IDLE_ENDPOINT, name="ranker", gpus=2), finding(name="odd"))
     memory = InMemoryCluster(objects)
@@ -170,3 +169,75 @@ def test_a_run_that_planned_nothing_says_why() -> None:
     section = str(render_plan_section(stopped))
     assert "Nothing was planned: metrics unavailable: down" in section
     assert "<table>" not in section
+
+
+# --- what a reader of the plan trips on (issue 41) --------------------------------------------------------
+
+
+def notice_plan() -> PlanView:
+    """A heads-up about a low-utilization Deployment (12 GPU-hours wasted over 6h judged) and a stop."""
+    policy = Policy.model_validate(
+        {
+            "pricePerGpuHour": 2.0,
+            "currency": "CHF",
+            "safety": {"consecutiveRuns": 1},
+            "slack": {"channel": "#gpu-waste-and-a-long-channel-name"},
+            "rules": [
+                {"name": "idle", "match": {"findings": ["idle_endpoint"]}, "action": "scale_to_zero"},
+                {"name": "tell", "match": {"findings": ["low_utilization"]}, "action": "notify"},
+            ],
+        }
+    )
+    objects = [manifest("Namespace", n) for n in ("serving", "gpu-reaper")]
+    objects += [
+        manifest("Deployment", name, "serving", created=LONG_AGO, spec=gpu_spec(1)) for name in ("a", "b")
+    ]
+    evidence = {"mean_util_percent": 10.0, "max_util_percent": 20.0, "judged_hours": 6.0}
+    found = report(
+        finding(FindingKind.IDLE_ENDPOINT, name="a"),
+        finding(FindingKind.LOW_UTILIZATION, name="b", gpus=2, wasted=12.0, evidence=evidence),
+    )
+    memory = InMemoryCluster(objects)
+    the_plan = plan(found, read_snapshot(memory, "gpu-reaper"), policy, NOW)
+    results = Executor(memory, mode=RunMode.DRY_RUN, namespace="gpu-reaper", clock=lambda: NOW).execute(
+        the_plan
+    )
+    return PlanView(mode=RunMode.DRY_RUN, policy=policy, plan=the_plan, results=results)
+
+
+def rows(section: str) -> dict[str, str]:
+    """Each action row's HTML, by the object it names."""
+    found = re.findall(r"<tr>\s*<td><span class=\"badge\".*?</tr>", section, re.S)
+    return {re.search(r"Deployment serving/\w+", r).group(0): r for r in found}  # type: ignore[union-attr]
+
+
+def test_a_notice_shows_the_waste_it_tells_of_per_day() -> None:
+    """A notice frees nothing, but 12 GPU-hours wasted in 6 hours are 48 a day, 96 CHF at 2 CHF each."""
+    section = str(render_plan_section(notice_plan()))
+    notice = rows(section)["Deployment serving/b"]
+    assert re.search(
+        r"48 GPU-h<br>96\.00 CHF\s*<div class=\"sub\">wasted; a notice frees nothing</div>", notice
+    )
+    stop = rows(section)["Deployment serving/a"]
+    assert re.search(r"24 GPU-h<br>48\.00 CHF", stop) and "wasted" not in stop
+    assert "–" not in notice.split('<td class="num per-day">')[1]
+
+
+def test_the_why_is_the_finding_then_the_rule_and_channels_never_break() -> None:
+    section = str(render_plan_section(notice_plan()))
+    notice = rows(section)["Deployment serving/b"]
+    assert re.search(
+        r'<td class="why">low utilization on 2 GPUs \(mean 10\.0 %, max 20\.0 % utilization\)'
+        r'<div class="sub">rule tell</div>',
+        notice,
+    ), notice
+    assert '<td class="channel">#gpu-waste-and-a-long-channel-name</td>' in notice
+    assert re.search(r"\.plan \.channel[^{]*\{ white-space: nowrap; \}", section)
+
+
+def test_the_plan_writes_times_as_the_rest_of_the_report_does() -> None:
+    section = str(render_plan_section(notice_plan()))
+    context = re.search(r'<p class="sub">(.*?)</p>', section, re.S).group(1)  # type: ignore[union-attr]
+    assert "as of 2026-01-05 00:00:00 UTC" in context
+    assert "findings over 2026-01-04 18:00:00 UTC → 2026-01-05 00:00:00 UTC" in context
+    assert not re.search(r"\d\dT\d\d:\d\d:\d\dZ", context)

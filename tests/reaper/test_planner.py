@@ -20,6 +20,7 @@ import pytest
 from common.model import Finding, FindingKind, FindingsReport, TimeWindow
 from common.timeutil import rfc3339
 from harness.findings import NOW, WINDOW, finding, report
+from harness.gpu_workloads import gpu_spec
 from reaper import names, planner
 from reaper.cluster import ClusterSnapshot, build_snapshot
 from reaper.kinds import WORKLOAD_KINDS, object_kind
@@ -75,7 +76,7 @@ def deployment(
         labels=meta.pop("labels", {"app": name}),
         annotations=meta.pop("annotations", None),
         created=meta.pop("created", LONG_AGO),
-        spec={"replicas": replicas},
+        spec=gpu_spec(replicas) if meta.pop("gpus", True) else {"replicas": replicas},
     )
 
 
@@ -388,6 +389,14 @@ CASES = [
         (finding(LOW, name="cpu-1", workload_kind="Node"),),
         objects=(node("cpu-1", gpus=0), node("gpu-a")),
         skips={"/Node/cpu-1": SkipReason.NOT_A_GPU_NODE},
+    ),
+    Case(
+        "a-workload-that-requests-no-gpu-is-never-stopped",
+        (finding(IDLE), finding(LOW)),
+        objects=(namespace("serving"), deployment(gpus=False)),
+        # Told about, never stopped: a finding naming it (a findings file is trusted input) is wrong.
+        actions=("notify serving/Deployment/api",),
+        skips={API: SkipReason.NO_GPU_REQUESTED},
     ),
     Case(
         "grace-after-creation-covers-model-loading",
@@ -783,7 +792,7 @@ OWNER_CASES = [
     OwnerCase(
         "a-job-without-kueue-is-only-reported",
         (owned("Job", "plain"),),
-        (manifest("Job", "plain", "research", created=LONG_AGO, spec={"suspend": False}),),
+        (manifest("Job", "plain", "research", created=LONG_AGO, spec=gpu_spec(1, suspend=False)),),
         actions=("notify research/Job/plain -> research/Job/plain",),
         says="Kueue does not manage",
     ),
@@ -1049,3 +1058,39 @@ def test_each_rule_reads_only_the_verdicts_it_names(monkeypatch: pytest.MonkeyPa
     expected = _plans()
     monkeypatch.setattr(planner, "RULES", tuple(named_only(r) for r in RULES))
     assert _plans() == expected
+
+
+def test_for_counts_only_the_time_the_runs_windows_judged() -> None:
+    """Hourly runs of a 1h window, two of them missed (within confirmationMaxGap): 3h judged of the
+    5h since the streak began. A `for: 4h` rule waits; the gaps are never counted as held."""
+    policy = make_policy(
+        window="1h",
+        safety={"consecutiveRuns": 1, "confirmationMaxGap": "3h"},
+        rules=[
+            {"name": "r", "match": {"findings": ["idle_endpoint"], "for": "4h"}, "action": "scale_to_zero"}
+        ],
+    )
+    state = ReaperState()
+    decided = []
+    for hours_ago in (4, 3, 0):  # runs at -4h, -3h and now; -2h and -1h missed
+        at = NOW - timedelta(hours=hours_ago)
+        found = report(finding(IDLE, window=TimeWindow.ending(at, timedelta(hours=1))))
+        p = plan(found, replace(make_snapshot(BASE_OBJECTS), state=state), policy, at)
+        state = p.next_state
+        decided.append([s.detail for s in p.skips] or [a.key for a in p.actions])
+    assert decided[-1] == ["held for 3h; rule r, for: 4h"]  # not the 5h since the first window began
+    assert state.entries[API].observed == timedelta(hours=3)
+    # A window covering the time between runs counts it all, as before.
+    covered = make_policy(window="6h", safety={"consecutiveRuns": 1}, rules=policy.model_dump()["rules"])
+    first = plan(report(finding(IDLE)), make_snapshot(BASE_OBJECTS), covered, NOW - timedelta(hours=1))
+    p = plan(
+        report(finding(IDLE)), replace(make_snapshot(BASE_OBJECTS), state=first.next_state), covered, NOW
+    )
+    assert [a.key for a in p.actions] == [API]  # 6h, then one more hour: 7h judged
+
+
+def test_streaks_recorded_before_judged_time_was_kept_count_from_their_start() -> None:
+    old = {API: streak(6, since=NOW - timedelta(hours=13), last_seen=NOW - timedelta(hours=1))}
+    p = run_case(Case("x", (finding(IDLE),), policy=HELD_12H, state=old))
+    assert [a.key for a in p.actions] == [API]
+    assert p.next_state.entries[API].observed == timedelta(hours=13)

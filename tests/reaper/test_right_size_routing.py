@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from common.evidence import RightSizing
 from common.model import FindingKind
 from harness.findings import NOW, finding, report
+from harness.gpu_workloads import gpu_spec
 from reaper.cluster import read_snapshot
 from reaper.executor import Executor
 from reaper.messages import build_messages, preview
@@ -70,7 +71,7 @@ def test_a_notify_rule_routes_only_findings_with_a_smaller_share() -> None:
     objects = [manifest("Namespace", n) for n in ("serving", "gpu-reaper")]
     for name in ("ranker", "big", "plain"):
         objects.append(
-            manifest("Deployment", name, "serving", created=NOW - timedelta(days=30), spec={"replicas": 2})
+            manifest("Deployment", name, "serving", created=NOW - timedelta(days=30), spec=gpu_spec(2))
         )
     memory = InMemoryCluster(objects)
     findings = report(_finding("ranker", SIZED), _finding("big", NONE_FITS), _finding("plain", None))

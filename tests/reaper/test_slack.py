@@ -15,6 +15,7 @@ from werkzeug import Request, Response
 from common.errors import BadInputError
 from common.model import FindingKind
 from harness.findings import NOW, finding, report
+from harness.gpu_workloads import gpu_spec
 from reaper.adapter_errors import SlackError
 from reaper.cluster import read_snapshot
 from reaper.executor import Executor
@@ -43,7 +44,7 @@ def cluster() -> InMemoryCluster:
     objects = [manifest("Namespace", n) for n in ("serving", "research", "team-b", "gpu-reaper")]
     objects[2]["metadata"]["annotations"] = {"gpu-reaper/slack-channel": "#team-b"}
     for ns, name in (("serving", "ranker"), ("research", "notebook"), ("team-b", "mig")):
-        objects.append(manifest("Deployment", name, ns, created=LONG_AGO, spec={"replicas": 2}))
+        objects.append(manifest("Deployment", name, ns, created=LONG_AGO, spec=gpu_spec(2)))
     return InMemoryCluster(objects)
 
 
@@ -231,8 +232,7 @@ def test_long_runs_are_truncated_within_slack_limits() -> None:
     findings = report(*(finding(FindingKind.LOW_UTILIZATION, name=f"w{i:02d}") for i in range(30)))
     p = Policy.model_validate(policy)
     objects = [
-        manifest("Deployment", f"w{i:02d}", "serving", created=LONG_AGO, spec={"replicas": 1})
-        for i in range(30)
+        manifest("Deployment", f"w{i:02d}", "serving", created=LONG_AGO, spec=gpu_spec(1)) for i in range(30)
     ]
     the_plan = plan(findings, read_snapshot(InMemoryCluster(objects), "gpu-reaper"), p, NOW)
     (m,) = build_messages(
@@ -322,7 +322,9 @@ def test_a_slack_outage_never_aborts_reaping(
     with caplog.at_level(logging.DEBUG):
         result = run(settings, lambda w, t: FINDINGS, lambda: memory, notifier, sleep=lambda s: None)
     assert result.exit_code == EXIT_OK
-    assert result.count(Outcome.APPLIED) == 3 and result.slack_failures == 3 and result.slack_sent == 0
+    assert result.count(Outcome.APPLIED) == 2 and result.slack_failures == 3 and result.slack_sent == 0
+    # The stops were made; the notice's message never went out, and it is not counted as applied.
+    assert result.count(Outcome.NOT_SENT) == 1
     assert result.metrics().slack_failures == 3
     assert memory.get("Deployment", "serving", "ranker")["spec"]["replicas"] == 0
     assert TOKEN not in caplog.text
@@ -421,3 +423,72 @@ def test_bad_slack_credentials_are_bad_input(env: dict[str, str], message: str) 
     with pytest.raises(BadInputError, match=message) as caught:
         load_credentials(env)
     assert "hunter2" not in str(caught.value)
+
+
+# --- where a namespace's owners say to post (a tenant's annotation) ----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("annotated", "allowed", "posted_to"),
+    [
+        pytest.param("#team-b", None, "#team-b", id="a-channel-name"),
+        pytest.param("C0123456789", None, "C0123456789", id="a-channel-id"),
+        pytest.param("U0123456789", None, "#gpu-waste", id="a-user-id-is-refused"),
+        pytest.param("W0123456789", None, "#gpu-waste", id="an-enterprise-user-id-is-refused"),
+        pytest.param("D0123456789", None, "#gpu-waste", id="a-direct-message-is-refused"),
+        pytest.param("@alice", None, "#gpu-waste", id="a-mention-is-refused"),
+        pytest.param("#Team-B", None, "#gpu-waste", id="not-a-channel-name"),
+        pytest.param("#team-b", ["#team-*"], "#team-b", id="on-the-allow-list"),
+        pytest.param("#finance", ["#team-*", "C0123456789"], "#gpu-waste", id="off-the-allow-list"),
+        pytest.param("C0123456789", ["#team-*", "C0123456789"], "C0123456789", id="an-allowed-id"),
+    ],
+)
+def test_a_namespaces_channel_is_posted_to_only_when_the_policy_would_accept_it(
+    httpserver: HTTPServer,
+    caplog: pytest.LogCaptureFixture,
+    annotated: str,
+    allowed: list[str] | None,
+    posted_to: str,
+) -> None:
+    httpserver.expect_request("/api/chat.postMessage", method="POST").respond_with_handler(slack_ok)
+    memory = InMemoryCluster(
+        [
+            manifest("Namespace", "team-b", annotations={"gpu-reaper/slack-channel": annotated}),
+            manifest("Namespace", "gpu-reaper"),
+            manifest("Deployment", "mig", "team-b", created=LONG_AGO, spec=gpu_spec(2)),
+        ]
+    )
+    slack = {"channel": "#gpu-waste", **({"allowedChannels": allowed} if allowed is not None else {})}
+    settings = RunSettings(
+        policy=Policy.model_validate({**POLICY, "slack": slack}),
+        mode=RunMode.APPLY,
+        namespace="gpu-reaper",
+        end=NOW,
+    )
+    notifier = SlackNotifier(SlackCredentials(token=TOKEN), api_url=httpserver.url_for("/api/"))
+    findings = report(finding(FindingKind.IDLE_ENDPOINT, name="mig", namespace="team-b"))
+    with caplog.at_level(logging.WARNING):
+        result = run(settings, lambda w, t: findings, lambda: memory, notifier, sleep=lambda s: None)
+    assert result.exit_code == EXIT_OK and result.slack_sent == 1
+    assert [b["channel"] for b in posted(httpserver)] == [posted_to]
+    refused = [r.getMessage() for r in caplog.records if "gpu-reaper/slack-channel" in r.getMessage()]
+    if posted_to == annotated:
+        assert refused == []
+    else:
+        (line,) = refused
+        assert f"namespace team-b: {annotated!r}" in line and "#gpu-waste" not in line
+
+
+def test_every_mrkdwn_text_is_sent_verbatim() -> None:
+    """Slack links no channel name, mention or URL of its own accord in what a run writes."""
+
+    def texts(node: Any) -> list[dict[str, Any]]:
+        if isinstance(node, dict):
+            own = [node] if node.get("type") == "mrkdwn" else []
+            return own + [t for v in node.values() for t in texts(v)]
+        if isinstance(node, list | tuple):
+            return [t for v in node for t in texts(v)]
+        return []
+
+    found = [t for m in messages_for(apply=True) for t in texts(list(m.blocks))]
+    assert found and all(t.get("verbatim") is True for t in found)

@@ -17,7 +17,11 @@ def one_rule(match: str, action: str, name: str = "idle") -> str:
 
 def test_committed_json_schema_matches_the_model() -> None:
     committed = json.loads((DOCS / "policy.schema.json").read_text(encoding="utf-8"))
-    assert committed == json_schema(), "regenerate: gpu-reaper policy schema > docs/policy.schema.json"
+    assert committed == json_schema(), (
+        "docs/policy.schema.json is generated from the policy model (reaper/policy) and no longer matches "
+        "it: regenerate it with `gpu-reaper policy schema > docs/policy.schema.json` and commit it with "
+        "the model change (docs/policy.md documents the keys)"
+    )
 
 
 def test_json_schema_describes_durations_and_actions() -> None:

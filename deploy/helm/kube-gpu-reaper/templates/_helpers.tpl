@@ -100,3 +100,20 @@ simple schedules, which run at even intervals: once an hour, every N minutes or 
 {{- fail (printf "reaper.schedule %q: the interval between runs cannot be read from it; set reaper.runInterval (e.g. 30m, 2h)" $r.schedule) }}
 {{- end }}
 {{- end }}
+
+{{/* Namespace of the exporter's objects: exporter.namespace, else the release's. */}}
+{{- define "kgr.exporter.namespace" -}}
+{{- default .Release.Namespace .Values.exporter.namespace }}
+{{- end }}
+
+{{/* Names of the inline policy's cordon rules, comma-separated; empty when there are none, or when
+the policy comes from reaper.existingPolicyConfigMap, which the chart cannot read. */}}
+{{- define "kgr.reaper.cordonRules" -}}
+{{- if not .Values.reaper.existingPolicyConfigMap }}
+{{- $names := list }}
+{{- range ((.Values.reaper.policy | default dict).rules | default list) }}
+{{- if eq (toString .action) "cordon" }}{{ $names = append $names (toString .name) }}{{ end }}
+{{- end }}
+{{- join ", " $names }}
+{{- end }}
+{{- end }}
