@@ -9,23 +9,14 @@ happened to install it.
 from __future__ import annotations
 
 import ast
-import re
 import sys
-import tomllib
 from importlib.metadata import packages_distributions
 from pathlib import Path
 
+from harness.requirements import declared, normal
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("common", "exporter", "analyzer", "reaper", "simulation", "cli", "dashboards")
-
-
-def _declared() -> set[str]:
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    return {_normal(re.split(r"[<>=!~;\[ ]", spec, maxsplit=1)[0]) for spec in project["dependencies"]}
-
-
-def _normal(distribution: str) -> str:
-    return re.sub(r"[-_.]+", "-", distribution).lower()
 
 
 def _imported_modules(package: str) -> set[str]:
@@ -51,7 +42,7 @@ def _distributions_of(modules: set[str]) -> dict[str, set[str]]:
         # Namespace packages (google.protobuf) are looked up by their full name's first two parts too.
         for key in (top, ".".join(module.split(".")[:2])):
             for distribution in owners.get(key, ()):
-                found.setdefault(_normal(distribution), set()).add(module)
+                found.setdefault(normal(distribution), set()).add(module)
     return found
 
 
@@ -64,16 +55,16 @@ def _build_time_only() -> set[str]:
 
 def test_every_declared_runtime_dependency_is_imported_by_the_code() -> None:
     used = _distributions_of(set().union(*(_imported_modules(p) for p in PACKAGES)))
-    unused = _declared() - set(used)
+    unused = declared() - set(used)
     assert not unused, (
         f"declared in pyproject.toml [project.dependencies] but imported by no module of "
         f"{', '.join(PACKAGES)}: {sorted(unused)}; remove them, or say in their comment what uses them"
     )
 
 
-def test_every_third_party_import_of_the_code_is_declared() -> None:
+def test_every_third_party_import_of_the_code_isdeclared() -> None:
     used = _distributions_of(set().union(*(_imported_modules(p) for p in PACKAGES)))
-    undeclared = {d: sorted(m) for d, m in used.items() if d not in _declared()}
+    undeclared = {d: sorted(m) for d, m in used.items() if d not in declared()}
     # dashboards/ is built with the test extra's Grafana SDK and ships JSON: nothing at run time imports it.
     undeclared = {d: m for d, m in undeclared.items() if d not in _build_time_only()}
     assert not undeclared, f"imported by the code but not declared as a runtime dependency: {undeclared}"

@@ -7,13 +7,13 @@ what the chart and the packaging expect.
 from __future__ import annotations
 
 import re
-import tomllib
 from pathlib import Path
 
 import pytest
 import yaml
 
 from harness.chart import only, render
+from harness.requirements import declared, normal
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = (ROOT / "Dockerfile").read_text(encoding="utf-8")
@@ -50,14 +50,6 @@ def _locked(path: Path) -> dict[str, list[str]]:
     return pins
 
 
-def _normal(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def _requirement_name(spec: str) -> str:
-    return _normal(re.split(r"[<>=!~;\[ ]", spec, maxsplit=1)[0])
-
-
 def test_every_package_the_image_installs_is_pinned_with_hashes() -> None:
     for lock in ("image.txt", "build.txt"):
         pins = _locked(ROOT / "requirements" / lock)
@@ -73,13 +65,10 @@ def test_every_package_the_image_installs_is_pinned_with_hashes() -> None:
 def test_the_locks_cover_what_pyproject_declares() -> None:
     """A dependency added to pyproject.toml without re-running scripts/lock.sh fails here, not in an
     image build."""
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    declared = {
-        _normal(re.split(r"[<>=!~;\[ ]", d, maxsplit=1)[0]) for d in project["project"]["dependencies"]
+    assert declared() <= {normal(n) for n in _locked(ROOT / "requirements" / "image.txt")}
+    assert declared("build-system", "requires") <= {
+        normal(n) for n in _locked(ROOT / "requirements" / "build.txt")
     }
-    build = {_normal(re.split(r"[<>=!~;\[ ]", d, maxsplit=1)[0]) for d in project["build-system"]["requires"]}
-    assert declared <= {_normal(n) for n in _locked(ROOT / "requirements" / "image.txt")}
-    assert build <= {_normal(n) for n in _locked(ROOT / "requirements" / "build.txt")}
 
 
 def test_dependabot_keeps_the_locks_and_the_base_image_current() -> None:
