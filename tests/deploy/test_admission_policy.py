@@ -40,6 +40,7 @@ from harness.controllers import CONTROLLERS, _replicas_from
 from harness.findings import NOW, finding, report
 from harness.kube_emulator import ApiServer, EmulatedCluster
 from harness.kube_fixtures import _emulator_loop, emulated_cluster
+from harness.rbac import STOP_AND_CORDON_POLICY as POLICY
 from harness.rbac import grants
 from reaper import names
 from reaper.kinds import WORKLOAD_KINDS
@@ -59,16 +60,6 @@ VALUES = values_file("all-enabled-values.yaml") | {
     }
 }
 RENDERED = render(VALUES)
-POLICY = """\
-safety: {consecutiveRuns: 1, maxCordonShare: 0.5, maxActionsPerRun: 20}
-rules:
-  - name: idle-endpoints
-    match: {findings: [idle_endpoint], kinds: [Deployment, StatefulSet, ReplicaSet, Rollout, RayCluster, Job]}
-    action: scale_to_zero
-  - name: idle-nodes
-    match: {findings: [low_utilization], kinds: [Node]}
-    action: cordon
-"""
 # The workload holding the GPUs under each root kind the reaper stops, by (kind, name).
 HOLDERS = {
     ("StatefulSet", "alice"): lambda: controllers.notebook(NS, "alice", LONG_AGO),

@@ -14,6 +14,19 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+#: A policy that stops every root kind the reaper scales or stops and cordons idle nodes: a run under it
+#: makes every kind of write the chart's RBAC (and admission policy) must allow.
+STOP_AND_CORDON_POLICY = """\
+safety: {consecutiveRuns: 1, maxCordonShare: 0.5, maxActionsPerRun: 20}
+rules:
+  - name: idle-endpoints
+    match: {findings: [idle_endpoint], kinds: [Deployment, StatefulSet, ReplicaSet, Rollout, RayCluster, Job]}
+    action: scale_to_zero
+  - name: idle-nodes
+    match: {findings: [low_utilization], kinds: [Node]}
+    action: cordon
+"""
+
 READ_VERBS = frozenset({"get", "list", "watch"})
 # The verbs of a request on one named object; list, create and deletecollection name none.
 NAMED_VERBS = frozenset({"get", "update", "patch", "delete"})

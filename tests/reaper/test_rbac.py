@@ -34,6 +34,7 @@ from harness.gpu_workloads import gpu_spec
 from harness.kube_emulator import EmulatedCluster, Fault
 from harness.kube_fixtures import emulated_cluster
 from harness.rbac import NAMED_VERBS, READ_VERBS, Access, Grant, access_of, grants
+from harness.rbac import STOP_AND_CORDON_POLICY as POLICY
 from reaper.kinds import WORKLOAD_KINDS
 from simulation import controllers
 from simulation.in_memory_cluster import manifest
@@ -54,16 +55,6 @@ CONTROLLED = {
     ("Deployment", "fn-00001-deployment"): lambda: controllers.knative_service("research", "fn", LONG_AGO),
 }
 GPU_NODE = {"capacity": {"nvidia.com/gpu": "8"}}
-POLICY = """\
-safety: {consecutiveRuns: 1, maxCordonShare: 0.5, maxActionsPerRun: 20}
-rules:
-  - name: idle-endpoints
-    match: {findings: [idle_endpoint], kinds: [Deployment, StatefulSet, ReplicaSet, Rollout, RayCluster, Job]}
-    action: scale_to_zero
-  - name: idle-nodes
-    match: {findings: [low_utilization], kinds: [Node]}
-    action: cordon
-"""
 # What the reaper does with the API, whatever the chart says: no delete, watch or PUT, and no Secret.
 ALLOWED_VERBS = frozenset({"get", "list", "create", "patch"})
 NEVER_RESOURCES = frozenset({"secrets", "pods", "pods/exec", "serviceaccounts/token"})
