@@ -25,7 +25,7 @@ import requests
 import yaml
 
 from analyzer.pipeline import Analysis, analyze_in_detail
-from analyzer.sources import dcgm, rollups
+from analyzer.sources import dcgm, rollup_rules, rollups
 from analyzer.sources.aggregates import FleetSnapshot
 from analyzer.sources.prometheus.source import PrometheusSource
 from analyzer.sources.prometheus_api import PrometheusConfig
@@ -128,6 +128,15 @@ def test_rules_record_what_the_analyzer_reads() -> None:
     (group,) = yaml.safe_load(RULES_FILE.read_text(encoding="utf-8"))["groups"]
     assert group["interval"] == "5m"
     assert sorted(r["record"] for r in group["rules"]) == sorted(rollups.ALL_NAMES)
+
+
+def test_the_committed_rules_are_the_generated_ones() -> None:
+    # A utilization name added to analyzer/sources/vocabulary.py gets its rule from the generator.
+    assert RULES_FILE.read_text(encoding="utf-8") == rollup_rules.rules_yaml(), (
+        "alerts/gpu-analyzer.recording.yaml is generated from the utilization names the analyzer reads "
+        "(analyzer/sources/rollup_rules.py) and no longer matches them: regenerate it with "
+        f"`{rollup_rules.COMMAND}` and commit it with the change"
+    )
 
 
 @pytest.fixture(scope="module")

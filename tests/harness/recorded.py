@@ -99,4 +99,4 @@ def explained(mock: responses.RequestsMock, name: str) -> Iterator[None]:
                 f"{sent}: a query the Prometheus source sends changed, so its recorded answer is stale. "
                 f"Re-record with `{RERECORD}` (it backfills a real Prometheus) and commit the JSON with "
                 "the query change."
-            )
+            ) from None  # the refused request's ConnectionError would only bury this
