@@ -13,15 +13,20 @@ counts the NVML calls of a cycle and, for the second cycle figures, charges each
 Scrape latency is measured over HTTP (keep-alive, with the Accept and Accept-Encoding headers
 Prometheus 3 sends: OpenMetrics preferred, gzip; the text format is what comes back) on the shared
 node, interleaved in the same run with the floor: the same server class answering the same request
-with the same bytes, pre-encoded. A new
-snapshot is collected (and encoded, off the scrape path, as the collection loop does) before every
-scrape, as in production where collections (5 s) outpace scrapes (15-30 s).
+with the same bytes, pre-encoded. Three new snapshots are collected before every scrape, as when
+Prometheus scrapes every 15 s against 5 s collections; the first scrape of the newest finds it
+unencoded and encodes it (the exporter encodes only what a scrape asks for), a second scrape of the
+same snapshot (a second Prometheus of an HA pair) finds it encoded.
 
 **Driver time** (the second table): every node collected for ten minutes of its clock at the default
 5 s interval, each NVML call charged (not spun) what it cost on an H200 with driver 580
 (:data:`H200_CALL_COSTS`, per field for the field batch), the XID thread's event set registered as in
 production (it carries the MIG reconfiguration events). Per node: NVML seconds per GPU and second of
-wall time, and the exporter's own CPU per cycle (NVML free) as a share of the NVML time it spends.
+wall time, and the exporter's own CPU (NVML free) as a share of the NVML time it spends, with
+Prometheus scraping every 15 s and every 30 s (:data:`SCRAPE_EVERY`): the collections, less the time
+spent inside the binding (the fake's answers; the measured call costs already hold what the Python
+binding spends on each call), and the encoding (text and gzip) each scrape's first request pays. The
+fake's busy readings move every cycle, so no cache is flattered by values that never change.
 
 Run: ``python benchmarks/exporter_bench.py [--scrapes 1000] [--cycles 5000]``
 """
@@ -74,7 +79,9 @@ H200_CALL_COSTS = ROOT / "benchmarks" / "data" / "nvml_call_costs_h200_idle_slow
 SAMPLE_BUFFER = 120
 SAMPLE_STEP_US = 1_000_000 // 6
 DRIVER_TIME_S = 600.0  # each node's clock, for the driver-time table
+DRIVER_PASSES = 3  # spans of DRIVER_TIME_S timed per node; the least own CPU counts
 MIG_PER_GPU = 7
+NVML_ERROR = type(nvml_error("NOT_SUPPORTED"))  # what the binding raises, whatever the code
 #: What Prometheus 3 sends on every scrape (its default scrape protocols, and gzip).
 PROMETHEUS_HEADERS = {
     "Accept": "application/openmetrics-text;version=1.0.0;q=0.5,application/openmetrics-text;"
@@ -91,6 +98,20 @@ class _Handle:
     def __init__(self, index: int, mig: int | None = None) -> None:
         self.index = index
         self.mig = mig
+
+
+#: The field ids the fake answers; those of them that count up on a busy GPU (energy, violation times,
+#: NVLink traffic) and those that move (instant power, memory temperature). ECC, row remapping and PCIe
+#: replays stay as they are on a healthy GPU.
+_FIELD_IDS = (186, 83, 94, 74, 75, 82, 3, 4, 5, 6, 142, 143, 145, 138, 139)
+_GROWING = frozenset((83, 74, 75, 138, 139))
+_MOVING = frozenset((186, 82))
+
+
+def _field_value(field: int, tick: int) -> int:
+    if field in _GROWING:
+        return 123456789 + tick * 1337
+    return 412000 + tick % 977 if field in _MOVING else 123456789
 
 
 class ZeroCostNvml:
@@ -110,10 +131,11 @@ class ZeroCostNvml:
         self._memory = SimpleNamespace(
             version=0, total=85520809984, reserved=552599552, used=42949672960, free=42018537472
         )
+        self.tick = 0
+        self._power_mw, self._temperature, self._clock, self._gpm_value = 402000, 64, 1980, 42.0
         value = SimpleNamespace(uiVal=412000, ullVal=123456789)
         self._field = {
-            f: SimpleNamespace(fieldId=f, nvmlReturn=0, valueType=3, value=value)
-            for f in (186, 83, 94, 74, 75, 82, 3, 4, 5, 6, 142, 143, 145, 138, 139)
+            f: SimpleNamespace(fieldId=f, nvmlReturn=0, valueType=3, value=value) for f in _FIELD_IDS
         }
         self._field_answers: dict[tuple[Any, ...], list[Any]] = {}
         # Sample objects by grid index, and each answer, made once: every GPU answers the same samples.
@@ -131,7 +153,32 @@ class ZeroCostNvml:
         self._gi_info = SimpleNamespace(profileId=19)
 
     def advance(self, seconds: float) -> None:
+        """The next collection: time moves, and so do the readings that change on a busy GPU
+        (utilization, memory in use, power, temperature, clocks, energy, violation time, NVLink
+        traffic, GPM ratios, per-process usage), so no cache of the exporter is flattered by readings
+        that never change; ECC, row remapping and capacity stay as they are, as they do on a GPU."""
         self.now_us += int(seconds * 1_000_000)
+        self.tick += 1
+        tick = self.tick
+        self._util = SimpleNamespace(gpu=40 + tick % 57, memory=10 + tick % 23)
+        used = (40 << 30) + (tick % 97) * (1 << 20)
+        self._memory = SimpleNamespace(
+            version=0, total=85520809984, reserved=552599552, used=used, free=85520809984 - 552599552 - used
+        )
+        self._power_mw = 380_000 + (tick * 7919) % 60_000
+        self._temperature = 55 + tick % 17
+        self._clock = 1755 + (tick % 15) * 15
+        self._field = {
+            f: SimpleNamespace(
+                fieldId=f,
+                nvmlReturn=0,
+                valueType=3,
+                value=SimpleNamespace(uiVal=412000, ullVal=_field_value(f, tick)),
+            )
+            for f in _FIELD_IDS
+        }
+        self._field_answers = {}
+        self._gpm_value = 30.0 + (tick % 61) / 2
 
     def nvmlInit(self) -> None: ...
     def nvmlShutdown(self) -> None: ...
@@ -162,13 +209,13 @@ class ZeroCostNvml:
         return self._memory
 
     def nvmlDeviceGetPowerUsage(self, h: Any) -> int:
-        return 402000
+        return self._power_mw
 
     def nvmlDeviceGetTemperature(self, h: Any, sensor: int) -> int:
-        return 64
+        return self._temperature
 
     def nvmlDeviceGetClockInfo(self, h: Any, kind: int) -> int:
-        return 1980
+        return self._clock
 
     def nvmlDeviceGetEncoderUtilization(self, h: Any) -> list[int]:
         return [0, 167000]
@@ -211,7 +258,7 @@ class ZeroCostNvml:
 
     def nvmlDeviceGetProcessUtilization(self, h: Any, since_us: int) -> list[Any]:
         return [
-            SimpleNamespace(pid=p.pid, timeStamp=self.now_us, smUtil=9, memUtil=3)
+            SimpleNamespace(pid=p.pid, timeStamp=self.now_us, smUtil=(self.tick + p.pid) % 13, memUtil=3)
             for p in self._procs[h.index]
         ]
 
@@ -261,6 +308,8 @@ class ZeroCostNvml:
             ]
 
     def nvmlGpmMetricsGet(self, request: Any) -> Any:
+        for metric in request.metrics:
+            metric.value = self._gpm_value
         return request
 
     def nvmlEventSetCreate(self) -> Any:
@@ -288,7 +337,13 @@ class MeteredBinding:
         self._library = library
         self.calls = 0
         self.charged_s = 0.0  # what the calls so far cost under the model, spun or not
+        # Time spent inside this boundary, the fake's answers and this bookkeeping: what pynvml's own
+        # Python costs on a real GPU is in the measured call costs already, so the exporter's own work
+        # is the cycle's CPU time less this. Wall time, so inflated by preemption under load: the
+        # driver-time table uses :meth:`replay_cpu_s` instead.
+        self.inside_s = 0.0
         self.charging = False
+        self.recorded: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]] | None = None
         costs_us = MEASURED_CALL_US if costs_us is None else costs_us
         for name in dir(library):
             if name.startswith("nvml"):
@@ -296,7 +351,6 @@ class MeteredBinding:
                 setattr(self, name, self._metered(getattr(library, name), cost_s))
         if field_us:
             # A field batch costs what its fields cost (each measured alone), not one mean.
-            batch = self._metered(library.nvmlDeviceGetFieldValues, 0.0)
             batch_s: dict[tuple[Any, ...], float] = {}
 
             def fields(handle: Any, ids: list[Any]) -> Any:
@@ -305,30 +359,45 @@ class MeteredBinding:
                 if cost_s is None:
                     us = (field_us.get(str(i if isinstance(i, int) else i[0]), assumed_call_us) for i in ids)
                     cost_s = batch_s[key] = sum(us) / 1e6
-                return self._spend(cost_s, lambda: batch(handle, ids))
+                return self._metered(library.nvmlDeviceGetFieldValues, cost_s)(handle, ids)
 
             self.nvmlDeviceGetFieldValues = fields
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._library, name)  # the binding's structs (c_nvmlGpmMetricsGet_t)
 
-    def _spend(self, cost_s: float, then: Callable[[], Any]) -> Any:
-        self.charged_s += cost_s
-        if self.charging:
-            until = time.perf_counter() + cost_s
-            while time.perf_counter() < until:
-                pass
-        return then()
+    def replay_cpu_s(self) -> float:
+        """The CPU time the calls recorded since ``recorded`` was set cost inside this boundary (the
+        fake's answers and this metering), made again, in order, on this thread: what the exporter's
+        own CPU time is measured less of. One pair of CPU-clock reads for all of them, so neither the
+        clock's cost per call nor other processes' load is counted in."""
+        recorded, self.recorded = self.recorded or [], None
+        calls, charged, inside = self.calls, self.charged_s, self.inside_s
+        started = time.thread_time()
+        for call, args, kwargs in recorded:
+            try:
+                call(*args, **kwargs)
+            except NVML_ERROR:  # answered the first time too
+                continue
+        spent = time.thread_time() - started
+        self.calls, self.charged_s, self.inside_s = calls, charged, inside
+        return spent
 
     def _metered(self, function: Callable[..., Any], cost_s: float) -> Callable[..., Any]:
         def call(*args: Any, **kwargs: Any) -> Any:
+            if self.recorded is not None:
+                self.recorded.append((call, args, kwargs))
+            entered = time.perf_counter()
             self.calls += 1
             self.charged_s += cost_s
             if self.charging:
-                until = time.perf_counter() + cost_s  # the finer clock: thread_time() overshoots
+                until = entered + cost_s  # the finer clock: thread_time() overshoots
                 while time.perf_counter() < until:
                     pass
-            return function(*args, **kwargs)
+            try:
+                return function(*args, **kwargs)
+            finally:
+                self.inside_s += time.perf_counter() - entered
 
         return call
 
@@ -430,14 +499,27 @@ class Node:
         self.exposition = Exposition(lambda: self.latest)
         self._watched = False
 
-    def collect(self) -> Snapshot:
+    def advance(self) -> None:
+        """The fake GPUs' next readings and the clocks, one interval on (not the exporter's work)."""
         self.library.advance(COLLECTION_INTERVAL_S)
         self.clock[0] += COLLECTION_INTERVAL_S
+
+    def run_cycle(self) -> Snapshot:
+        """One collection, as the collection loop runs it."""
         self.latest = self.cycle.run()
         if not self._watched:
             self.watcher.poll_once()  # the XID thread builds its event set after the first cycle
             self._watched = True
         return self.latest
+
+    def collect(self) -> Snapshot:
+        self.advance()
+        return self.run_cycle()
+
+    def scrape(self) -> bytes:
+        """What a scrape by Prometheus costs the exporter past the HTTP server: the newest snapshot's
+        exposition, encoded now (text, then gzip) unless a scrape asked for it before."""
+        return self.exposition.render(PROMETHEUS_HEADERS["Accept"], PROMETHEUS_HEADERS["Accept-Encoding"])[0]
 
     def calls_per_cycle(self) -> int:
         before = self.binding.calls
@@ -470,13 +552,23 @@ DRIVER_NODES = (
 TARGET_WHOLE_MS, TARGET_SHARED_MS, TARGET_OWN_SHARE = 0.5, 0.8, 0.05
 
 
+#: Scrape intervals the exporter's own work is counted at: the chart's ServiceMonitor default (30 s)
+#: and dcgm-exporter's (15 s), in collections of the default 5 s interval.
+SCRAPE_EVERY = {"15 s": 3, "30 s": 6}
+
+
 class DriverTime(NamedTuple):
     """One node over :data:`DRIVER_TIME_S` of its clock: NVML calls per cycle, NVML milliseconds per GPU
-    and second, and the exporter's own CPU as a share of that NVML time."""
+    and second and per cycle, the exporter's own CPU per cycle (the collection) and per scrape (the
+    encoding a scrape's first request pays), and its own CPU as a share of that NVML time at each of
+    :data:`SCRAPE_EVERY`'s scrape intervals."""
 
     calls_per_cycle: float
     ms_per_gpu_s: float
-    own_share: float
+    nvml_ms_per_cycle: float
+    collect_ms: float
+    encode_ms: float
+    own_share: dict[str, float]
 
 
 def h200_costs(path: Path = H200_CALL_COSTS) -> dict[str, Any]:
@@ -488,34 +580,74 @@ def h200_costs(path: Path = H200_CALL_COSTS) -> dict[str, Any]:
     }
 
 
-def driver_time(tmp: Path, gpus: int, pods: int, mig: bool, costs: dict[str, Any]) -> DriverTime:
+def driver_time(
+    tmp: Path, gpus: int, pods: int, mig: bool, costs: dict[str, Any], passes: int = DRIVER_PASSES
+) -> DriverTime:
     """Collect one node for :data:`DRIVER_TIME_S` at the default interval after two minutes of warm-up
-    (the sample ring measured, GPM's first pairs): each call charged its H200 cost, not spun."""
+    (the sample ring measured, GPM's first pairs): each call charged its H200 cost, not spun, and
+    Prometheus scraping at each of :data:`SCRAPE_EVERY`'s intervals (a scrape encodes the snapshot it
+    finds). The exporter's own CPU is the collections' (less the time inside the binding: the fake's
+    answers; pynvml's own Python is in the measured call costs) and the scrapes' encodings, the least
+    of ``passes`` such spans per scrape interval, as timeit takes the least of its repeats: other work
+    on the machine only adds to it. The fake's readings and clocks move outside the timed span."""
     node = Node(tmp, gpus, pods, mig=mig, costs_us=costs["calls"], field_us=costs["fields"])
-    for _ in range(24):
+    # As Exporter.start() does before the first collection: the cyclic GC walks what the exporter made
+    # since (its caches, each cycle's garbage), not start-up objects or other nodes of this process.
+    freeze_startup_objects()
+    for cycle in range(24):
         node.collect()
+        if cycle % 3 == 0:
+            node.scrape()
     cycles = round(DRIVER_TIME_S / COLLECTION_INTERVAL_S)
-    charged, calls, own = node.binding.charged_s, node.binding.calls, 0.0
-    for _ in range(cycles):
-        started = time.thread_time()
-        node.collect()
-        own += time.thread_time() - started
-    nvml_s = node.binding.charged_s - charged
+    binding = node.binding
+    least = dict.fromkeys(SCRAPE_EVERY, float("inf"))
+    least_collect = least_encode = float("inf")
+    nvml_s = calls = 0.0
+    for _ in range(passes):
+        for interval, every in SCRAPE_EVERY.items():
+            charged, called = binding.charged_s, binding.calls
+            collect = encode = 0.0
+            for cycle in range(cycles):
+                node.advance()
+                binding.recorded = []
+                started = time.thread_time()
+                node.run_cycle()
+                collect += time.thread_time() - started
+                collect -= binding.replay_cpu_s()
+                if cycle % every == every - 1:
+                    started = time.thread_time()
+                    node.scrape()
+                    encode += time.thread_time() - started
+            least[interval] = min(least[interval], collect + encode)
+            least_collect = min(least_collect, collect / cycles)
+            if every == min(SCRAPE_EVERY.values()):
+                least_encode = min(least_encode, encode / (cycles // every))
+            # The same in every span: ten minutes of the same cadences.
+            nvml_s, calls = binding.charged_s - charged, binding.calls - called
     return DriverTime(
-        (node.binding.calls - calls) / cycles, nvml_s / (DRIVER_TIME_S * gpus) * 1000, own / nvml_s
+        calls / cycles,
+        nvml_s / (DRIVER_TIME_S * gpus) * 1000,
+        nvml_s / cycles * 1000,
+        least_collect * 1000,
+        least_encode * 1000,
+        {interval: own / nvml_s for interval, own in least.items()},
     )
 
 
-def driver_time_rows(tmp: Path) -> list[str]:
+def driver_time_rows(tmp: Path, passes: int = DRIVER_PASSES) -> list[str]:
     costs = h200_costs()
     rows = []
     for label, gpus, pods, mig in DRIVER_NODES:
-        result = driver_time(tmp / f"driver-{gpus}-{pods}-{int(mig)}", gpus, pods, mig, costs)
+        result = driver_time(tmp / f"driver-{gpus}-{pods}-{int(mig)}", gpus, pods, mig, costs, passes)
         target = TARGET_SHARED_MS if pods > 1 else TARGET_WHOLE_MS
         target_text = "" if mig else f"≤ {target} ms ({result.ms_per_gpu_s / target:.2f})"
+        shares = " | ".join(
+            f"{share * 100:.1f} % ({share / TARGET_OWN_SHARE:.2f})" for share in result.own_share.values()
+        )
         rows.append(
             f"| {label} | {result.calls_per_cycle:.1f} | {result.ms_per_gpu_s:.3f} ms | {target_text} "
-            f"| {result.own_share * 100:.1f} % ({result.own_share / TARGET_OWN_SHARE:.2f}) |"
+            f"| {result.nvml_ms_per_cycle:.1f} / {result.collect_ms:.2f} / {result.encode_ms:.2f} ms "
+            f"| {shares} |"
         )
     return rows
 
@@ -536,6 +668,12 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help="JSON from nvml_call_costs.py: charge each call its mean wall time measured on a real GPU "
         "(calls it did not see, e.g. MIG ones, are charged --assumed-call-us)",
+    )
+    parser.add_argument(
+        "--driver-passes",
+        type=int,
+        default=DRIVER_PASSES,
+        help="ten-minute spans timed per node and scrape interval, driver-time table (the least counts)",
     )
     parser.add_argument("--tails", action="store_true", help="print the ten slowest scrapes of each kind")
     args = parser.parse_args(argv)
@@ -564,7 +702,7 @@ def main(argv: list[str] | None = None) -> int:
         rss_start = rss_mib()
 
         # 1. Collection-cycle CPU time per node, NVML free, then with each call charged its cost;
-        # encoding a snapshot (off the scrape path) apart.
+        # encoding a snapshot (by its first scrape) apart.
         for label, node in nodes.items():
             p50, p99, mean = quantiles(cpu_ms(node.collect, args.cycle_runs))
             rows.append(
@@ -586,16 +724,16 @@ def main(argv: list[str] | None = None) -> int:
         shared = nodes["8 GPUs, 64 time-sliced pods"]
 
         encode = []
-        for _ in range(300):
-            shared.collect()
+        for _ in range(max(args.scrapes, 4)):
+            for _ in range(SCRAPE_EVERY["15 s"]):
+                shared.collect()
             started = time.thread_time()
-            current = shared.exposition.current()
-            assert current is not None
-            current.body(compressed=True)
+            shared.scrape()
             encode.append((time.thread_time() - started) * 1000)
         e50, e99, _ = quantiles(encode)
         rows.append(
-            f"| encode a snapshot, text + gzip (collection thread) | {e50:.2f} ms | {e99:.2f} ms | | |"
+            f"| encode a snapshot, text + gzip (its first scrape, 15 s after the last) | {e50:.2f} ms "
+            f"| {e99:.2f} ms | | |"
         )
 
         # 2. /metrics latency against the floor, interleaved, with Prometheus' headers.
@@ -628,40 +766,49 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(50):
             scrape(conn)
             scrape(floor_conn)
-        fresh, floor_ms = [], []
+        fresh, again, floor_ms = [], [], []
         for i in range(args.scrapes):
-            shared.collect()
-            shared.exposition.prepare()  # what the collection loop does after each cycle, untimed
-            # Alternate which goes first after the collection, so neither pays for a colder cache.
+            for _ in range(SCRAPE_EVERY["15 s"]):  # Prometheus every 15 s: three new snapshots
+                shared.collect()
+            # Alternate which goes first after the collections, so neither pays for a colder cache.
             if i % 2:
-                fresh.append(scrape(conn))
+                fresh.append(scrape(conn))  # finds the newest snapshot unencoded, and encodes it
                 floor_ms.append(scrape(floor_conn))
             else:
                 floor_ms.append(scrape(floor_conn))
                 fresh.append(scrape(conn))
+            again.append(scrape(conn))  # a second scraper (an HA pair) finds it encoded
         conn.close()
         floor_conn.close()
         server.stop()
         floor_server.stop()
         f50, f99, _ = quantiles(floor_ms)
         n50, n99, _ = quantiles(fresh)
+        a50, a99, _ = quantiles(again)
         if args.tails:
             print("slowest scrapes (ms):", [round(v, 2) for v in sorted(fresh)[-10:]])
             print("slowest floor (ms):  ", [round(v, 2) for v in sorted(floor_ms)[-10:]])
         rows.append(f"| floor: the same bytes pre-encoded, same server | {f50:.2f} ms | {f99:.2f} ms | | |")
+        # Issue 37 traded this for encoding only what is scraped: the first scrape of a snapshot waits
+        # for its encoding (the row above), so it is stated, not held to the floor.
         rows.append(
-            f"| /metrics over HTTP, new snapshot each scrape | {n50:.2f} ms | {n99:.2f} ms "
-            f"| p99 ≤ 2 × floor | p50 {n50 / f50:.2f} ×, p99 {n99 / f99:.2f} × floor ({n99 / f99 / 2:.2f}) |"
+            f"| /metrics over HTTP, first scrape of a new snapshot (encodes it) | {n50:.2f} ms "
+            f"| {n99:.2f} ms | | p50 {n50 - f50:+.2f} ms, p99 {n99 - f99:+.2f} ms against the floor |"
+        )
+        rows.append(
+            f"| /metrics over HTTP, the same snapshot scraped again | {a50:.2f} ms | {a99:.2f} ms "
+            f"| p99 ≤ 2 × floor | p50 {a50 / f50:.2f} ×, p99 {a99 / f99:.2f} × floor ({a99 / f99 / 2:.2f}) |"
         )
 
         # 3. Memory over many cycles.
         rss_before = rss_mib()
-        for _ in range(args.cycles):
+        for cycle in range(args.cycles):
             shared.collect()
-            shared.exposition.prepare()
+            if cycle % SCRAPE_EVERY["15 s"] == 0:
+                shared.scrape()
         gc.collect()
         rss_after = rss_mib()
-        driver_rows = driver_time_rows(Path(tmp))
+        driver_rows = driver_time_rows(Path(tmp), args.driver_passes)
 
     print("exporter benchmark: zero-cost NVML fake; scrapes with Prometheus 3's Accept and gzip headers")
     if measured is None:
@@ -695,11 +842,17 @@ def main(argv: list[str] | None = None) -> int:
         f" calls it did not see {ASSUMED_CALL_US} µs)"
     )
     print()
+    own = " | ".join(f"own / NVML, {interval} scrapes (ratio)" for interval in SCRAPE_EVERY)
+    print(
+        f"The exporter's own CPU: its collections and the encodings scrapes ask for (target ≤ "
+        f"{TARGET_OWN_SHARE:.0%} of the NVML time); NVML and collection per 5 s cycle, encoding per scrape."
+    )
+    print()
     print(
         "| node | NVML calls / cycle | NVML time per GPU and second | target (ratio) "
-        f"| exporter's own CPU / NVML time, target ≤ {TARGET_OWN_SHARE:.0%} (ratio) |"
+        f"| NVML per cycle / collection per cycle / encoding per scrape | {own} |"
     )
-    print("| --- | --- | --- | --- | --- |")
+    print("| --- " * (5 + len(SCRAPE_EVERY)) + "|")
     for row in driver_rows:
         print(row)
     return 0

@@ -80,9 +80,9 @@ class Exporter:
             served=naming.default_served() if served is None else served,
         )
         self.exposition = Exposition(lambda: self.loop.latest(), naming.families(served))
-        self.loop = CollectionLoop(
-            self.cycle.run, interval_s=config.interval_s, after=self.exposition.prepare
-        )
+        # A snapshot is encoded by the first scrape that asks for it, not after each collection: most
+        # are never scraped (docs/exporter.md, "The exporter's own work").
+        self.loop = CollectionLoop(self.cycle.run, interval_s=config.interval_s)
         self.server = MetricsServer(
             self.exposition,
             self.loop.liveness,

@@ -59,6 +59,8 @@ class Cycle:
         self._watcher = xid_watcher
         self._wall_clock = wall_clock
         self._timer = timer
+        # Each NVML function's label set, the same object every cycle (the encoder renders it once).
+        self._call_labels: dict[str, dict[str, str]] = {}
 
     def run(self) -> Snapshot:
         started = self._timer()
@@ -96,7 +98,11 @@ class Cycle:
         seconds = self._nvml.call_seconds()
         if not seconds:
             return snapshot
-        series = tuple(Series({"call": call}, spent) for call, spent in sorted(seconds.items()))
+        labels = self._call_labels
+        series = tuple(
+            Series(labels.get(call) or labels.setdefault(call, {"call": call}), spent)
+            for call, spent in sorted(seconds.items())
+        )
         return replace(snapshot, series=MappingProxyType({**snapshot.series, f.NVML_SECONDS: series}))
 
     def _read(self, view: PodView) -> NodeReading:

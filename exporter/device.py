@@ -80,16 +80,6 @@ def _sample_value(member: str) -> Callable[[Any], Any]:
     return operator.attrgetter(f"sampleValue.{member}")
 
 
-def _union_value(value_type: int, union: Any) -> float | None:
-    """The number in an NVML value union; ``None`` for an unknown type or a non-finite double."""
-    member = VALUE_MEMBERS.get(value_type)
-    raw = None if member is None else getattr(union, member, None)
-    if raw is None:
-        return None
-    value = float(raw)
-    return value if math.isfinite(value) else None
-
-
 def _new_samples(value_type: int, samples: Sequence[Any], newer_than_us: int) -> UtilizationSamples | None:
     """The samples of an ``nvmlDeviceGetSamples`` answer newer than ``newer_than_us``; ``None`` for a
     value type this binding cannot read (unknown, never "nothing new", which would read as idle)."""
@@ -289,10 +279,13 @@ class Device:
         values = self._call(_FIELD_VALUES, self.handle, asked)
         if values is MISSING:
             return found
+        members, isfinite = VALUE_MEMBERS, math.isfinite
         for value in values:
             if value.nvmlReturn == SUCCESS:
-                number = _union_value(value.valueType, value.value)
-                if number is not None:
+                # The number in NVML's value union; none for an unknown type or a non-finite double.
+                member = members.get(value.valueType)
+                raw = None if member is None else getattr(value.value, member, None)
+                if raw is not None and isfinite(number := float(raw)):
                     found[int(value.fieldId)] = number
             else:
                 self._field_failed(int(value.fieldId), int(value.nvmlReturn))

@@ -89,11 +89,11 @@ _MEMORY: Final = (f.FB_USED, f.FB_FREE, f.FB_RESERVED, f.FB_TOTAL)
 Processes = tuple[tuple[ProcessMemory, ...] | None, tuple[ProcessUtilization, ...] | None]
 
 
-def _put_gpm(values: dict[str, float], reading: GpmReading | None) -> None:
-    if reading is not None:
-        for name, ratio in zip(GPM_FIELDS, reading, strict=True):
-            if ratio is not None:
-                values[name] = ratio
+def _gpm_values(reading: GpmReading | None) -> dict[str, float]:
+    """A GPM reading's ratios by family, those it has."""
+    if reading is None:
+        return {}
+    return {name: ratio for name, ratio in zip(GPM_FIELDS, reading, strict=True) if ratio is not None}
 
 
 class DeviceReader:
@@ -129,9 +129,12 @@ class DeviceReader:
         self._process_due: dict[str, Cadence] = {}
         self._mig_due = cadence(cadences.mig_fallback, interval_s)
         self._instances: tuple[MigInstance, ...] | None = None  # not read this session yet
+        self._mig_labels: tuple[MigLabels, ...] = ()  # each instance's, made when the layout is read
         # Readings taken on a cadence, served as last read until due again.
         self._slow_values: dict[str, float] = {}
         self._gpm: dict[Hashable, GpmReading | None] = {}
+        # Each GPM reading's values by family, made when it is read, served as read in between.
+        self._gpm_served: dict[Hashable, dict[str, float]] = {}
         self._process_utilization: dict[str, tuple[ProcessUtilization, ...] | None] = {}
         self._process_since: dict[str, int] = {}
         self._samples_read = False  # the last read of the sample buffer succeeded
@@ -142,6 +145,7 @@ class DeviceReader:
         spanning the outage, and the time until then is not known idle."""
         self.device.close()
         self._gpm.clear()
+        self._gpm_served.clear()
         self._nvlink = None
         self._samples_read = False
         if samples is not None:
@@ -173,11 +177,10 @@ class DeviceReader:
         )
         processes = self._processes(gpu.uuid, None, now) if wants(gpu, None) else (None, None)
         migs = []
-        for instance in instances:
+        for instance, labels in zip(instances, self._mig_labels, strict=True):
             mig_values: dict[str, float] = {}
             self._put_memory(mig_values, instance)
             self._put_gpm(mig_values, instance.uuid, instance.gpu_instance_id, now)
-            labels = MigLabels(instance.uuid, instance.gpu_instance_id, instance.profile, instance.slot)
             mig_processes = (
                 self._processes(instance.uuid, instance, now) if wants(gpu, labels) else (None, None)
             )
@@ -196,11 +199,15 @@ class DeviceReader:
         if self._instances is None or changed or fallback:
             before = self._instances or ()
             self._instances = self.device.mig_instances()
+            self._mig_labels = tuple(
+                MigLabels(i.uuid, i.gpu_instance_id, i.profile, i.slot) for i in self._instances
+            )
             self._mig_due.done(now)
             if {i.uuid for i in before} != {i.uuid for i in self._instances}:
                 kept = {self.device.key, *(i.uuid for i in self._instances)}
                 self.device.close(keep=kept)  # instances a reconfiguration removed keep no GPM buffers
                 self._gpm = {k: v for k, v in self._gpm.items() if k in kept}
+                self._gpm_served = {k: v for k, v in self._gpm_served.items() if k in kept}
         return self._instances
 
     def _gauge(self) -> float | None:
@@ -291,8 +298,9 @@ class DeviceReader:
         if not self._gpm_metrics:
             return
         if self._gpm.get(key) is None or self._gpm_due.due(now):
-            self._gpm[key] = self.device.read_gpm(key, gpu_instance_id, self._gpm_metrics)
-        _put_gpm(values, self._gpm.get(key))
+            reading = self._gpm[key] = self.device.read_gpm(key, gpu_instance_id, self._gpm_metrics)
+            self._gpm_served[key] = _gpm_values(reading)
+        values.update(self._gpm_served[key])
 
     def _samples(
         self, samples: SampleBuffer, now: float, now_us: int, gauge: Callable[[], float | None]

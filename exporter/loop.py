@@ -28,11 +28,9 @@ class CollectionLoop(BackgroundThread):
         interval_s: float,
         stale_after_s: float | None = None,
         monotonic: Callable[[], float] = time.monotonic,
-        after: Callable[[], None] | None = None,
     ) -> None:
         super().__init__("gpu-collection")
         self._collect = collect
-        self._after = after
         self._warnings = RepeatedWarnings(log, monotonic=monotonic)
         self._started_at: float | None = None
         self._last_cycle_at: float | None = None
@@ -64,8 +62,6 @@ class CollectionLoop(BackgroundThread):
         else:
             self._last_problem = snapshot.error or "collection failed"
             self._warnings.warn("collection", f"collection failed: {self._last_problem}")
-        if self._after is not None:
-            self._after()
         return snapshot
 
     def liveness(self) -> tuple[bool, str]:

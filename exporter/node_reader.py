@@ -102,7 +102,9 @@ class GpuReader:
                 if identity is None:
                     continue
                 self._known[identity.uuid] = identity
-                samples = self._samples.setdefault(identity.uuid, SampleBuffer())
+                samples = self._samples.get(identity.uuid)
+                if samples is None:
+                    samples = self._samples[identity.uuid] = SampleBuffer()
                 devices.extend(reader.read(identity, samples, now, now_us, wants))
             except GpuLost as exc:
                 log.debug("GPU %d is down: %s", index, exc)

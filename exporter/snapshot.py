@@ -8,17 +8,19 @@ snapshot is newest, so a scrape costs no NVML call and never waits for one.
 from __future__ import annotations
 
 import bisect
-from collections import defaultdict
+import functools
+import itertools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from exporter import capabilities as cap
 from exporter import fields as f
 from exporter.attribution import (
     Holder,
     PodName,
+    PodUsage,
     PodView,
     holders_of,
     is_shared,
@@ -72,23 +74,33 @@ class Counters:
 
 
 class _Histogram:
-    __slots__ = ("buckets", "total")
+    __slots__ = ("_cumulative", "buckets", "total")
 
     def __init__(self) -> None:
         self.buckets = [0] * (len(f.SAMPLE_BUCKETS) + 1)
         self.total = 0.0
+        self._cumulative: tuple[int, ...] | None = None
 
     def observe(self, values: tuple[int, ...]) -> None:
-        for value in values:
-            self.buckets[bisect.bisect_left(f.SAMPLE_BUCKETS, value)] += 1
-            self.total += value
+        if not values:  # between reads of the sample buffer: nothing new, the same counts
+            return
+        # A read brings up to the ring's 120 samples: sorted once (in C), each bound is one bisection,
+        # not one per sample. A sample equal to a bound counts in it (``le``).
+        ordered, buckets, counted = sorted(values), self.buckets, 0
+        for slot, bound in enumerate(f.SAMPLE_BUCKETS):
+            upto = bisect.bisect_right(ordered, bound)
+            buckets[slot] += upto - counted
+            counted = upto
+        buckets[-1] += len(ordered) - counted
+        self.total += sum(values)
+        self._cumulative = None
 
     def cumulative(self) -> tuple[int, ...]:
-        running, out = 0, []
-        for count in self.buckets:
-            running += count
-            out.append(running)
-        return tuple(out)
+        """The counts at each bound; the same tuple until new samples come, so an encoder that kept
+        the last one's text finds it unchanged at the cost of an identity check."""
+        if self._cumulative is None:
+            self._cumulative = tuple(itertools.accumulate(self.buckets))
+        return self._cumulative
 
 
 def gpu_labels(
@@ -137,9 +149,52 @@ def _with_holder(labels: Labels, holder: Holder, uids: PodUids | None = None) ->
     return out
 
 
-def _with_xid(labels: Labels, xid: int) -> Labels:
+@functools.lru_cache(maxsize=256)
+def _xid_labels(xid: int) -> tuple[tuple[str, str], ...]:
     """dcgm-exporter's labels on DCGM_FI_DEV_XID_ERRORS: the XID as a decimal string and what it means."""
-    return {**labels, "err_code": str(xid), "err_msg": describe(xid)}
+    return (("err_code", str(xid)), ("err_msg", describe(xid)))
+
+
+#: The exporter's own series' label sets, built once: a label set that is the same object from one
+#: snapshot to the next is rendered once by the encoder.
+_NO_LABELS: Final[Labels] = {}
+
+
+_Extra = tuple[tuple[str, str], ...]
+
+
+class _LabelSets:
+    """Label sets derived from others (a GPU's with its last XID, with an XID, a call's), kept while
+    their base is current, so each cycle hands the encoder the same objects (see
+    :class:`exporter.exposition.Encoder`). Keyed by the base's identity, the base held so the id stays
+    its own; what a cycle did not ask for is dropped."""
+
+    __slots__ = ("_asked", "_kept")
+
+    def __init__(self) -> None:
+        self._kept: dict[tuple[int, _Extra], tuple[Labels, Labels]] = {}
+        self._asked: dict[tuple[int, _Extra], tuple[Labels, Labels]] = {}
+
+    def get(self, base: Labels, extra: _Extra) -> Labels:
+        """``base`` with the labels ``extra`` names added (after base's, in order)."""
+        slot = (id(base), extra)
+        kept = self._asked.get(slot) or self._kept.get(slot)
+        if kept is None or kept[0] is not base:
+            kept = (base, {**base, **dict(extra)})
+        self._asked[slot] = kept
+        return kept[1]
+
+    def end_cycle(self) -> None:
+        self._kept, self._asked = self._asked, {}
+
+
+def _capability_series(labels: Mapping[str, Labels], capabilities: cap.Capabilities) -> tuple[Series, ...]:
+    """``gpu_exporter_capability``: each capability known for the GPU, 1 offered, 0 not."""
+    return tuple(
+        Series(labels[name], float(known.available))
+        for name in cap.NAMES
+        if (known := capabilities.get(name)) is not None
+    )
 
 
 def device_holders(view: PodView, device: DeviceReading) -> tuple[Holder, ...]:
@@ -199,6 +254,26 @@ def _attribution(
     )
 
 
+#: ``Series(labels, value)`` from a ``(labels, value)`` pair without the generated ``__new__``'s Python
+#: frame: the builder makes one for every reading of every device, every cycle.
+_new_series: Final[Callable[[tuple[Labels, float]], Series]] = functools.partial(tuple.__new__, Series)
+
+
+class _Appenders(dict[str, Callable[[Series], None]]):
+    """Each family's ``list.append`` for one snapshot's series, its list made on the first sample."""
+
+    def __init__(self, series: dict[str, list[Series]]) -> None:
+        super().__init__()
+        self._series = series
+
+    def __missing__(self, name: str) -> Callable[[Series], None]:
+        append = self[name] = self._series.setdefault(name, []).append
+        return append
+
+    def extend(self, name: str, items: tuple[Series, ...]) -> None:
+        self._series.setdefault(name, []).extend(items)
+
+
 class SnapshotBuilder:
     """Builds :class:`Snapshot` objects; keeps cumulative histogram state between cycles.
 
@@ -221,6 +296,14 @@ class SnapshotBuilder:
         self._driver: str | None = None
         self._gpu_labels: dict[DeviceIdentity, Labels] = {}
         self._attributions: dict[tuple[DeviceIdentity, MigLabels | None], _Attribution] = {}
+        self._derived = _LabelSets()
+        self._version_labels: Labels = {"version": version}
+        # Each shared device's per-pod usage, kept with what it was computed from (NVML's answers, the
+        # PIDs' pods): recomputed only when those changed.
+        self._usage: dict[str, tuple[object, list[PodUsage]]] = {}
+        # Each GPU's capability series, kept with the capabilities and label sets they were built from
+        # (both the same objects until what the GPU offers, or the pod view, changes).
+        self._capability_series: dict[str, tuple[object, object, tuple[Series, ...]]] = {}
 
     def _labels_for(self, view: PodView, driver: str) -> None:
         """Start the label caches afresh when the pod view or the driver version changed (a new view
@@ -248,12 +331,13 @@ class SnapshotBuilder:
         taken_at: float,
         duration_s: float,
     ) -> Snapshot:
-        series: defaultdict[str, list[Series]] = defaultdict(list)
+        series: dict[str, list[Series]] = {}
+        appenders = _Appenders(series)
         histograms: list[HistogramSeries] = []
         driver = reading.driver_version
 
         def add(name: str, labels: Labels, value: float) -> None:
-            series[name].append(Series(labels, value))
+            appenders[name](_new_series((labels, value)))
 
         self._labels_for(view, driver)
         base_labels: dict[str, Labels] = {}
@@ -262,6 +346,8 @@ class SnapshotBuilder:
             add(f.GPU_UP, labels, 1.0 if up else 0.0)
 
         kept_histograms: dict[tuple[str, tuple[str, ...]], _Histogram] = {}
+        usage: dict[str, tuple[object, list[PodUsage]]] = {}
+        capability_series: dict[str, tuple[object, object, tuple[Series, ...]]] = {}
         whole_gpu_labels: dict[str, Labels] = {}  # each GPU read this cycle, with the pod holding it
         # Kept for the devices read this cycle only: MIG instances a reconfiguration removed go.
         attributions: dict[tuple[DeviceIdentity, MigLabels | None], _Attribution] = {}
@@ -273,14 +359,23 @@ class SnapshotBuilder:
             attributions[(device.gpu, device.mig)] = attribution
             device_labels = attribution.device_labels
 
-            for name, value in device.values.items():
-                series[name].append(Series(device_labels, value))
+            for name, value in device.values.items():  # some 30 a GPU: the builder's inner loop
+                appenders[name](_new_series((device_labels, value)))
             if device.capabilities is not None:
-                self._add_capabilities(add, attribution.capability_labels, device.capabilities)
+                known = self._capability_series.get(device.uuid)
+                if (
+                    known is None
+                    or known[0] is not device.capabilities
+                    or known[1] is not attribution.capability_labels
+                ):
+                    built = _capability_series(attribution.capability_labels, device.capabilities)
+                    known = (device.capabilities, attribution.capability_labels, built)
+                capability_series[device.uuid] = known
+                appenders.extend(f.CAPABILITY, known[2])
             if device.mig is None:
                 whole_gpu_labels[device.uuid] = device_labels
             if attribution.shared:
-                self._add_pod_usage(add, attribution, device, pid_uids, view.uid_names)
+                self._add_pod_usage(add, attribution, device, pid_uids, view.uid_names, usage)
             if device.samples is not None:
                 key = attribution.histogram_key
                 histogram = self._histograms.get(key) or _Histogram()
@@ -289,6 +384,8 @@ class SnapshotBuilder:
                 histograms.append(HistogramSeries(device_labels, histogram.cumulative(), histogram.total))
 
         self._attributions = attributions
+        self._usage = usage
+        self._capability_series = capability_series
 
         # A GPU that is down, or whose sample buffer could not be read this cycle, keeps its histogram for
         # when it is read again (a counter must not restart); other stale keys (a pod that left) go.
@@ -308,13 +405,18 @@ class SnapshotBuilder:
                 base = base_labels[gpu.uuid]
                 read = base if owner is None else _with_holder(base, owner, self._uids)
             xid = counters.last_xid.get(gpu.uuid, 0)
-            add(f.XID_ERRORS, _with_xid(read, xid), float(xid))
+            add(
+                f.XID_ERRORS,
+                self._derived.get(read, _xid_labels(xid)),
+                float(xid),
+            )
 
-        self._add_xid_counts(add, base_labels, counters.xids)
+        self._add_xid_counts(add, base_labels, counters.xids, self._derived)
 
         if reading.ok:
             self._last_success_at = taken_at
         self._add_self_metrics(add, counters, duration_s)
+        self._derived.end_cycle()
         return Snapshot(
             taken_at=taken_at,
             ok=reading.ok,
@@ -326,7 +428,7 @@ class SnapshotBuilder:
 
     @staticmethod
     def _add_xid_counts(
-        add: _Add, base_labels: Mapping[str, Labels], xids: Mapping[tuple[str, int], int]
+        add: _Add, base_labels: Mapping[str, Labels], xids: Mapping[tuple[str, int], int], derived: _LabelSets
     ) -> None:
         """Each GPU's XIDs, all of them (no ``xid`` label) and by XID. The GPU's total is served from
         its first collection on, at 0 until an XID comes, so ``increase()`` counts the first one: a
@@ -341,18 +443,34 @@ class SnapshotBuilder:
         for (uuid, xid), count in sorted(xids.items()):
             labels = base_labels.get(uuid)
             if labels is not None:
-                add(f.XID_TOTAL, {**labels, "xid": str(xid)}, float(count))
+                add(
+                    f.XID_TOTAL,
+                    derived.get(labels, (("xid", str(xid)),)),
+                    float(count),
+                )
 
-    @staticmethod
     def _add_pod_usage(
+        self,
         add: _Add,
         attribution: _Attribution,
         device: DeviceReading,
         pid_uids: Mapping[int, str],
         uid_names: Mapping[str, PodName],
+        kept: dict[str, tuple[object, list[PodUsage]]],
     ) -> None:
-        pods = attribution.pods
-        for usage in usage_of_pods(pods, device.processes, device.process_utilization, pid_uids, uid_names):
+        pods, processes, utilization = attribution.pods, device.processes, device.process_utilization
+        # What the usage is a function of: the same answers and PIDs' pods give the same usage (the
+        # process list is read every cycle, its utilization on a cadence, the pods change seldom).
+        pids = {p.pid for p in processes or ()}
+        pids.update(u.pid for u in utilization or ())
+        source = (pods, processes, utilization, uid_names, tuple(pid_uids.get(pid) for pid in sorted(pids)))
+        last = self._usage.get(device.uuid)
+        if last is not None and last[0] == source:
+            usages = last[1]
+        else:
+            usages = usage_of_pods(pods, processes, utilization, pid_uids, uid_names)
+        kept[device.uuid] = (source, usages)
+        for usage in usages:
             pod_labels = attribution.pod_labels[usage.holder]
             # Own names, not DCGM's: the GPU's series already carry the whole device, so a per-pod
             # DCGM_FI_DEV_GPU_UTIL would make `sum by (gpu)` count the GPU twice.
@@ -361,18 +479,12 @@ class SnapshotBuilder:
             if usage.memory_bytes is not None:
                 add(f.POD_MEMORY_USED, pod_labels, float(usage.memory_bytes))
 
-    @staticmethod
-    def _add_capabilities(add: _Add, labels: Mapping[str, Labels], capabilities: cap.Capabilities) -> None:
-        for name in cap.NAMES:
-            known = capabilities.get(name)
-            if known is not None:
-                add(f.CAPABILITY, labels[name], float(known.available))
-
     def _add_self_metrics(self, add: _Add, counters: Counters, duration_s: float) -> None:
-        add(f.COLLECT_DURATION, {}, duration_s)
+        add(f.COLLECT_DURATION, _NO_LABELS, duration_s)
         if self._last_success_at is not None:
-            add(f.LAST_COLLECT, {}, self._last_success_at)
+            add(f.LAST_COLLECT, _NO_LABELS, self._last_success_at)
         for (call, code), count in sorted(counters.nvml_errors.items()):
-            add(f.NVML_ERRORS, {"call": call, "code": code}, float(count))
-        add(f.KUBELET_ERRORS, {}, float(counters.kubelet_errors))
-        add(f.BUILD_INFO, {"version": self._version}, 1.0)
+            labels = self._derived.get(_NO_LABELS, (("call", call), ("code", code)))
+            add(f.NVML_ERRORS, labels, float(count))
+        add(f.KUBELET_ERRORS, _NO_LABELS, float(counters.kubelet_errors))
+        add(f.BUILD_INFO, self._version_labels, 1.0)

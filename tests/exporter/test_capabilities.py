@@ -142,3 +142,25 @@ def test_the_summary_groups_gpus_by_model_and_what_they_lack() -> None:
         " absent on this GPU)",
         "GPU 4 (H100): every metric family available",
     ]
+
+
+def test_the_gauge_follows_a_capability_lost_between_collections(
+    fake_gpus: Callable[..., FakeNvmlLibrary], clock: Any
+) -> None:
+    """The builder keeps each GPU's capability series while what it offers is unchanged; a refusal
+    that settles a capability changes what is served at once."""
+    library = fake_gpus(FakeGpu(0, name=A100, gpm=False))
+    cycle = Cycle(Nvml(library), SnapshotBuilder("node-a", version="test"), wall_clock=clock, monotonic=clock)
+
+    def samples_offered() -> float:
+        snapshot = cycle.run()
+        body = Exposition(lambda: snapshot).render()[0].decode()
+        (family,) = [f for f in text_string_to_metric_families(body) if f.name == "gpu_exporter_capability"]
+        return next(s.value for s in family.samples if s.labels["capability"] == "samples")
+
+    assert samples_offered() == 1.0
+    clock.advance(5)
+    assert samples_offered() == 1.0
+    library.fail("nvmlDeviceGetSamples", "NOT_SUPPORTED")
+    clock.advance(30)  # past the sample buffer's cadence: read, and refused
+    assert samples_offered() == 0.0

@@ -8,8 +8,10 @@ from types import MappingProxyType
 import pytest
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
+from exporter.attribution import PodView
 from exporter.exposition import TEXT_CONTENT_TYPE, Exposition, encode, wants_gzip
-from exporter.snapshot import Series, Snapshot
+from exporter.readings import DeviceIdentity, DeviceReading, NodeReading
+from exporter.snapshot import Counters, Series, Snapshot, SnapshotBuilder
 
 AWKWARD = {"pod": 'a"b', "namespace": "back\\slash", "container": "two\nlines", "gpu": "0"}
 #: What Prometheus 2.x and 3.x put in ``Accept`` by default: OpenMetrics first.
@@ -77,3 +79,25 @@ def test_before_the_first_collection_the_exposition_is_empty() -> None:
 )
 def test_gzip_only_when_accepted(header: str, expected: bool) -> None:
     assert wants_gzip(header) is expected
+
+
+def test_a_sample_on_a_bucket_bound_counts_in_that_bucket_and_the_counts_add_up_across_reads() -> None:
+    """The histogram is ``le``: a sample equal to a bound is in that bound's bucket, one above it in
+    the next; counts only grow across reads, and a cycle that read nothing serves the same counts."""
+    gpu = DeviceIdentity(0, "GPU-a", "NVIDIA H200", "00000000:18:00.0")
+    builder = SnapshotBuilder("node-a", version="test")
+
+    def cumulative(samples: tuple[int, ...]) -> tuple[tuple[int, ...], float]:
+        reading = NodeReading(True, "580.65.06", ((gpu, True),), (DeviceReading(gpu, None, {}, samples),))
+        (histogram,) = builder.build(
+            reading, PodView(), {}, Counters(), taken_at=0.0, duration_s=0.0
+        ).histograms
+        return histogram.cumulative, histogram.total
+
+    # Bounds 5, 10, 25, 50, 75, 90, 95, +Inf.
+    assert cumulative((0, 5, 6, 10, 11, 25, 50, 51, 75, 90, 95, 96, 100)) == (
+        (2, 4, 6, 7, 9, 10, 11, 13),
+        614.0,
+    )
+    assert cumulative(()) == ((2, 4, 6, 7, 9, 10, 11, 13), 614.0)
+    assert cumulative((100, 5, 5)) == ((4, 6, 8, 9, 11, 12, 13, 16), 724.0)

@@ -26,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter.config import ConfigError
 from exporter.connections import ClientErrorLog
 from exporter.cycle import Cycle
-from exporter.exposition import Exposition
+from exporter.exposition import Encoder, Exposition
 from exporter.http import ConnectionLimits, MetricsServer
 from exporter.loop import CollectionLoop
 from exporter.nvml import Nvml
@@ -44,9 +44,7 @@ class Served:
         self.clock = clock
         self.cycle = Cycle(Nvml(library), SnapshotBuilder("node-a", version="test"), wall_clock=clock)
         self.exposition = Exposition(lambda: self.loop.latest())
-        self.loop = CollectionLoop(
-            self.cycle.run, interval_s=1.0, monotonic=clock, after=self.exposition.prepare
-        )
+        self.loop = CollectionLoop(self.cycle.run, interval_s=1.0, monotonic=clock)
         self.server = MetricsServer(
             self.exposition, self.loop.liveness, "127.0.0.1", 0, readiness=self.loop.health
         )
@@ -204,27 +202,55 @@ PROMETHEUS_3 = {
 
 
 @pytest.mark.parametrize("headers", [PROMETHEUS_2, PROMETHEUS_3], ids=["prometheus-2", "prometheus-3"])
-def test_a_snapshot_is_encoded_once_and_then_served_as_bytes(
+def test_a_snapshot_is_encoded_by_its_first_scrape_once_and_then_served_as_bytes(
     scenario: Callable[..., FakeNvmlLibrary],
     served: Callable[[FakeNvmlLibrary], Served],
     headers: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    encodings: list[Snapshot] = []
+    plain = Encoder.plain
+
+    def counted(encoder: Encoder, snapshot: Snapshot) -> bytes:
+        encodings.append(snapshot)
+        return plain(encoder, snapshot)
+
+    monkeypatch.setattr(Encoder, "plain", counted)
     s = served(scenario("busy", gpus=2))
     s.loop.run_once()
+    s.loop.run_once()
+    assert encodings == []  # collections encode nothing: a snapshot no scrape asks for costs nothing
     status, first_headers, first = s.get("/metrics", **headers)
     assert status == 200
     assert first_headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
     assert first_headers["Content-Encoding"] == "gzip"
     current = s.exposition.current()
-    assert current is not None
+    assert current is not None and encodings == [current.snapshot]
     cached = current.body(compressed=True)
     for _ in range(3):
         assert s.get("/metrics", **headers)[2] == first == cached  # the very bytes encoded once
     assert b"\nDCGM_FI_DEV_GPU_UTIL{" in gzip.decompress(first)
-    s.loop.run_once()  # a new snapshot is encoded in the variant scrapes asked for, off the scrape path
+    assert len(encodings) == 1
+
+    s.loop.run_once()  # a new snapshot waits, unencoded, for the scrape that asks for it
     fresh = s.exposition.current()
     assert fresh is not None and fresh is not current
-    assert fresh.encoded(compressed=True)
+    assert not fresh.encoded(compressed=True)
+    # Scrapers racing for it (a Prometheus pair, each on its own connection) encode it once.
+    port = s.server.port
+
+    def scrape(_: int) -> bytes:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        try:
+            connection.request("GET", "/metrics", headers=headers)
+            return connection.getresponse().read()
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(6) as pool:
+        bodies = set(pool.map(scrape, range(6)))
+    assert bodies == {fresh.body(compressed=True)}
+    assert encodings == [current.snapshot, fresh.snapshot]
 
 
 def test_scrapes_never_call_nvml_or_the_kubelet(
