@@ -5,7 +5,9 @@ side), one snapshot (a fixed set of fleet-wide queries side by side), the closer
 aggregates over young holders' own spans, the young Jobs' first busy samples found alongside,
 then the stalled/busy shares of starvation candidates only) with the likely idle endpoints'
 memory read beside them (200 GPUs a query), and the policy's request-rate query per idle
-candidate. No raw samples are read for detection; plots alone read them."""
+candidate; the stalled-job round counts each busy workload's waits in the TSDB (one subquery per
+GPU at the step of its data), and reads raw samples (utilization, power, limit, clock-event
+reasons) only for the jobs whose counts come near the rule's thresholds; plots read them too."""
 
 from __future__ import annotations
 
@@ -17,7 +19,8 @@ from datetime import UTC, datetime, timedelta
 
 from analyzer.analysis import Analysis, ClusterAnalysis
 from analyzer.clusters import CLUSTERS_AT_ONCE, choose_clusters
-from analyzer.detection import detectors, right_size, workloads
+from analyzer.detection import detectors, right_size, stalled_job, workloads
+from analyzer.detection.idle_endpoint import idle_endpoint_candidate
 from analyzer.detection.sources_needed import missing_sources
 from analyzer.detection.views import NodeView, RequestRate, WorkloadView
 from analyzer.scope import scope_snapshot
@@ -276,9 +279,41 @@ class _Rounds:
     ) -> list[Finding]:
         """The detectors' verdicts, then the smaller shares long-running workloads would fit (one more
         round, for their framebuffer peaks)."""
+        views = _with_readings(self.source, snapshot, views, self.thresholds, self.step)
         self.step("running detectors")
         found: list[Finding] = detectors.detect(views, nodes, self.thresholds, self.now)
         return _right_sized(self.source, snapshot, views, found, self.thresholds, self.step)
+
+
+def _with_readings(
+    source: MetricsSource,
+    snapshot: FleetSnapshot,
+    views: list[WorkloadView],
+    thresholds: Thresholds,
+    step: Callable[[str], None],
+) -> list[WorkloadView]:
+    """Views with the raw utilization, power, limit and clock-event reasons of the GPUs of the
+    stalled-job candidates (busy on average: only they can be waiting while they read busy) whose
+    waits, counted by the TSDB first, come near the rule's thresholds."""
+    candidates = [v for v in views if stalled_job.candidate(v, thresholds)]
+    if not candidates:
+        return views
+    looks = [w for v in candidates for w in stalled_job.first_look(v, thresholds)]
+    step(f"counting waits of {len(looks) // 2} GPU(s) of {len(candidates)} busy workload(s)")
+    counts = source.waiting_counts(snapshot, looks, stalled_job.wait_rule(candidates, thresholds))
+    chosen = [v for v in candidates if stalled_job.worth_reading(v, counts, thresholds)]
+    if not chosen:
+        return views
+    keys = [d.key for v in chosen for d in v.devices]
+    step(f"reading power of {len(keys)} GPU(s) of {len(chosen)} busy workload(s)")
+    readings = source.gpu_readings(snapshot, keys)
+    picked = {v.ref for v in chosen}
+    return [
+        replace(v, devices=tuple(replace(d, readings=readings.get(d.key)) for d in v.devices))
+        if v.ref in picked
+        else v
+        for v in views
+    ]
 
 
 def _with_idle_extras(
@@ -299,7 +334,7 @@ def _with_idle_extras(
     a read of the candidates would have; otherwise its failure is only logged). Candidates it did
     not cover (an endpoint busy only during a warm-up inside the window) are read now.
     """
-    idle = [v for v in views if detectors.idle_endpoint_candidate(v, thresholds, now)]
+    idle = [v for v in views if idle_endpoint_candidate(v, thresholds, now)]
     keys = [d.key for v in idle for d in v.devices]
     read = set(suspects)
     memory: dict[DeviceKey, float] = {}

@@ -65,6 +65,25 @@ LAYOUTS: list[list[tuple[str, str, str, str, int, int]]] = [
     [("serving", "translate", "Deployment", "serving", 8, 1)],
 ]
 
+# With ``power``, on one node in fifty (a training node's place): eight single-GPU ranks of one Job,
+# rank 0 checkpointing synchronously every few minutes while the others spin in the all-reduce.
+STALLED_LAYOUT = [("research", "ckpt", "Job", "ddp_checkpoint_often", 8, 1)]
+# The whole-GPU series ``power`` adds that the analyzer reads; the others of the simulator's
+# standard set (temperature, clocks, energy, XIDs, copy utilization) are dropped as FB_FREE is.
+POWER_SERIES = frozenset(
+    {"DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_ENFORCED_POWER_LIMIT", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"}
+)
+_STANDARD_EXTRAS = frozenset(
+    {
+        "DCGM_FI_DEV_GPU_TEMP",
+        "DCGM_FI_DEV_MEM_CLOCK",
+        "DCGM_FI_DEV_MEM_COPY_UTIL",
+        "DCGM_FI_DEV_SM_CLOCK",
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        "DCGM_FI_DEV_XID_ERRORS",
+    }
+)
+
 
 def bench_scenario(
     gpus: int,
@@ -74,23 +93,32 @@ def bench_scenario(
     nodes: range | None = None,
     seed: int = SEED,
     cluster: str | None = None,
+    power: bool = False,
 ) -> Scenario:
     """A fleet of ``gpus`` GPUs: every behaviour, a spare node in ten, an exporter outage in twenty.
 
     ``nodes`` picks a slice of the fleet's nodes (all by default); node ``n`` and its workloads are
     the same whichever slice holds them. ``cluster``: every series carries ``cluster="<cluster>"``.
+    ``power``: every GPU also serves its board power and enforced limit (as our exporter does), and
+    one eight-GPU training node in fifty runs a data-parallel Job that waits on a checkpointing
+    rank (``STALLED_LAYOUT``): what the stalled-job round reads.
     """
     node_specs: list[dict[str, Any]] = []
     workloads: list[dict[str, Any]] = []
     for n in nodes if nodes is not None else range(gpus // GPUS_PER_NODE):
         name = f"gpu-{n:04d}"
         node: dict[str, Any] = {"name": name, "gpus": GPUS_PER_NODE}
+        if power:
+            node["serves_power_limit"] = True
         if n % 20 == 19:
             node["gaps"] = [{"start": "-3h", "end": "-2h"}]
         node_specs.append(node)
         if n % 10 == 9:
             continue  # spare: nothing scheduled
-        for ns, base, kind, behaviour, replicas, per_pod in LAYOUTS[n % len(LAYOUTS)]:
+        layout = LAYOUTS[n % len(LAYOUTS)]
+        if power and n % 50 == 0:
+            layout = STALLED_LAYOUT
+        for ns, base, kind, behaviour, replicas, per_pod in layout:
             spec: dict[str, Any] = {
                 "namespace": ns,
                 "name": f"{base}-{n:04d}",
@@ -111,7 +139,7 @@ def bench_scenario(
             "duration": f"{int(age.total_seconds())}s",
             "step": f"{int(step.total_seconds())}s",
             "analysis_window": f"{int(window.total_seconds())}s",
-            "metrics": "minimal",
+            "metrics": "standard" if power else "minimal",
             "nodes": node_specs,
             "workloads": workloads,
             "delivery": {} if cluster is None else {"cluster_label": CLUSTER_LABEL, "cluster": cluster},
@@ -135,7 +163,7 @@ def trimmed(series: Iterable[Series]) -> Iterator[Series]:
     ``DCGM_FI_DEV_FB_FREE`` is dropped: nothing reads it, and it would add a third to the import.
     """
     for s in series:
-        if s.name == "DCGM_FI_DEV_FB_FREE":
+        if s.name == "DCGM_FI_DEV_FB_FREE" or s.name in _STANDARD_EXTRAS:
             continue
         if s.name.startswith(("kube_", "container_")):
             keep = np.round(s.timestamps) % KUBE_STEP_S == 0
@@ -247,6 +275,7 @@ def sliced_fleet(
     stats: SliceStats,
     slice_samples: int = SLICE_SAMPLES,
     split: ClusterSplit | None = None,
+    power: bool = False,
 ) -> Iterator[Series]:
     """Every trimmed series of the fleet, a slice of nodes at a time (a cluster's nodes at a time
     when ``split``).
@@ -256,7 +285,7 @@ def sliced_fleet(
     not.
     """
     spans = {w.total_seconds(): TimeWindow.ending(END, w) for w in windows}
-    for cluster, scenario in _slice_scenarios(gpus, age, step, slice_samples, split):
+    for cluster, scenario in _slice_scenarios(gpus, age, step, slice_samples, split, power):
         t0 = time.perf_counter()
         fleet = simulate(scenario)
         for seconds, span in spans.items():
@@ -278,12 +307,19 @@ def sliced_fleet(
 
 
 def _slice_scenarios(
-    gpus: int, age: timedelta, step: timedelta, slice_samples: int, split: ClusterSplit | None
+    gpus: int,
+    age: timedelta,
+    step: timedelta,
+    slice_samples: int,
+    split: ClusterSplit | None,
+    power: bool = False,
 ) -> Iterator[tuple[str | None, Scenario]]:
     """Each slice's scenario, and the cluster it belongs to (None: the fleet is not split)."""
     if split is None:
-        for nodes in node_slices(gpus, age, step, slice_samples):
-            yield None, bench_scenario(gpus, age, age, step, nodes)
+        # Power adds about a third to a node's samples: slices a third smaller.
+        per_slice = slice_samples * 3 // 4 if power else slice_samples
+        for nodes in node_slices(gpus, age, step, per_slice):
+            yield None, bench_scenario(gpus, age, age, step, nodes, power=power)
         return
     for k, count in enumerate(split.nodes(gpus)):
         cluster, size = split.name(k), count * GPUS_PER_NODE

@@ -73,6 +73,38 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--top", type=int, default=6, help="offenders plotted in the HTML report (default 6)")
     prometheus_options.add_prometheus_options(a)
 
+    c = conventions.add_command(
+        sub, "chargeback", "GPU-hours held, used and idle per team over a window, and what they cost"
+    )
+    prometheus_options.add_prometheus_url(c)
+    c.add_argument(
+        "--window", type=conventions.duration_arg, default=timedelta(days=30), help="length (default 30d)"
+    )
+    conventions.add_end_option(c, "end of the window")
+    c.add_argument(
+        "--by",
+        default="namespace",
+        metavar="namespace|label:NAME|cluster",
+        help="group by namespace, by a namespace label (kube-state-metrics' kube_namespace_labels), "
+        "or by cluster",
+    )
+    c.add_argument(
+        "--share-unallocated",
+        action="store_true",
+        help="share the GPU-hours nobody requested among the groups, in proportion to held hours",
+    )
+    c.add_argument(
+        "--policy",
+        type=Path,
+        help="policy file: prices (per GPU model), pricePerGpuHour, currency, detection.idlePercent",
+    )
+    c.add_argument(
+        "--findings", type=Path, help="findings JSON (`analyze --format json`): kinds of idle workloads"
+    )
+    c.add_argument("--format", choices=("table", "json", "csv", "html"), default="table")
+    c.add_argument("--output", type=Path, help="write the report here instead of stdout")
+    prometheus_options.add_prometheus_options(c)
+
     s = conventions.add_command(
         sub, "simulate", "write a simulated fleet's series (to backfill a trial TSDB)"
     )
@@ -101,6 +133,10 @@ def _check(args: argparse.Namespace) -> None:
         prometheus_options.require_one_source(args, "--simulate")
         if args.top < 0:
             raise BadInputError("--top cannot be negative")
+    if args.command == "chargeback":
+        prometheus_options.from_environment(args)
+        if args.prometheus_url is None:
+            raise BadInputError(f"--prometheus-url (or ${prometheus_options.URL_ENV}) is required")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -113,6 +149,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 conventions.check_writable(args.output)
             if args.command == "simulate":
                 return _simulate(args)
+            if args.command == "chargeback":
+                return _chargeback(args)
             return _analyze(args)
         except DataUnavailableError as e:
             code = conventions.fail(PROG, e)
@@ -217,6 +255,58 @@ def _analyze(args: argparse.Namespace) -> int:
         currency=currency,
     )
     _write(args.output, lambda out: out.write(html))
+    return _wrote(args)
+
+
+def _chargeback(args: argparse.Namespace) -> int:
+    from analyzer import run_chargeback
+    from common.model import FindingsReport, TimeWindow
+    from common.thresholds import Pricing, Thresholds, load_pricing, load_thresholds
+
+    thresholds = load_thresholds(args.policy) if args.policy is not None else Thresholds()
+    pricing = load_pricing(args.policy) if args.policy is not None else Pricing()
+    findings = None
+    if args.findings is not None:
+        try:
+            findings = FindingsReport.from_json(args.findings.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise BadInputError(f"{args.findings}: not a findings report ({e})") from e
+    now = datetime.now(UTC)
+    window = TimeWindow.ending(args.end or now, args.window)
+    report = run_chargeback(
+        prometheus_options.prometheus_config(args),
+        window,
+        args.by,
+        pricing,
+        thresholds.idle_percent,
+        now,
+        share_unallocated=args.share_unallocated,
+        findings=findings,
+        gpu_util_unit=args.gpu_util_unit,
+        cluster_label=args.cluster_label,
+    )
+    if report.partial:
+        log.warning("partial: %s", report.partial_reason)
+    if not report.totals.within_tolerance:
+        log.warning(
+            "held + unallocated GPU-hours are %.1f%% away from the fleet's GPU-hours",
+            100 * report.totals.relative_difference,
+        )
+    if args.format == "json":
+        _write(args.output, lambda out: out.write(report.to_json() + "\n"))
+    elif args.format == "csv":
+        from analyzer import render_chargeback_csv
+
+        _write(args.output, lambda out: render_chargeback_csv(report, out))
+    elif args.format == "html":
+        from analyzer import render_chargeback_html
+
+        html = render_chargeback_html(report)
+        _write(args.output, lambda out: out.write(html))
+    else:
+        from analyzer import render_chargeback_table
+
+        _write(args.output, lambda out: render_chargeback_table(report, out))
     return _wrote(args)
 
 

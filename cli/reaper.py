@@ -1,4 +1,4 @@
-"""``gpu-reaper``: run (the CronJob), restore, policy check, demo.
+"""``gpu-reaper``: run (the CronJob), restore, policy check, status, digest, demo.
 
 Exit codes: 0 ok, 1 some action failed, 2 bad input, 3 data source unavailable. Options shared with
 the other commands (logging, Prometheus, ``--end``, ``--namespace``) come from ``cli.conventions``.
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         RunReport,
         RunSettings,
         SlackCredentials,
+        Week,
     )
 
 log = logging.getLogger("cli.reaper")
@@ -121,6 +122,13 @@ def _build_parser() -> argparse.ArgumentParser:
         help="also write an HTML report: the findings with their plots, and the plan (mode, each action "
         "or skip with its reason, its Slack channel, costs)",
     )
+    p_run.add_argument(
+        "--notice-annotations",
+        action="store_true",
+        help="a rule's notice also annotates Deployments, StatefulSets and ReplicaSets "
+        "(gpu-reaper/noticed-at, gpu-reaper/act-after), which needs patch on them (the chart's "
+        "rbac.noticeAnnotations); without it those get the notice's Event only",
+    )
     p_run.add_argument("--pushgateway-url", help="push gpu_reaper_* metrics to this Pushgateway")
     p_run.add_argument(
         "--metrics-file",
@@ -159,6 +167,20 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     conventions.add_command(psub, "schema", "print the policy's JSON Schema")
 
+    p_status = conventions.add_command(
+        sub, "status", "what the reaper has noticed (and when it may act), stopped, snoozed and restored"
+    )
+    p_status.add_argument(
+        "-o", "--output", choices=("table", "json"), default="table", help="a table (default) or JSON"
+    )
+    sk = p_status.add_argument_group("Kubernetes")
+    sk.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+    sk.add_argument("--context", help="kubeconfig context (default: the current context)")
+    sk.add_argument("--reaper-namespace", help="namespace holding the reaper's state (as run's)")
+    sk.add_argument("--api-timeout", type=float, default=15.0, metavar="SECONDS", help="per-request timeout")
+
+    _digest_parser(sub)
+
     p_demo = conventions.add_command(
         sub, "demo", "the whole pipeline on a simulated fleet: no cluster, no Prometheus"
     )
@@ -178,6 +200,10 @@ def _build_parser() -> argparse.ArgumentParser:
 def _check(args: argparse.Namespace) -> None:
     if args.command == "run":
         prometheus_options.require_one_source(args, "--findings")
+    if args.command == "digest":
+        prometheus_options.from_environment(args)
+        if args.prometheus_url is None:
+            raise BadInputError(f"--prometheus-url (or ${prometheus_options.URL_ENV}) is required")
     if args.command == "restore":
         if args.namespaces and not args.all:
             raise BadInputError("--namespace only goes with --all")
@@ -205,6 +231,10 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None) -> int
                 return _cmd_restore(args, out)
             if args.command == "policy":
                 return _cmd_policy(args, out)
+            if args.command == "status":
+                return _cmd_status(args, out)
+            if args.command == "digest":
+                return _cmd_digest(args, out)
             return _cmd_demo(args, out)
         except (BadInputError, DataUnavailableError) as e:
             # Plain text on stderr, once: whoever runs it (a person, or the CronJob's log) must read it.
@@ -291,6 +321,7 @@ def _run_inputs(args: argparse.Namespace) -> _RunInputs:
         run_interval=None if args.findings is not None else args.run_interval,
         cluster=_cluster(args, policy),
         namespaces=tuple(dict.fromkeys(args.namespaces or ())),
+        notice_annotations=args.notice_annotations,
     )
     kube = KubeSettings(kubeconfig=args.kubeconfig, context=args.context, timeout_seconds=args.api_timeout)
     return _RunInputs(settings, kube)
@@ -576,6 +607,137 @@ def _cmd_policy(args: argparse.Namespace, out: TextIO) -> int:
     print(f"{args.file}: valid", file=out)
     print(explain(policy), file=out)
     return EXIT_OK
+
+
+# --- status ----------------------------------------------------------------------------------------
+
+
+def _cmd_status(args: argparse.Namespace, out: TextIO) -> int:
+    from datetime import UTC, datetime
+
+    from reaper import EXIT_OK, KubeClient, KubeError, KubeSettings, read_status, status_json, status_table
+
+    kube = KubeSettings(kubeconfig=args.kubeconfig, context=args.context, timeout_seconds=args.api_timeout)
+    client = KubeClient.from_settings(kube)
+    now = datetime.now(UTC)
+    try:
+        rows = read_status(client, _reaper_namespace(args, None), now)
+    except KubeError as e:
+        raise DataUnavailableError(str(e)) from e
+    finally:
+        client.close()
+    print(status_json(rows, now) if args.output == "json" else status_table(rows), file=out)
+    return EXIT_OK
+
+
+# --- digest --------------------------------------------------------------------------------------
+
+
+def _digest_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = conventions.add_command(
+        sub,
+        "digest",
+        "post each owner route its namespaces' GPU week: held, used, idle cost, the idlest workloads",
+    )
+    prometheus_options.add_prometheus_url(p)
+    p.add_argument("--policy", type=Path, required=True, help="policy YAML: its Slack routes and prices")
+    p.add_argument(
+        "--window",
+        type=conventions.duration_arg,
+        default=timedelta(days=7),
+        metavar="DURATION",
+        help="how far back the digest looks (default 7d, the chart's weekly schedule)",
+    )
+    conventions.add_end_option(p, "end of the window")
+    p.add_argument("--dry-run", action="store_true", help="print the messages instead of posting them")
+    p.add_argument(
+        "--cluster",
+        type=conventions.cluster_arg,
+        metavar="NAME",
+        help=f"as run's [${CLUSTER_ENV}; default: the policy's cluster]; not supported yet: the digest "
+        "covers every series its Prometheus view holds",
+    )
+    prometheus_options.add_prometheus_options(p)
+    k = p.add_argument_group("Kubernetes (namespaces' gpu-reaper/slack-channel annotations)")
+    k.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+    k.add_argument("--context", help="kubeconfig context (default: the current context)")
+    k.add_argument("--api-timeout", type=float, default=15.0, metavar="SECONDS", help="per-request timeout")
+
+
+def _cmd_digest(args: argparse.Namespace, out: TextIO) -> int:
+    """One digest; like a run, it ends with its summary line on stdout, whatever stopped it."""
+    try:
+        return _digest(args, out)
+    except GpuToolError as e:
+        code = conventions.fail(PROG, e)
+        print(f"{PROG}: digest error={_STOPPED.get(e.exit_code, 'failed')}", file=out, flush=True)
+        return code
+
+
+def _digest(args: argparse.Namespace, out: TextIO) -> int:
+    from datetime import UTC, datetime
+
+    from common.model import TimeWindow
+    from common.thresholds import Pricing
+    from reaper import (
+        KubeClient,
+        KubeError,
+        KubeSettings,
+        SlackNotifier,
+        load_credentials,
+        load_policy,
+        preview,
+        prometheus_chargeback,
+        run_digest,
+    )
+
+    policy = load_policy(args.policy)
+    cluster = _cluster(args, policy)
+    if cluster is not None:
+        # A chargeback by namespace adds up every cluster's namespaces of the same name: posting
+        # that to this cluster's owners would be a wrong bill, not a partial one.
+        raise BadInputError(
+            f"the digest cannot yet keep to cluster {cluster}: it would count every cluster's series "
+            "its Prometheus view holds; point --prometheus-url (or --prometheus-tenant) at this "
+            "cluster's series alone and configure no cluster"
+        )
+    credentials = load_credentials()
+    if credentials is None and not args.dry_run:
+        raise BadInputError(
+            "Slack is not configured (GPU_REAPER_SLACK_TOKEN or GPU_REAPER_SLACK_WEBHOOK_URL, or their "
+            "_FILE forms): nothing to post with; --dry-run prints the messages"
+        )
+    notifier = SlackNotifier(credentials, api_url=policy.slack.api_url) if credentials else None
+    config = prometheus_options.prometheus_config(args)
+    pricing = Pricing(price_per_gpu_hour=policy.price, currency=policy.currency, prices=policy.prices)
+    now = datetime.now(UTC)
+    window = TimeWindow.ending(args.end or now, args.window)
+
+    def week(w: TimeWindow) -> Week:
+        return prometheus_chargeback(
+            config,
+            w,
+            pricing,
+            policy.thresholds.idle_percent,
+            now,
+            gpu_util_unit=args.gpu_util_unit,
+            cluster_label=args.cluster_label,
+        )
+
+    kube = KubeSettings(kubeconfig=args.kubeconfig, context=args.context, timeout_seconds=args.api_timeout)
+    client = KubeClient.from_settings(kube)
+    try:
+        report = run_digest(policy, window, week, client, notifier, dry_run=args.dry_run)
+    except KubeError as e:
+        raise DataUnavailableError(str(e)) from e
+    finally:
+        client.close()
+    if args.dry_run and report.messages:
+        print(preview(report.messages), file=out)
+    for s in report.skipped:
+        print(f"skipped  {s.namespace}: {s.reason}", file=out)
+    print(report.summary_line(), file=out, flush=True)
+    return report.exit_code
 
 
 # --- demo ------------------------------------------------------------------------------------------

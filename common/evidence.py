@@ -198,6 +198,37 @@ class LowUtilizationEvidence(UtilizationEvidence):
     right_size: RightSizing | None = None  # long-running workloads only, when the policy asks for it
 
 
+class StalledJobEvidence(UtilizationEvidence):
+    """A job whose GPUs read busy while they wait on one rank (analyzer.detection.stalled_job)."""
+
+    # one_rank: waits on the same GPU each time (synchronous checkpointing); varying_ranks: on
+    # different GPUs (a straggler, an input problem); hung: one wait to the window's end; spin_poll:
+    # a single GPU pegged at near-idle power (a server busy-waiting with nothing to do).
+    pattern: Literal["one_rank", "varying_ranks", "hung", "spin_poll"] | None = None
+    hung: bool | None = None
+    severity: Literal["warning", "critical"] | None = None  # critical: hung, the job never finishes
+    waiting_share: float | None = None  # of the job's judged GPU time spent waiting
+    waiting_gpu_hours: float | None = None
+    episodes: int | None = None
+    episode_mean_minutes: float | None = None
+    episode_max_minutes: float | None = None
+    last_episode_minutes: float | None = None  # the wait still going on at the window's end (hung)
+    odd_one_out: str | None = None  # the GPU the others waited on most often (device id)
+    odd_one_out_pod: str | None = None
+    odd_one_out_share: float | None = None  # of the episodes it was the laggard in
+    gpu_waiting_shares: dict[str, float] | None = None  # per GPU: share of its judged time waiting
+    power_waiting_watts: float | None = None  # mean board power of the waiting samples
+    power_working_watts: float | None = None  # mean board power of the busy samples that were not waiting
+    power_limit_watts: float | None = None
+    power_limit_from: Literal["exporter", "datasheet"] | None = None
+    power_metric: str | None = None
+    stalled_busy_percent: float | None = None
+    stalled_power_ratio: float | None = None
+    signals: str | None = None  # what the verdict rests on, comma-separated
+    request_rate: float | None = None
+    request_rate_query: str | None = None
+
+
 class UnknownEvidence(Evidence):
     """Why no verdict was drawn."""
 
@@ -226,4 +257,10 @@ class UnknownEvidence(Evidence):
         return "too little data"
 
 
-AnyEvidence = IdleEndpointEvidence | DataloaderStarvationEvidence | LowUtilizationEvidence | UnknownEvidence
+AnyEvidence = (
+    IdleEndpointEvidence
+    | DataloaderStarvationEvidence
+    | LowUtilizationEvidence
+    | StalledJobEvidence
+    | UnknownEvidence
+)

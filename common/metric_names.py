@@ -190,3 +190,30 @@ CAPABILITY: Final = "gpu_exporter_capability"
 
 #: Upper bounds of the utilization-sample histogram (percent); +Inf is implied.
 SAMPLE_BUCKETS: Final = (5.0, 10.0, 25.0, 50.0, 75.0, 90.0, 95.0)
+
+# -- recorded series of alerts/gpu-chargeback.recording.yaml (gpu-analyzer chargeback) ---------------
+#: One hourly rollup, all of an evaluation or none; ``CHARGEBACK_PART`` says which number a series holds.
+CHARGEBACK_ROLLUP: Final = "gpu_chargeback:gpu_spans:rollup_1h"
+CHARGEBACK_PART: Final = "chargeback_part"
+#: The 5-minute spans every chargeback figure is counted in, and the hour each rollup sums.
+CHARGEBACK_SPAN_SECONDS: Final = 300
+CHARGEBACK_ROLLUP_SECONDS: Final = 3600
+#: The idle threshold (percent) the rollups' ``idle`` part was recorded at.
+CHARGEBACK_IDLE_PERCENT: Final = 2.0
+#: Per (cluster, namespace, pod, modelName, GPU_I_PROFILE): spans with samples (``sampled``), the
+#: same weighted by a time-sliced GPU's share (``held``), by activity 0-1 (``used``), idle spans
+#: (``idle``); per (cluster, namespace, pod, resource): GPU-spans requested while Running
+#: (``requested``); per (cluster, modelName, mig): GPUs reporting (``reported``); per (cluster,
+#: modelName, GPU_I_PROFILE): devices reporting with no pod (``unallocated``) and MIG instances
+#: reporting (``instances``); per cluster: one evaluation (``evaluations``).
+CHARGEBACK_PARTS: Final = (
+    "sampled",
+    "held",
+    "used",
+    "idle",
+    "requested",
+    "reported",
+    "unallocated",
+    "instances",
+    "evaluations",
+)

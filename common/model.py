@@ -22,6 +22,7 @@ from common.evidence import (
     EvidenceValue,
     IdleEndpointEvidence,
     LowUtilizationEvidence,
+    StalledJobEvidence,
     UnknownEvidence,
     UtilizationEvidence,
     UtilQuantile,
@@ -43,6 +44,7 @@ __all__ = [
     "IdleEndpointEvidence",
     "LowUtilizationEvidence",
     "MissingSource",
+    "StalledJobEvidence",
     "TimeWindow",
     "UnknownEvidence",
     "UtilQuantile",
@@ -51,7 +53,9 @@ __all__ = [
     "workload_keys",
 ]
 
-SCHEMA_VERSION = 1
+# 2: the ``stalled_job`` kind. Documents of version 1 (which cannot hold it) are still read.
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = frozenset({1, SCHEMA_VERSION})
 
 
 class _Frozen(BaseModel):
@@ -64,6 +68,7 @@ class FindingKind(StrEnum):
     IDLE_ENDPOINT = "idle_endpoint"
     LOW_UTILIZATION = "low_utilization"
     DATALOADER_STARVATION = "dataloader_starvation"
+    STALLED_JOB = "stalled_job"
     UNKNOWN = "unknown"
 
     @property
@@ -266,6 +271,7 @@ EVIDENCE_BY_KIND: dict[FindingKind, type[AnyEvidence]] = {
     FindingKind.IDLE_ENDPOINT: IdleEndpointEvidence,
     FindingKind.LOW_UTILIZATION: LowUtilizationEvidence,
     FindingKind.DATALOADER_STARVATION: DataloaderStarvationEvidence,
+    FindingKind.STALLED_JOB: StalledJobEvidence,
     FindingKind.UNKNOWN: UnknownEvidence,
 }
 
@@ -339,8 +345,9 @@ class FindingsReport(_Frozen):
         if not isinstance(doc, dict):
             raise ValueError("findings document must be a JSON object")
         version = doc.get("schema_version")
-        if version != SCHEMA_VERSION:
-            raise ValueError(f"unsupported findings schema_version {version!r} (expected {SCHEMA_VERSION})")
+        if isinstance(version, bool) or version not in READABLE_VERSIONS:
+            readable = " or ".join(str(v) for v in sorted(READABLE_VERSIONS))
+            raise ValueError(f"unsupported findings schema_version {version!r} (expected {readable})")
         unknown = [key for key in doc if key not in _DOCUMENT_KEYS]
         if unknown:
             raise InvalidFindingsError(

@@ -34,6 +34,9 @@ REQUEST_RATE_PLACEHOLDERS = frozenset({"namespace", "kind", "workload", "pods", 
 
 
 Percent = Annotated[float, Field(ge=0.0, le=100.0)]
+#: The policy's ``prices``: GPU model name, as the series' ``modelName`` label reads it, to a price per
+#: GPU-hour (``pricePerGpuHour`` prices every other model). Read by ``gpu-analyzer chargeback``.
+ModelPrices = dict[Annotated[str, Field(min_length=1)], Annotated[float, Field(ge=0.0)]]
 Ratio = Annotated[float, Field(ge=0.0, le=1.0)]
 
 
@@ -87,6 +90,16 @@ class Thresholds(BaseModel):
     cpu_saturation_ratio: Ratio = 0.9
     cpu_throttling_ratio: Ratio = 0.25
 
+    # Stalled jobs (docs/detectors.md, "Stalled jobs"): a GPU waits in a collective when it reads at
+    # least `stalled_busy_percent` (a spinning NCCL kernel is resident) while drawing at most
+    # `stalled_power_ratio` of its board's power limit (near idle with a context). A job is reported
+    # when its GPUs waited at least `stalled_min_share` of their judged time, and as hung when every
+    # GPU has been waiting, without a break, for `stalled_hung_after` up to the end of the window.
+    stalled_busy_percent: Percent = 80.0
+    stalled_power_ratio: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.35
+    stalled_min_share: Annotated[float, Field(gt=0.0, le=1.0)] = 0.15
+    stalled_hung_after: Duration = timedelta(minutes=30)
+
     # Turns wasted GPU-hours into money in findings and reports; no cost is shown without it. Set at
     # the policy's top level (``pricePerGpuHour``, ``currency``), where the reaper reads it too.
     price_per_gpu_hour: float | None = Field(default=None, ge=0.0)
@@ -123,6 +136,10 @@ class Thresholds(BaseModel):
             raise ValueError("starvationMiddlingMinPercent must be below starvationMiddlingMaxPercent")
         if self.idle_percent >= self.low_utilization_percent:
             raise ValueError("idlePercent must be below lowUtilizationPercent")
+        if self.stalled_busy_percent <= self.low_utilization_percent:
+            raise ValueError("stalledBusyPercent must be above lowUtilizationPercent")
+        if self.stalled_hung_after <= timedelta(0):
+            raise ValueError("stalledHungAfter must be positive")
         if self.scrape_interval is not None and self.scrape_interval <= timedelta(0):
             raise ValueError("scrapeInterval must be positive")
         return self
@@ -135,6 +152,11 @@ class Pricing(BaseModel):
 
     price_per_gpu_hour: float | None = Field(default=None, ge=0.0)
     currency: str = Field(default="USD", pattern=r"^[A-Z]{3}$")
+    prices: ModelPrices = Field(default_factory=dict)
+
+    def price_of(self, model: str) -> float | None:
+        """The price per GPU-hour of a GPU model: its own, else the default (None: no price)."""
+        return self.prices.get(model, self.price_per_gpu_hour)
 
     def disagreement(self, detection: Thresholds) -> str | None:
         other = detection.price_per_gpu_hour

@@ -15,7 +15,7 @@ from pathlib import Path
 from grafana_foundation_sdk.builders import dashboard as d
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 
-from dashboards import fleet, node, starvation, waste, workload
+from dashboards import chargeback, fleet, node, starvation, waste, workload
 from dashboards.board import Options
 
 DIRECTORY = Path(__file__).resolve().parent
@@ -27,6 +27,7 @@ BUILDERS: Mapping[str, Callable[[Options], d.Dashboard]] = {
     "workload": workload.build,
     "node": node.build,
     "starvation": starvation.build,
+    "chargeback": chargeback.build,
 }
 
 

@@ -22,9 +22,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="hide the cluster picker (single-cluster Grafanas); the queries stay the same",
     )
+    parser.add_argument(
+        "--team-label",
+        default="label_team",
+        help="the namespace label the chargeback board groups teams by, as kube-state-metrics exports it "
+        "(label_<key>; default label_team)",
+    )
     parser.add_argument("--check", action="store_true", help="write nothing; fail if a file differs")
     args = parser.parse_args(argv)
-    options = Options(show_cluster=not args.hide_cluster)
+    options = Options(show_cluster=not args.hide_cluster, team_label=args.team_label)
     stale = []
     for name in BUILDERS:
         path = args.out / f"{name}.json"

@@ -24,6 +24,9 @@ class Options:
     the JSON is generated. Hidden, it stays "All" (``.*``): the queries are the same either way."""
 
     show_cluster: bool = True
+    #: The namespace label the chargeback board groups teams by, as kube-state-metrics exports it
+    #: (``label_<key>``). A label name cannot be a query variable and stay valid PromQL.
+    team_label: str = "label_team"
 
 
 @dataclass(frozen=True)

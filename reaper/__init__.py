@@ -36,6 +36,8 @@ _SURFACE = {
     "RunSettings": "reaper.runner",
     "SlackCredentials": "reaper.slack",
     "SlackNotifier": "reaper.slack",
+    "Week": "reaper.digest_message",
+    "run_digest": "reaper.digest",
     "explain": "reaper.policy.explain",
     "exposition": "reaper.metrics",
     "file_source": "reaper.analysis",
@@ -44,12 +46,17 @@ _SURFACE = {
     "load_policy": "reaper.policy.loading",
     "metrics_source": "reaper.analysis",
     "parse_policy": "reaper.policy.loading",
+    "preview": "reaper.messages",
+    "prometheus_chargeback": "reaper.analysis",
     "prometheus_metrics": "reaper.analysis",
     "prometheus_source": "reaper.analysis",
     "push": "reaper.pushgateway",
     "registry_for": "reaper.metrics",
     "run": "reaper.runner",
     "run_section": "reaper.plan_report",
+    "read_status": "reaper.status",
+    "status_table": "reaper.status",
+    "status_json": "reaper.status",
     "write_html_report": "reaper.analysis",
 }
 
@@ -71,6 +78,7 @@ __all__ = [
     "RunSettings",
     "SlackCredentials",
     "SlackNotifier",
+    "Week",
     "explain",
     "exposition",
     "file_source",
@@ -79,12 +87,18 @@ __all__ = [
     "load_policy",
     "metrics_source",
     "parse_policy",
+    "preview",
+    "prometheus_chargeback",
     "prometheus_metrics",
     "prometheus_source",
     "push",
+    "read_status",
     "registry_for",
     "run",
+    "run_digest",
     "run_section",
+    "status_json",
+    "status_table",
     "write_html_report",
 ]
 
@@ -93,12 +107,16 @@ if TYPE_CHECKING:  # what type checkers and editors see
     from reaper.analysis import (
         file_source,
         metrics_source,
+        prometheus_chargeback,
         prometheus_metrics,
         prometheus_source,
         write_html_report,
     )
+    from reaper.digest import run_digest
+    from reaper.digest_message import Week
     from reaper.executor import Executor
     from reaper.kube import KubeClient, KubeSettings
+    from reaper.messages import preview
     from reaper.metrics import exposition, registry_for
     from reaper.names import DEFAULT_REAPER_NAMESPACE
     from reaper.outcomes import Outcome
@@ -109,6 +127,7 @@ if TYPE_CHECKING:  # what type checkers and editors see
     from reaper.pushgateway import push
     from reaper.runner import EXIT_ACTION_FAILED, EXIT_OK, RunReport, RunSettings, run
     from reaper.slack import SlackCredentials, SlackNotifier, load_credentials
+    from reaper.status import read_status, status_json, status_table
 
 
 __getattr__, __dir__ = lazy_surface(__name__, _SURFACE)

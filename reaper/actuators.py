@@ -161,12 +161,13 @@ class Suspend(Actuator):
 
 
 class KueueDeactivate(Suspend):
-    """A Job Kueue manages: Kueue owns its ``spec.suspend`` and would unsuspend it while its Workload
-    stays admitted, so the stop is ``spec.active: false`` on that Workload, which Kueue answers by
-    evicting it and suspending the Job itself; restore sets it back to true and Kueue admits it again.
+    """A Job, JobSet or RayCluster Kueue manages: Kueue owns its ``spec.suspend`` and would unsuspend
+    it while its Workload stays admitted, so the stop is ``spec.active: false`` on that Workload, which
+    Kueue answers by evicting it and suspending the object itself; restore sets it back to true and
+    Kueue admits it again.
 
     ``spec`` of the change is the Workload's; the executor finds the Workload by its ownerReference
-    to the Job and marks the Job with the reaper's annotations (reaper.executor).
+    to the object (reaper.kueue) and marks the object with the reaper's annotations (reaper.stop).
     """
 
     def stop(self, w: Workload, now: str) -> Change:
@@ -212,6 +213,10 @@ class RecordedScale(ScaleToZero):
 
 
 SCALE_SUBRESOURCE = ScaleSubresource()
+KUEUE_DEACTIVATE = KueueDeactivate()
+# Kinds whose own stop is ``spec.suspend`` unless Kueue manages them (its queue-name label): then
+# through their Workload, as a Kueue-managed Job always is.
+KUEUE_SUSPENDABLE = frozenset({"JobSet", "RayCluster"})
 RECORDED_SCALE = RecordedScale()
 _SCALE = ScaleToZero()
 _SUSPEND = Suspend()
@@ -232,7 +237,7 @@ ACTUATORS: Mapping[str, Actuator] = {
     ),
     "RayCluster": _SUSPEND,
     "JobSet": _SUSPEND,
-    "Job": KueueDeactivate(),  # only Kueue-managed ones: see actuator_for
+    "Job": KUEUE_DEACTIVATE,  # only Kueue-managed ones: see actuator_for
 }
 
 
@@ -252,7 +257,14 @@ def actuator_for(root: Workload) -> Actuator | None:
     """The native stop of a root, or None when it has none (then :func:`notify_only` says why)."""
     if root.kind == "Job" and names.KUEUE_QUEUE_LABEL not in root.labels:
         return None
-    return actuator_of(root.kind)
+    return kueue_or(root.kind, root.labels)
+
+
+def kueue_or(kind: str, labels: Mapping[str, str]) -> Actuator | None:
+    """The kind's actuator, or Kueue's deactivation where Kueue manages a JobSet or RayCluster."""
+    if kind in KUEUE_SUSPENDABLE and names.KUEUE_QUEUE_LABEL in labels:
+        return KUEUE_DEACTIVATE
+    return actuator_of(kind)
 
 
 def actuator_of(kind: str) -> Actuator | None:

@@ -13,21 +13,26 @@ import json
 from collections.abc import Collection, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from markupsafe import Markup
 
 from analyzer import CLUSTER_LABEL, MetricsSource, PrometheusConfig, analyze, scope_report
 from common.errors import BadInputError
 from common.model import FindingsReport, InvalidFindingsError, TimeWindow
-from common.thresholds import Thresholds
+from common.thresholds import Pricing, Thresholds
 from common.timeutil import parse_time
+from reaper.digest_message import IdleWorkload, NamespaceWeek, Week
 from reaper.runner import FindingsSource
+
+if TYPE_CHECKING:
+    from analyzer import ChargebackReport
 
 __all__ = [
     "PrometheusConfig",
     "file_source",
     "metrics_source",
+    "prometheus_chargeback",
     "prometheus_metrics",
     "prometheus_source",
     "write_html_report",
@@ -145,6 +150,62 @@ def prometheus_metrics(
     from analyzer import PrometheusSource
 
     return PrometheusSource(config, gpu_util_unit=gpu_util_unit, cluster_label=cluster_label)
+
+
+def prometheus_chargeback(
+    config: PrometheusConfig,
+    window: TimeWindow,
+    pricing: Pricing,
+    idle_percent: float,
+    now: datetime,
+    gpu_util_unit: str = "auto",
+    cluster_label: str = CLUSTER_LABEL,
+) -> Week:
+    """The analyzer's chargeback by namespace over ``window`` (``gpu-analyzer chargeback --by
+    namespace``, the same figures), as the weekly digest reads it. No GPU series at all is a
+    ``DataUnavailableError`` (exit 3), never a week of zeros; a price naming a model no GPU has is
+    bad input (exit 2)."""
+    from analyzer import run_chargeback
+
+    report = run_chargeback(
+        config,
+        window,
+        "namespace",
+        pricing,
+        idle_percent,
+        now,
+        gpu_util_unit=gpu_util_unit,
+        cluster_label=cluster_label,
+    )
+    return week_of(report)
+
+
+def week_of(report: ChargebackReport) -> Week:
+    """A chargeback by namespace, in the digest's terms."""
+    return Week(
+        window=report.window,
+        currency=report.currency,
+        namespaces=tuple(
+            NamespaceWeek(
+                namespace=g.group,
+                held_gpu_hours=g.held_gpu_hours,
+                used_gpu_hours=g.used_gpu_hours,
+                idle_gpu_hours=g.idle_gpu_hours,
+                unknown_gpu_hours=g.unknown_gpu_hours,
+                cost=g.cost,
+                idle_cost=g.idle_cost,
+                top_idle=tuple(
+                    IdleWorkload(w.workload, w.idle_gpu_hours, w.idle_cost, w.held_gpu_hours, w.finding_kind)
+                    for w in g.top_idle_workloads
+                ),
+            )
+            for g in report.groups
+        ),
+        fleet_gpu_hours=report.fleet.fleet_gpu_hours,
+        unallocated_gpu_hours=report.fleet.unallocated_gpu_hours,
+        unallocated_cost=report.fleet.unallocated_cost,
+        partial_reason=report.partial_reason if report.partial else None,
+    )
 
 
 def write_html_report(

@@ -6,17 +6,20 @@ through :func:`read_snapshot`, so the planner sees the same shape either way.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
-from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
 from common.model import WorkloadRef
 from common.timeutil import parse_time
-from reaper import names, selectors
-from reaper.adapter_errors import ForbiddenError, NotFoundError
+from reaper import names, selectors, wake
+from reaper.adapter_errors import ForbiddenError, KubeError, NotFoundError
+from reaper.demand import PendingDemand, pending_pods, queued_workloads
 from reaper.discovery import ScaleDiscovery
 from reaper.kinds import KINDS, WORKLOAD_KINDS, KindInfo, kind_of
 from reaper.kube_api import KubeApi
@@ -87,6 +90,9 @@ class Workload:
     gpu_resources: frozenset[str] = frozenset()
     rollout: Rollout | None = None  # None until a controller reports (status.observedGeneration)
     last_progress: datetime | None = None  # the Progressing condition's lastUpdateTime
+    # A digest of the spec, replicas aside: another one means a redeploy (a new image, a rollout
+    # restart, any edit), which drops a standing notice (reaper.notice). Scaling alone is not one.
+    spec_digest: str = ""
 
     @property
     def ref(self) -> WorkloadRef:
@@ -141,6 +147,9 @@ class Autoscaler:
     name: str
     target_kind: str
     target_name: str
+    ours: bool = False  # created by gpu-reaper for ``wake: keda-http`` (reaper.wake)
+    owner_kind: str = ""  # its controller's kind: KEDA's HPA is owned by its ScaledObject
+    owner: str = ""
 
     def describe(self) -> str:
         return f"{self.kind} {self.namespace}/{self.name}"
@@ -164,6 +173,8 @@ class ClusterSnapshot:
     listed_kinds: frozenset[str] = frozenset()
     # When the reaper last restored what, by the record's keys (reaper.state.stop_key).
     restores: Mapping[str, datetime] = field(default_factory=dict)
+    # The unmet GPU demand, read only where a rule acts ``when: demand``; None: not read.
+    demand: PendingDemand | None = None
 
     def restored_at(self, w: Workload) -> datetime | None:
         """When the reaper last restored ``w``, as its record of stops says (None: not recently)."""
@@ -343,7 +354,16 @@ def workload_from_object(kind: str, obj: Mapping[str, Any]) -> Workload:
         gpu_resources=gpu_resources(spec),
         rollout=_rollout(kind, meta, spec, status) if kind in REPLICATED_KINDS else None,
         last_progress=_last_progress(status),
+        spec_digest=spec_digest(spec),
     )
+
+
+def spec_digest(spec: Mapping[str, Any]) -> str:
+    """A short digest of a spec without its replica count (which autoscalers and owners change
+    without redeploying): equal digests, the same pod templates and settings."""
+    rest = {k: v for k, v in spec.items() if k != "replicas"}
+    text = json.dumps(rest, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 _RESOURCE_LISTS = ("limits", "requests")
@@ -453,6 +473,7 @@ def autoscaler_from_object(kind: str, obj: Mapping[str, Any]) -> Autoscaler | No
     target = spec.get("scaleTargetRef") if isinstance(spec, Mapping) else None
     if not isinstance(target, Mapping) or not target.get("name"):
         return None
+    owner = _controller(meta)
     return Autoscaler(
         kind=kind,
         namespace=str(meta.get("namespace") or ""),
@@ -460,6 +481,9 @@ def autoscaler_from_object(kind: str, obj: Mapping[str, Any]) -> Autoscaler | No
         # KEDA defaults the target kind to Deployment; HPAs always name it.
         target_kind=str(target.get("kind") or "Deployment"),
         target_name=str(target["name"]),
+        ours=wake.ours(obj),
+        owner_kind=owner.api_kind if owner is not None else "",
+        owner=owner.name if owner is not None else "",
     )
 
 
@@ -562,13 +586,68 @@ def read_namespaces(reader: KubeApi, scope: Collection[str]) -> list[dict[str, A
         return []
 
 
+# The chart value that lets the reaper list pods and Kueue Workloads (deploy/helm values.yaml).
+READ_PENDING_PODS_VALUE = "rbac.readPendingPods"
+
+
+def read_demand(reader: KubeApi, scope: Scope, extra: Sequence[str] = ()) -> PendingDemand:
+    """The pods pending unschedulable for GPUs and the Kueue Workloads waiting for admission.
+
+    Pods from the watch cache, in pages: nothing is written on the strength of a pending pod, and
+    a lagging cache only delays a stop. Pods the reaper may not list leave the demand unknown (no
+    ``when: demand`` action this run); Kueue not installed (404) is no Kueue demand, and said so.
+    """
+    try:
+        pods = [o for ns in scope for o in reader.list_objects("Pod", ns, cached=True)]
+    except ForbiddenError as e:
+        # Said once, at the start of the run: the chart grants this only when asked to.
+        log.warning(
+            "a when: demand rule needs to list pods, and this reaper may not (%s): grant it with the "
+            "chart value %s=true; no when: demand rule acts this run",
+            e,
+            READ_PENDING_PODS_VALUE,
+        )
+        return PendingDemand(unreadable=f"pods not listed: not allowed ({READ_PENDING_PODS_VALUE})")
+    except KubeError as e:
+        log.warning("cannot list pods (%s): no when: demand rule acts this run", e)
+        return PendingDemand(unreadable=f"pods not listed: {e}")
+    wants = pending_pods(pods, extra)
+    try:
+        workloads = [o for ns in scope for o in reader.list_objects("KueueWorkload", ns, cached=True)]
+    except NotFoundError:
+        return PendingDemand(tuple(wants), kueue="Kueue not installed: no Kueue demand")
+    except ForbiddenError as e:
+        log.warning(
+            "cannot list Kueue Workloads (%s): their demand is not counted; grant it with the chart "
+            "value %s=true",
+            e,
+            READ_PENDING_PODS_VALUE,
+        )
+        return PendingDemand(
+            tuple(wants), kueue="Kueue Workloads not listed (not allowed): their demand not counted"
+        )
+    except KubeError as e:
+        log.warning("cannot list Kueue Workloads (%s): their demand is not counted", e)
+        return PendingDemand(
+            tuple(wants), kueue=f"Kueue Workloads not listed ({e}): their demand not counted"
+        )
+    queued = queued_workloads(workloads, extra)
+    waiting = len({w.source.split(" (", 1)[0] for w in queued})
+    note = f"{waiting} Kueue Workload{'s' if waiting != 1 else ''} waiting for GPUs" if waiting else ""
+    return PendingDemand((*wants, *queued), kueue=note or "no Kueue Workload waiting for GPUs")
+
+
 def read_snapshot(
     reader: KubeApi,
     reaper_namespace: str,
     gpu_node_selector: LabelSelector | None = DEFAULT_GPU_NODE_SELECTOR,
     namespaces: Collection[str] = (),
+    demand_resources: Sequence[str] | None = None,
 ) -> ClusterSnapshot:
     """One list per kind (custom kinds only where their API is served) and the confirmation state.
+
+    ``demand_resources``: where a rule acts ``when: demand``, the extra resource names counted as
+    GPU demand (the policy's ``demand.resources``); the demand is then read too (:func:`read_demand`).
 
     Scoped to ``namespaces`` (none: the whole cluster), every namespaced kind is listed in each of
     them rather than cluster-wide, which a reaper granted Roles in those namespaces only may do.
@@ -584,7 +663,7 @@ def read_snapshot(
         if objs is not None:
             listed[kind.name] = objs
     listed.update(scalable_owners(reader, listed))
-    return build_snapshot(
+    snapshot = build_snapshot(
         workloads=listed,
         nodes=list_gpu_nodes(reader, gpu_node_selector),
         namespaces=read_namespaces(reader, namespaces),
@@ -593,6 +672,9 @@ def read_snapshot(
         state=ReaperState.from_json(data.get(names.STATE_KEY)),
         record=StopRecord.from_json(data.get(names.STOPPED_KEY)),
     )
+    if demand_resources is None:
+        return snapshot
+    return replace(snapshot, demand=read_demand(reader, scope, demand_resources))
 
 
 def with_scale_replicas(obj: Mapping[str, Any], scale: Mapping[str, Any]) -> dict[str, Any]:

@@ -31,8 +31,10 @@ class Events:
         # cluster (an event exporter, a central log) still says which one it is about.
         self.cluster = cluster
 
-    def record(self, obj: Mapping[str, Any], kind: str, reason: str, message: str) -> None:
-        """Record a Kubernetes Event on a touched object; a failure here never fails the action."""
+    def record(self, obj: Mapping[str, Any], kind: str, reason: str, message: str) -> bool:
+        """Record a Kubernetes Event on a touched object; a failure here never fails the action.
+
+        Whether it was sent (or, in a dry-run, would be): a notice is kept only once its Event is."""
         name = meta(obj, "name")
         namespace = meta(obj, "namespace") or "default"  # cluster-scoped objects' events live in default
         now = rfc3339(self.wall_clock())
@@ -67,3 +69,5 @@ class Events:
             )
         except KubeError as e:
             log.warning("could not record an Event on %s %s: %s", kind, name, e)
+            return False
+        return True

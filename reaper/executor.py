@@ -12,7 +12,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from datetime import timedelta
 
@@ -21,13 +21,16 @@ from reaper.clock import Clock, utc_now
 from reaper.conflict_retry import ConflictRetry
 from reaper.discovery import ScaleDiscovery
 from reaper.events import Events
+from reaper.keda_http import Waker
 from reaper.kube_api import KubeApi
 from reaper.lease import RunLease
+from reaper.messages import notice_event
+from reaper.notice_marks import NoticeMarks
 from reaper.outcomes import ActionResult, Changed, Outcome, Refused, RestoreResult
-from reaper.planner import Plan, PlannedAction
+from reaper.planner import Plan, PlannedAction, SkipReason
 from reaper.policy import Action, RunMode
 from reaper.restore import Found, Restorer
-from reaper.state import ReaperState
+from reaper.state import Notice, ReaperState
 from reaper.state_store import StateStore
 from reaper.stop import Stopper
 from reaper.write_gate import WriteGate
@@ -52,6 +55,7 @@ class Executor:
         conflict_attempts: int = 4,
         max_consecutive_failures: int = 3,
         cluster: str | None = None,
+        notice_annotations: bool = False,
     ) -> None:
         self.mode = mode
         # The pod name (HOSTNAME) says which Job holds the Lease; the suffix keeps manual runs apart.
@@ -63,6 +67,9 @@ class Executor:
         discovery = ScaleDiscovery(kube)
         retry = ConflictRetry(conflict_attempts, sleep)
         events = Events(kube, gate, identity=self.identity, wall_clock=wall_clock, cluster=cluster)
+        self._events = events
+        # Deployments, StatefulSets, ReplicaSets get a notice's annotations only where allowed to.
+        self._notice_marks = NoticeMarks(kube, gate, scale_only_kinds=notice_annotations)
         self._store = StateStore(
             kube,
             gate,
@@ -81,13 +88,24 @@ class Executor:
             sleep=sleep,
         )
         self._stopper = Stopper(kube, gate, events=events, store=self._store, retry=retry, clock=clock)
+        self._waker = Waker(
+            kube, gate, events=events, store=self._store, retry=retry, stopper=self._stopper, clock=clock
+        )
         self._restorer = Restorer(
-            kube, gate, events=events, store=self._store, retry=retry, discovery=discovery, clock=clock
+            kube,
+            gate,
+            events=events,
+            store=self._store,
+            retry=retry,
+            discovery=discovery,
+            clock=clock,
+            waker=self._waker,
         )
 
     # --- a run -------------------------------------------------------------------------------------
 
     def execute(self, plan: Plan) -> list[ActionResult]:
+        self._waker.preflight(plan)  # a wake without the add-on: bad input, before any write
         results: list[ActionResult] = []
         failures_in_a_row = 0
         for action in plan.actions:
@@ -110,6 +128,8 @@ class Executor:
     def _execute_one(self, action: PlannedAction) -> tuple[ActionResult, bool]:
         """The action's result, and whether it failed because the API server did."""
         try:
+            if action.action is Action.SCALE_TO_ZERO and action.wake is not None:
+                return self._waker.stop(action), False
             if action.action is Action.SCALE_TO_ZERO:
                 return self._stopper.stop(action), False
             return self._stopper.cordon(action), False
@@ -133,6 +153,30 @@ class Executor:
     def lease(self, wait: float = 0.0) -> AbstractContextManager[None]:
         """Hold the coordination Lease for the block; raises LeaseHeldError if another run keeps it."""
         return self._lease.hold(wait)
+
+    def give_notices(self, plan: Plan, standing: Mapping[str, Notice]) -> ReaperState:
+        """Record an Event on each object noticed this run (``kubectl describe`` shows it to its
+        owners, whatever Slack does) and its annotations (reaper.notice_marks); the state to save. A
+        notice whose Event could not be recorded is not kept, so no period runs that nobody was told
+        of: the next run gives it again. The notices ``standing`` before this run that it used up or
+        dropped lose their annotations."""
+        unrecorded = []
+        for skip in plan.skips:
+            notice = plan.next_state.notices.get(skip.target.key())
+            if skip.reason is not SkipReason.NOTICED or notice is None:
+                continue
+            meta = {"name": notice.name, "namespace": notice.namespace or None, "uid": notice.uid}
+            obj = {"metadata": meta}
+            if not self._events.record(obj, notice.kind, "GpuReaperNotice", notice_event(notice, skip)):
+                unrecorded.append(skip.target.key())
+            else:
+                self._notice_marks.put(notice)
+        state = plan.next_state.without_notices(unrecorded)
+        for key, old in standing.items():
+            kept = state.notices.get(key)
+            if kept is None or (kept.kind, kept.namespace, kept.name) != (old.kind, old.namespace, old.name):
+                self._notice_marks.take_off(old)
+        return state
 
     def save_state(self, state: ReaperState) -> None:
         self._store.save_state(state)

@@ -59,8 +59,14 @@ OTHER_KINDS: tuple[KindInfo, ...] = (
         "HorizontalPodAutoscaler", "HorizontalPodAutoscaler", "autoscaling", "v2", "horizontalpodautoscalers"
     ),
     _crd("ScaledObject", "keda.sh", "v1alpha1", "scaledobjects"),
+    # The KEDA HTTP add-on's objects ``wake: keda-http`` writes (reaper.wake), and the Services read.
+    _crd("InterceptorRoute", "http.keda.sh", "v1beta1", "interceptorroutes"),
+    _crd("HTTPScaledObject", "http.keda.sh", "v1alpha1", "httpscaledobjects"),
+    KindInfo("Service", "Service", "", "v1", "services"),
     # Kueue's unit of admission, one per Kueue-managed Job: the reaper stops such a Job through it.
     _crd("KueueWorkload", "kueue.x-k8s.io", "v1beta1", "workloads", api_kind="Workload"),
+    # Read only for ``when: demand`` rules: the pods pending for GPUs (reaper.demand).
+    KindInfo("Pod", "Pod", "", "v1", "pods"),
     KindInfo("Node", "Node", "", "v1", "nodes", namespaced=False),
     KindInfo("Namespace", "Namespace", "", "v1", "namespaces", namespaced=False),
     KindInfo("ConfigMap", "ConfigMap", "", "v1", "configmaps"),

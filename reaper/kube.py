@@ -266,6 +266,14 @@ class KubeClient:
     def create(self, kind: str, namespace: str | None, body: Mapping[str, Any]) -> dict[str, Any]:
         return self._request("POST", kind, _path(kind, namespace), query=_MANAGER, body=body)
 
+    def delete(self, kind: str, namespace: str | None, name: str, *, uid: str = "") -> None:
+        """DELETE, with a uid precondition when given: a new object of the same name is not deleted."""
+        body: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        body["propagationPolicy"] = "Background"
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        self._request("DELETE", kind, _path(kind, namespace, name), body=body)
+
     # --- discovery and the scale subresource (custom kinds that declare one) -------------------------
 
     def api_resources(self, group_version: str) -> list[dict[str, Any]] | None:

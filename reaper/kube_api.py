@@ -42,6 +42,10 @@ class KubeApi(Protocol):
 
     def create(self, kind: str, namespace: str | None, body: Mapping[str, Any]) -> dict[str, Any]: ...
 
+    def delete(self, kind: str, namespace: str | None, name: str, *, uid: str = "") -> None:
+        """Delete the object (of that uid, when given: a precondition); NotFoundError when it is gone."""
+        ...
+
     def api_resources(self, group_version: str) -> list[dict[str, Any]] | None:
         """The discovery document's resources of ``group/version``; None when it is not served (404)."""
         ...

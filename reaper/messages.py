@@ -12,14 +12,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from common.model import Finding, FindingKind, LowUtilizationEvidence, WorkloadRef
+from common.model import Finding, FindingKind, LowUtilizationEvidence, StalledJobEvidence, WorkloadRef
 from common.timeutil import rfc3339
 from reaper import names
 from reaper.actuators import verbs
 from reaper.kinds import KINDS, WORKLOAD_KINDS
+from reaper.notice import snooze_until
 from reaper.outcomes import ActionResult, Outcome
-from reaper.planner import Plan, PlannedAction, Skip, summarize
+from reaper.planner import Plan, PlannedAction, Skip, SkipReason, summarize
 from reaper.policy import Action, Policy, RunMode
+from reaper.state import Notice
 from reaper.wording import outcome_verb
 
 _MAX_TEXT = 2900  # Slack's section text limit is 3000 characters
@@ -70,8 +72,16 @@ def _action_line(result: ActionResult, currency: str) -> str:
         sized = evidence.right_size if isinstance(evidence, LowUtilizationEvidence) else None
         if sized is not None:
             line += f"\n{escape(sized.line(currency))}"
+        if isinstance(evidence, StalledJobEvidence) and evidence.hung:
+            line += "\n:rotating_light: *Hung*: every GPU waits in a collective; the job will never finish."
         return line
     line += f" · {_money(a.gpu_hours_per_day, a.cost_per_day, currency)}"
+    if a.pending_gpus is not None:  # ``when: demand``: the pending work it makes room for
+        line += f"\n:hourglass: For pending GPU work (`pending_gpus={a.pending_gpus}`): {escape(a.demand)}"
+    if result.wake is not None:  # ``wake: keda-http``: what the first request does now
+        line += f"\n:alarm_clock: *Wake on request*: {escape(result.wake.sentence())}"
+    elif a.wake is not None and result.outcome is not Outcome.FAILED:
+        line += f"\n:alarm_clock: *Wake on request* (`wake: {escape(a.wake)}`)"
     if a.action is Action.CORDON:
         line += " once the node is removed"  # a cordoned node still costs until it is gone
     if result.write and result.outcome in (Outcome.APPLIED, Outcome.DRY_RUN):
@@ -131,6 +141,51 @@ def _opt_out_command(ref: WorkloadRef) -> str:
     return (
         f"{ref.kind} `{ref.namespace}/{ref.name}` is never stopped, only mentioned: to silence it, add "
         f"`{ref.namespace}/{ref.name}` to the policy's `exclude.workloads`"
+    )
+
+
+def _kubectl_object(kind: str, namespace: str, name: str) -> str:
+    """How kubectl names an object the reaper acts on: ``node NAME``, ``TYPE NAME -n NS``."""
+    if kind == "Node":
+        return f"node {name}"
+    info = KINDS.get(kind)
+    if info is None:
+        return f"{kind.lower()} {name} -n {namespace}"
+    # kubectl's name for the kind; the resource's full name where two groups share a kind.
+    what = info.api_kind.lower() if info.api_kind == info.name else f"{info.plural}.{info.group}"
+    return f"{what} {name} -n {namespace}"
+
+
+def notice_commands(notice: Notice) -> tuple[str, str]:
+    """The one command that snoozes a notice (``exclude-until`` a week on; the run after it ends gives
+    a new notice if the workload is still idle), and the one that opts the workload out for good."""
+    target = _kubectl_object(notice.kind, notice.namespace, notice.name)
+    until = rfc3339(snooze_until(notice))
+    return (
+        f"kubectl annotate --overwrite {target} {names.EXCLUDE_UNTIL}={until}",
+        f"kubectl annotate --overwrite {target} {names.EXCLUDE}=true",
+    )
+
+
+def notice_event(notice: Notice, skip: Skip) -> str:
+    """The Event a notice records on the object: what would happen, when, and the two commands."""
+    snooze, opt_out = notice_commands(notice)
+    what = verbs(Action(notice.action), notice.kind)[0]
+    seen = skip.finding.kind.value.replace("_", " ") if skip.finding is not None else "idle"
+    return (
+        f"gpu-reaper notice: would {what} after {rfc3339(notice.act_after)} (rule {notice.rule}) if "
+        f"still {seen}. Snooze: {snooze}. Opt out: {opt_out}"
+    )
+
+
+def _notice_line(skip: Skip, notice: Notice, dry_run: bool) -> str:
+    snooze, opt_out = notice_commands(notice)
+    what = verbs(Action(notice.action), notice.kind)[0]
+    given = "Would give notice" if dry_run else "Notice"
+    return (
+        f"*{given}* {_target(skip.target, skip.root)}: would {what} after {rfc3339(notice.act_after)} "
+        f"if still idle (rule {escape(notice.rule)})\n"
+        f"Snooze: `{escape(snooze)}`\nOpt out: `{escape(opt_out)}`"
     )
 
 
@@ -296,12 +351,25 @@ def _message(
     if lines:
         blocks.append({"type": "divider"})
         blocks.extend(_sections(lines))
+    total = len(results) + len(skips)
+    given = [s for s in skips if s.reason is SkipReason.NOTICED and s.target.key() in plan.next_state.notices]
+    skips = [s for s in skips if s not in given]
+    if given and shown < limit:
+        # Notices first among what is held back: they name the time and the commands to answer them.
+        shown_notices = given[: limit - shown]
+        shown += len(shown_notices)
+        heading = "*Notices* (dry-run: none given)" if dry_run else "*Notices*"
+        standing = plan.next_state.notices
+        notice_lines = [_notice_line(s, standing[s.target.key()], dry_run) for s in shown_notices]
+        blocks.append({"type": "divider"})
+        blocks.extend(_sections([heading, *notice_lines]))
+        skips = [*skips, *given[len(shown_notices) :]]
     if skips and shown < limit:
         shown_skips = skips[: limit - shown]
         shown += len(shown_skips)
         blocks.append({"type": "divider"})
         blocks.extend(_sections(["*Held back*", *(_skip_line(s) for s in shown_skips)]))
-    hidden = len(results) + len(skips) - shown
+    hidden = total - shown
     if hidden > 0:
         blocks.append(
             {

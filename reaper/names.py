@@ -15,6 +15,9 @@ REAPED_AT = PREFIX + "reaped-at"
 REASON = PREFIX + "reason"
 RESTORED_AT = PREFIX + "restored-at"  # also resets the idle clock: grace after restore
 CORDONED_AT = PREFIX + "cordoned-at"  # only nodes carrying it are ever uncordoned
+# A rule's ``notice:`` (reaper.notice_marks): when the notice was given, and when the reaper may act.
+NOTICED_AT = PREFIX + "noticed-at"
+ACT_AFTER = PREFIX + "act-after"
 
 # Set by others, read by the reaper.
 RESTARTED_AT = "kubectl.kubernetes.io/restartedAt"  # `kubectl rollout restart`, on the pod template

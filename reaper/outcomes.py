@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from reaper.planner import PlannedAction
+from reaper.wake import Handed
 
 
 class Outcome(StrEnum):
@@ -24,6 +25,8 @@ class ActionResult:
     # What --apply writes (dry-run) or wrote, by object and field: "Deployment a/b: replicas 2 → 0".
     # Made from the very change the write sends; empty for a notice and where no write was formed.
     write: str = ""
+    # ``wake: keda-http``: what was (or would be) handed to the KEDA HTTP add-on (reaper.wake).
+    wake: Handed | None = None
 
 
 @dataclass(frozen=True)

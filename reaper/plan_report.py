@@ -17,8 +17,9 @@ from common.model import UtilizationEvidence, WorkloadRef
 from common.timeutil import format_duration, to_the_second
 from reaper.actuators import verbs
 from reaper.history import Replay
+from reaper.messages import notice_commands
 from reaper.outcomes import ActionResult, Outcome
-from reaper.planner import Plan, PlannedAction, Skip, describe_finding, summarize
+from reaper.planner import Plan, PlannedAction, Skip, SkipReason, describe_finding, summarize
 from reaper.policy import Action, Policy, RunMode
 from reaper.runner import RunReport, RunSettings
 from reaper.wording import outcome_verb
@@ -61,6 +62,8 @@ _TEMPLATE = """\
         <td>{% if a.write %}<code class="write">{{ a.write }}</code>{% else %}–{% endif %}</td>
         <td class="why">{{ a.reason }}{% if a.rule %}<div class="sub">{{ a.rule }}</div>{% endif %}
           {%- for flag in a.flags %}<div class="flag">⚠ {{ flag }}</div>{% endfor %}
+          {% if a.demand %}<div class="sub demand">for pending GPU work ({{ a.demand }})</div>{% endif %}
+          {% if a.wake %}<div class="sub wake">wake on request: {{ a.wake }}</div>{% endif %}
           {% if a.detail %}<div class="sub">{{ a.detail }}</div>{% endif %}</td>
         <td class="channel">{{ a.channel }}</td>
         <td class="num per-day">{{ a.hours }} GPU-h{% if a.cost %}<br>{{ a.cost }} {{ currency }}{% endif %}
@@ -71,6 +74,25 @@ _TEMPLATE = """\
   </table>
   {% else %}
   <p class="empty">No action.</p>
+  {% endif %}
+  {% if notices %}
+  <h3>Notices: when each would turn into an action</h3>
+  <table>
+    <thead><tr><th>notice</th><th>object</th><th>given</th><th>may act after</th><th>snooze</th>
+      <th>Slack</th></tr></thead>
+    <tbody>
+    {% for n in notices %}
+      <tr>
+        <td><span class="badge" style="--c: #8a5a00">{{ n.state }}</span></td>
+        <td>{{ n.object }}<div class="sub">rule {{ n.rule }}</div></td>
+        <td>{{ n.given }}</td>
+        <td>{{ n.due }}<div class="sub">if the finding still holds then</div></td>
+        <td><code>{{ n.snooze }}</code></td>
+        <td class="channel">{{ n.channel }}</td>
+      </tr>
+    {% endfor %}
+    </tbody>
+  </table>
   {% endif %}
   <h3>Held back, with reasons</h3>
   {% if skips %}
@@ -161,6 +183,10 @@ def _action_row(result: ActionResult, slack: str, price: float | None) -> dict[s
         "reason": seen if rule else a.reason,
         "rule": rule,
         "flags": a.flags,
+        # ``when: demand``: the pending pods or Kueue Workloads the action makes room for.
+        "demand": f"pending_gpus={a.pending_gpus}: {a.demand}" if a.pending_gpus is not None else "",
+        # ``wake: keda-http``: what is handed to the KEDA HTTP add-on, and what the first request does.
+        "wake": result.wake.sentence() if result.wake is not None else (f"wake: {a.wake}" if a.wake else ""),
         # Why it failed or was left alone; what a success wrote is in "write".
         "detail": result.detail if result.outcome in (Outcome.FAILED, Outcome.SKIPPED) else "",
         "channel": _channel(a.channel, slack),
@@ -179,6 +205,28 @@ def _skip_row(s: Skip, slack: str) -> dict[str, object]:
         "detail": s.detail,
         "channel": _channel(s.channel, slack),
     }
+
+
+def _notice_rows(plan: Plan | None, dry_run: bool, slack: str) -> list[dict[str, object]]:
+    """The notices this run gives (or, dry, would give) and those standing: when each may act."""
+    rows: list[dict[str, object]] = []
+    for s in plan.skips if plan is not None else ():
+        notice = plan.next_state.notices.get(s.target.key()) if plan is not None else None
+        if notice is None or s.reason not in (SkipReason.NOTICED, SkipReason.NOTICE_PENDING):
+            continue
+        new = s.reason is SkipReason.NOTICED
+        rows.append(
+            {
+                "state": ("would give now" if dry_run else "given now") if new else "standing",
+                "object": _name(s.root or s.target),
+                "rule": notice.rule,
+                "given": "–" if new and dry_run else to_the_second(notice.noticed_at),
+                "due": to_the_second(notice.act_after),
+                "snooze": notice_commands(notice)[0],
+                "channel": _channel(s.channel, slack) if new else "–",
+            }
+        )
+    return rows
 
 
 def _context(view: PlanView) -> str:
@@ -256,6 +304,7 @@ def render_plan_section(view: PlanView) -> Markup:
         actions=[_action_row(r, view.slack, view.policy.price) for r in view.results],
         writes="--apply writes" if dry_run else "written",
         skips=[_skip_row(s, view.slack) for s in (plan.skips if plan is not None else ())],
+        notices=_notice_rows(plan, dry_run, view.slack),
         currency=currency,
     )
     return Markup(html)  # noqa: S704 - rendered by an autoescaping environment

@@ -23,7 +23,8 @@ reads, which run before it:
   requested) read the action the matched rule asks for (3);
 * 8 (autoscaled), 9 (GitOps), 11a (confirmed), 12a and 12b (the caps) read the action to take: the
   rule's (3), or the notification 6c makes of it;
-* 11b (held long enough) also reads when 11a's confirmation streak began, and the rule's ``for:``.
+* 11b (held long enough) also reads when 11a's confirmation streak began, and the rule's ``for:``;
+* 11c (notice first) reads the rule's ``notice:`` and the action to take (reaper.notice decides).
 
 Across findings, 10 and 12 read what the loop has planned so far (the targets, the caps left); findings
 go through the rules biggest waste first, so the caps keep the actions that reclaim the most.
@@ -49,11 +50,13 @@ from common.model import (
     WorkloadRef,
 )
 from common.timeutil import format_duration, parse_time, rfc3339
-from reaper import names
-from reaper.actuators import actuator_for, notify_only, verbs
+from reaper import names, notice
+from reaper.actuators import KUEUE_DEACTIVATE, actuator_for, notify_only, verbs
 from reaper.cluster import ClusterSnapshot, Namespace, Node, OwnerRef, Workload
+from reaper.demand import PRODUCT_LABEL, Offer, PendingDemand, Selection, select, why_not
 from reaper.policy import Action, Policy, Rule, glob_match
-from reaper.state import Confirmation, ReaperState
+from reaper.state import Confirmation, Notice, ReaperState
+from reaper.wake import check_scalers
 
 HOURS_PER_DAY = 24.0
 
@@ -81,6 +84,9 @@ class SkipReason(StrEnum):
     NOT_HELD_LONG_ENOUGH = "not_held_long_enough"
     ACTION_CAP = "action_cap"
     CORDON_CAP = "cordon_cap"
+    NO_DEMAND = "no_demand"  # a ``when: demand`` rule, and no unmet GPU demand its action would meet
+    NOTICED = "noticed"  # a rule with notice: told the owners now; acts after the period
+    NOTICE_PENDING = "notice_pending"  # told on an earlier run; the period is not over yet
 
     @property
     def tells_owner(self) -> bool:
@@ -97,6 +103,7 @@ _OWNER_SKIPS = frozenset(
         SkipReason.NOT_HELD_LONG_ENOUGH,
         SkipReason.ACTION_CAP,
         SkipReason.CORDON_CAP,
+        SkipReason.NOTICED,
     }
 )
 
@@ -118,6 +125,10 @@ class PlannedAction:
     gpu_hours_per_day: float = 0.0
     cost_per_day: float | None = None
     root: WorkloadRef | None = None  # the controller above the target that is stopped instead of it
+    pending_gpus: int | None = None  # ``when: demand``: the pending GPUs it helps free room for
+    demand: str = ""  # ``when: demand``: the pending pods or Kueue Workloads it serves (reaper.demand)
+    kueue: bool = False  # the written object is Kueue's: stopped through its Workload (reaper.kueue)
+    wake: str | None = None  # the rule's ``wake`` (reaper.wake): stopped by a hand-over that wakes it
 
     @property
     def key(self) -> str:
@@ -372,6 +383,7 @@ class Decided:
     note: str = ""  # 6c: why the action became a notification
     flags: tuple[str, ...] = ()  # 9: e.g. GitOps ownership that would undo the action
     streak: Confirmation | None = None  # 11a: the confirmation streak, as the next run will read it
+    notice: Notice | None = None  # 11c: the notice standing, kept while the finding is held back
 
     @property
     def asks_to_stop(self) -> bool:
@@ -441,7 +453,15 @@ class Streak:
     hold: Hold | None = None
 
 
-Verdict: TypeAlias = Hold | Matched | NotifyInstead | Flagged | Streak
+@dataclass(frozen=True)
+class Noticed:
+    """11c: the rule's notice, to keep while the finding is held back; a hold too, while it stands."""
+
+    notice: Notice
+    hold: Hold | None = None
+
+
+Verdict: TypeAlias = Hold | Matched | NotifyInstead | Flagged | Streak | Noticed
 RuleCheck = Callable[[Candidate, Decided, Planning], Verdict | None]
 
 
@@ -449,7 +469,7 @@ def hold_of(verdict: Verdict) -> Hold | None:
     """The hold a verdict carries, if any."""
     if isinstance(verdict, Hold):
         return verdict
-    if isinstance(verdict, Flagged | Streak):
+    if isinstance(verdict, Flagged | Streak | Noticed):
         return verdict.hold
     return None
 
@@ -458,14 +478,17 @@ def apply_verdict(decided: Decided, verdict: Verdict) -> Decided:
     """What is decided about a finding once this verdict counts (the loop's one way to decide)."""
     d = decided
     match verdict:
+        # replace(): each verdict sets its own fields and keeps every other row's.
         case Matched(rule=rule, channel=channel):
-            return Decided(rule, channel, rule.action, d.note, d.flags, d.streak)
+            return replace(d, rule=rule, channel=channel, action=rule.action)
         case NotifyInstead(note=note):
-            return Decided(d.rule, d.channel, Action.NOTIFY, note, d.flags, d.streak)
+            return replace(d, action=Action.NOTIFY, note=note)
         case Flagged(flags=flags):
-            return Decided(d.rule, d.channel, d.action, d.note, flags, d.streak)
+            return replace(d, flags=flags)
         case Streak(confirmation=confirmation):
-            return Decided(d.rule, d.channel, d.action, d.note, d.flags, confirmation)
+            return replace(d, streak=confirmation)
+        case Noticed(notice=standing):
+            return replace(d, notice=standing)
     return decided
 
 
@@ -716,12 +739,10 @@ def autoscaled(c: Candidate, d: Decided, p: Planning) -> Verdict | None:
     scalers = p.snapshot.autoscalers_for(c.ref) + (
         p.snapshot.autoscalers_for(c.root_ref) if c.root_ref is not None else ()
     )
-    if scalers:
-        return Hold(
-            SkipReason.AUTOSCALED,
-            f"scaled by {', '.join(a.describe() for a in scalers)}; lower its minimum replicas "
-            "(KEDA: minReplicaCount 0) instead",
-        )
+    # reaper.wake: the reaper's own hand-over is done; a wake rule pauses one KEDA ScaledObject.
+    found = check_scalers(scalers, d.rule.wake if d.rule is not None else None)
+    if found is not None:
+        return Hold(SkipReason.ALREADY_DONE if found.done else SkipReason.AUTOSCALED, found.detail)
     return None
 
 
@@ -813,6 +834,26 @@ def held_long_enough(c: Candidate, d: Decided, p: Planning) -> Verdict | None:
     return None
 
 
+def noticed(c: Candidate, d: Decided, p: Planning) -> Verdict | None:
+    """A rule with ``notice:`` tells the owners first and acts once the notice has stood (reaper.notice)."""
+    written = c.node if c.is_node else (c.root or c.workload)
+    if d.rule is None or d.rule.notice is None or not d.destructive or d.action is None or written is None:
+        return None
+    decision = notice.decide(
+        rule=d.rule.name,
+        action=d.action.value,
+        written=written,
+        period=d.rule.notice,
+        stored=p.snapshot.state.notices.get(c.ref.key()),
+        now=p.now,
+        channel=d.channel,
+    )
+    if decision.step is notice.Step.ACT:
+        return Noticed(decision.notice)
+    reason = SkipReason.NOTICED if decision.step is notice.Step.POST else SkipReason.NOTICE_PENDING
+    return Noticed(decision.notice, Hold(reason, decision.detail))
+
+
 def action_cap(c: Candidate, d: Decided, p: Planning) -> Verdict | None:
     """Blast radius: at most maxActionsPerRun destructive actions."""
     if d.destructive and p.actions_left <= 0:
@@ -870,6 +911,7 @@ RULES: tuple[SafetyRule, ...] = (
     SafetyRule("10", one_action_per_target),
     SafetyRule("11a", confirmed, after=(first_matching_rule, native_stop)),
     SafetyRule("11b", held_long_enough, after=(first_matching_rule, native_stop, confirmed)),
+    SafetyRule("11c", noticed, after=(first_matching_rule, native_stop)),
     SafetyRule("12a", action_cap, after=(first_matching_rule, native_stop)),
     SafetyRule("12b", cordon_cap, after=(first_matching_rule, native_stop)),
 )
@@ -909,6 +951,8 @@ def plan(report: FindingsReport, snapshot: ClusterSnapshot, policy: Policy, now:
         targets=targets,
     )
     next_entries: dict[str, Confirmation] = {}
+    next_notices: dict[str, Notice] = {}  # kept while held back; used up by the action
+    acting: dict[str, Notice] = {}  # the notices of actions, kept should a lack of demand hold them
     actions: list[PlannedAction] = []
     skips: list[Skip] = []
     # Biggest waste first, so the per-run caps keep the actions that reclaim the most.
@@ -918,27 +962,101 @@ def plan(report: FindingsReport, snapshot: ClusterSnapshot, policy: Policy, now:
         decided, hold = decide(candidate, planning)
         if decided.streak is not None:  # recorded whether or not the streak is long enough yet
             next_entries[candidate.ref.key()] = decided.streak
+        if decided.notice is not None and hold is not None:
+            next_notices[candidate.ref.key()] = decided.notice
         if hold is not None:
             skips.append(_skip(candidate, decided, hold, policy))
             continue
         action = _action(candidate, decided, policy)
         actions.append(action)
         targets.add(_target_key(candidate))
-        if action.action.destructive:
+        if decided.notice is not None:
+            acting[candidate.ref.key()] = decided.notice
+        if action.action.destructive and not _on_demand(action, policy):  # those spend the cap below
             cordon = 1 if action.action is Action.CORDON else 0
             planning = replace(
                 planning,
                 actions_left=planning.actions_left - 1,
                 cordons_left=planning.cordons_left - cordon,
             )
+    actions, held = _meet_demand(actions, snapshot, policy, planning.actions_left)
+    skips += held
+    next_notices.update((s.target.key(), acting[s.target.key()]) for s in held if s.target.key() in acting)
     return Plan(
         now=now,
         window=report.window,
         findings=report.findings,
         actions=tuple(actions),
         skips=tuple(skips),
-        next_state=ReaperState(updated_at=now, entries=next_entries),
+        next_state=ReaperState(updated_at=now, entries=next_entries, notices=next_notices),
     )
+
+
+def _on_demand(action: PlannedAction, policy: Policy) -> bool:
+    return action.action is Action.SCALE_TO_ZERO and any(
+        r.name == action.rule and r.when == "demand" for r in policy.rules
+    )
+
+
+def _meet_demand(
+    actions: list[PlannedAction], snapshot: ClusterSnapshot, policy: Policy, cap_left: int
+) -> tuple[list[PlannedAction], list[Skip]]:
+    """``when: demand``: of those rules' actions, only the ones that meet unmet GPU demand, most
+    wasteful first and no more (reaper.demand decides); the others are held back, and say why. Only
+    these spend the action cap, after every other action has."""
+    offers = {a.key: _offer(a, snapshot) for a in actions if _on_demand(a, policy)}
+    if not offers:
+        return actions, []
+    found = snapshot.demand or PendingDemand(unreadable="the run did not read it")
+    chosen = select(list(offers.values()), found.wants) if found.unreadable is None else Selection()
+    kept: list[PlannedAction] = []
+    held: list[Skip] = []
+    for a in actions:
+        if a.key not in offers or (a.key in chosen.served and cap_left > 0):
+            if a.key in offers:
+                cap_left -= 1
+                a = replace(a, pending_gpus=chosen.pending_gpus(a.key), demand=chosen.serves(a.key))
+            kept.append(a)
+            continue
+        hold = (
+            Hold(
+                SkipReason.ACTION_CAP,
+                f"safety.maxActionsPerRun ({policy.safety.max_actions_per_run}) reached this run",
+            )
+            if a.key in chosen.served
+            else Hold(SkipReason.NO_DEMAND, why_not(offers[a.key], found, chosen))
+        )
+        tells = hold.reason.tells_owner
+        held.append(
+            Skip(
+                target=a.target,
+                reason=hold.reason,
+                detail=hold.detail,
+                finding=a.finding,
+                action=a.action,
+                rule=a.rule,
+                channel=a.channel if tells else None,
+                flags=a.flags if tells else (),
+                gpu_hours_per_day=a.gpu_hours_per_day,
+                cost_per_day=a.cost_per_day,
+                root=a.root,
+            )
+        )
+    return kept, held
+
+
+def _offer(a: PlannedAction, snapshot: ClusterSnapshot) -> Offer:
+    """What an action would free, for reaper.demand: the GPUs the target holds, on its nodes."""
+    held = snapshot.workload(a.target)
+    root = snapshot.workload(a.root) if a.root is not None else None
+    resources = (held.gpu_resources if held is not None else frozenset()) or (
+        root.gpu_resources if root is not None else frozenset()
+    )
+    nodes = tuple(
+        (n, node.labels.get(PRODUCT_LABEL) if (node := snapshot.nodes.get(n)) is not None else None)
+        for n in a.finding.nodes
+    )
+    return Offer(a.key, a.finding.wasted_gpu_hours, a.finding.gpu_count, resources, nodes)
 
 
 def decide(c: Candidate, p: Planning) -> tuple[Decided, Hold | None]:
@@ -1029,6 +1147,8 @@ def _action(c: Candidate, d: Decided, policy: Policy) -> PlannedAction:
         gpu_hours_per_day=per_day if destructive else 0.0,
         cost_per_day=cost if destructive else None,
         root=c.root_ref,
+        wake=rule.wake if action is Action.SCALE_TO_ZERO else None,
+        kueue=isinstance(written, Workload) and actuator_for(written) is KUEUE_DEACTIVATE,
     )
 
 

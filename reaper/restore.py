@@ -12,13 +12,14 @@ import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from common.errors import BadInputError
 from common.timeutil import rfc3339
 from reaper import names
 from reaper.actuators import (
     ACTUATORS,
+    KUEUE_SUSPENDABLE,
     RECORDED_SCALE,
     SCALE_SUBRESOURCE,
     Change,
@@ -26,6 +27,7 @@ from reaper.actuators import (
     RecordedScale,
     ScaleSubresource,
     actuator_of,
+    kueue_or,
 )
 from reaper.adapter_errors import ForbiddenError, KubeError, NotFoundError
 from reaper.clock import Clock
@@ -41,6 +43,9 @@ from reaper.outcomes import Outcome, Refused, RestoreResult
 from reaper.state import StoppedObject, StopRecord
 from reaper.state_store import StateStore
 from reaper.write_gate import WriteGate
+
+if TYPE_CHECKING:  # reaper.keda_http builds on the stop, as the executor wires them
+    from reaper.keda_http import Waker
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +81,9 @@ class Restorer:
         retry: ConflictRetry,
         discovery: ScaleDiscovery,
         clock: Clock,  # the run's "now": the restored-at annotation
+        waker: Waker | None = None,  # undoes ``wake: keda-http`` hand-overs (reaper.keda_http)
     ) -> None:
+        self.waker = waker
         self.kube = kube
         self.gate = gate
         self.events = events
@@ -199,6 +206,14 @@ class Restorer:
         for entry in recorded:
             target = f"{entry.kind} {entry.namespace}/{entry.name}"
             yield _Stopped(entry.key, entry.namespace, entry.name, target, partial(self._live, entry))
+        # Handed to the KEDA HTTP add-on and woken since: no longer stopped, yet its objects are the reaper's.
+        for kind, ns, name in self.waker.handed_over(namespace) if self.waker is not None else ():
+            found = partial(self._handed_over, kind, ns, name)
+            yield _Stopped(record_key(kind, ns, name), ns, name, f"{kind} {ns}/{name}", found)
+
+    def _handed_over(self, kind: str, namespace: str, name: str) -> Found | None:
+        obj = self.kube.get_optional(kind, namespace, name)
+        return (kind, obj) if obj is not None else None
 
     def _live(self, entry: StoppedObject) -> Found | None:
         """A recorded object as it is now; None when there is nothing to restore (gone, its kind not
@@ -247,8 +262,11 @@ class Restorer:
             return self._restore_recorded(kind, namespace, name, obj)
         if isinstance(actuator, ScaleSubresource):
             return self._restore_through_scale(kind, namespace, name)
+        if kind in KUEUE_SUSPENDABLE:  # Kueue may manage it: then it was stopped through its Workload
+            obj = obj if obj is not None else self.kube.get_optional(kind, namespace, name)
+            actuator = kueue_or(kind, ((obj or {}).get("metadata") or {}).get("labels") or {}) or actuator
         if isinstance(actuator, KueueDeactivate):
-            return self._restore_through_kueue(actuator, namespace, name, obj)
+            return self._restore_through_kueue(actuator, namespace, name, obj, kind)
         now = rfc3339(self.clock())
 
         def attempt(current: dict[str, Any]) -> tuple[Outcome, str]:
@@ -333,7 +351,14 @@ class Restorer:
                 self.events.record(patched, kind, "Restored", f"gpu-reaper restored {change.description}")
             return self.gate.done, change.description
 
-        return self._undo(target, reader(self.kube, kind, namespace, name, obj), attempt)
+        restored = self._undo(target, reader(self.kube, kind, namespace, name, obj), attempt)
+        if self.waker is None:
+            return restored
+        try:  # then the KEDA HTTP add-on's objects it was handed to go, or its ScaledObject is unpaused
+            return self.waker.undo(kind, namespace, name, meta(obj, "uid") if obj else "", restored)
+        except (KubeError, Refused) as e:
+            log.error("failed to undo the wake of %s: %s", target, e)
+            return RestoreResult(target, Outcome.FAILED, f"{restored.detail}; the wake's objects stay: {e}")
 
     def _clear_old_marks(self, kind: str, namespace: str, name: str) -> None:
         """Remove the annotations an earlier release left, where the reaper may still patch the object."""
@@ -390,18 +415,23 @@ class Restorer:
         return self._undo(target, read_with_scale(self.kube, kind, namespace, name), attempt)
 
     def _restore_through_kueue(
-        self, actuator: KueueDeactivate, namespace: str, name: str, obj: dict[str, Any] | None
+        self,
+        actuator: KueueDeactivate,
+        namespace: str,
+        name: str,
+        obj: dict[str, Any] | None,
+        kind: str = "Job",
     ) -> RestoreResult:
-        """The Job's Workload reactivated (Kueue queues it and, once admitted, unsuspends the Job),
-        then the Job's marks removed: a run that dies in between leaves the Job marked, and a retry
-        finds it."""
-        target = f"Job {namespace}/{name}"
+        """The Workload of a Job, JobSet or RayCluster reactivated (Kueue queues it and, once
+        admitted, unsuspends the object), then the object's marks removed: a run that dies in between
+        leaves it marked, and a retry finds it."""
+        target = f"{kind} {namespace}/{name}"
         now = rfc3339(self.clock())
 
         def attempt(job: dict[str, Any]) -> tuple[Outcome, str]:
-            if not marked("Job", job):
+            if not marked(kind, job):
                 return Outcome.SKIPPED, f"nothing to restore (no {actuator.marker})"
-            workload = kueue_workload(self.kube, namespace, name, job)
+            workload = kueue_workload(self.kube, namespace, name, job, kind)
             wl_name = meta(workload, "name")
             unmarked = {names.REAPED_AT: None, names.REASON: None}
             deactivated = (workload.get("spec") or {}).get("active") is False
@@ -412,10 +442,10 @@ class Restorer:
                 marks = {"metadata": {"annotations": {**unmarked, names.RESTORED_AT: now}}}
                 self.gate.send(
                     f"clear the marks of {target}: {detail}",
-                    lambda: self.kube.patch("Job", namespace, name, marks),
+                    lambda: self.kube.patch(kind, namespace, name, marks),
                 )
                 return self.gate.done, detail
-            change = actuator.restore(workload_from_object("Job", job))
+            change = actuator.restore(workload_from_object(kind, job))
             if not isinstance(change, Change):
                 return Outcome.FAILED, change  # pragma: no cover (reactivation always applies)
 
@@ -428,15 +458,15 @@ class Restorer:
                 self.kube.patch("KueueWorkload", namespace, wl_name, body)
                 # Not conditional: Kueue unsuspending the Job meanwhile must not make this a conflict.
                 marks = {"metadata": {"annotations": {**unmarked, names.RESTORED_AT: now}}}
-                return self.kube.patch("Job", namespace, name, marks)
+                return self.kube.patch(kind, namespace, name, marks)
 
             detail = f"{change.description}: Workload {wl_name}"
             patched = self.gate.send(f"restore {target}: {detail}", write)
             if patched is not None:
-                self.events.record(patched, "Job", "Restored", f"gpu-reaper {detail}")
+                self.events.record(patched, kind, "Restored", f"gpu-reaper {detail}")
             return self.gate.done, detail
 
-        return self._undo(target, reader(self.kube, "Job", namespace, name, obj), attempt)
+        return self._undo(target, reader(self.kube, kind, namespace, name, obj), attempt)
 
     # --- cordons -----------------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from common.errors import DataUnavailableError
+from common.errors import BadInputError, DataUnavailableError
 from common.model import FindingsReport, TimeWindow
 from common.thresholds import Thresholds
 from common.timeutil import format_duration, rfc3339
@@ -23,11 +23,13 @@ from reaper.adapter_errors import KubeError, LeaseHeldError, SlackError
 from reaper.clock import utc_now
 from reaper.cluster import read_snapshot
 from reaper.clusters import split_by_cluster
+from reaper.demand import PendingDemand
 from reaper.executor import Executor
 from reaper.history import FindingsSource, Replay, replay
 from reaper.kube_api import KubeApi
 from reaper.messages import Message, build_messages
 from reaper.metrics import RunMetrics
+from reaper.notice import shorter_than_runs
 from reaper.outcomes import ActionResult, Outcome
 from reaper.planner import Plan, plan, refused_channels
 from reaper.policy import Action, Policy, RunMode
@@ -67,6 +69,9 @@ class RunSettings:
     # The namespaces the run acts in (``--namespace``): the cluster is then read in each of them
     # rather than cluster-wide, as a reaper granted Roles there only must. Empty: every namespace.
     namespaces: tuple[str, ...] = ()
+    # Put a notice's annotations on Deployments, StatefulSets and ReplicaSets too, which the reaper
+    # otherwise writes through /scale alone (``--notice-annotations``; reaper.notice_marks).
+    notice_annotations: bool = False
 
 
 @dataclass
@@ -90,6 +95,8 @@ class RunReport:
     # Findings set aside as another cluster's (or of no cluster, next to findings naming one); None
     # when no cluster is configured (then every finding is the run's, or the run is refused).
     other_clusters: int | None = None
+    # The unmet GPU demand read for ``when: demand`` rules (reaper.demand); None where none has one.
+    demand: PendingDemand | None = None
 
     @property
     def findings(self) -> int:
@@ -126,6 +133,9 @@ class RunReport:
             unsent = self.count(Outcome.NOT_SENT)
             if unsent:
                 parts.append(f"not_sent={unsent}")
+            if self.demand is not None:  # what when: demand rules acted against
+                pending = self.demand.gpus if self.demand.unreadable is None else "unknown"
+                parts.append(f"pending_gpus={pending}")
         return "gpu-reaper: " + " ".join(parts)
 
     def metrics(self) -> RunMetrics:
@@ -184,6 +194,11 @@ def _run(
     sleep: Callable[[float], None],
 ) -> None:
     policy = settings.policy
+    if settings.run_interval is not None:
+        # Before anything is read: a notice the runs cannot honour is a policy error (exit 2).
+        too_short = shorter_than_runs(tuple((r.name, r.notice) for r in policy.rules), settings.run_interval)
+        if too_short is not None:
+            raise BadInputError(f"{too_short} (--run-interval)")
     now = settings.end or clock()
     window = TimeWindow.ending(now, policy.window)
     log.info("run as of %s (mode %s)", rfc3339(now), settings.mode.value)
@@ -245,18 +260,27 @@ def _run(
         sleep=sleep,
         identity=settings.identity,
         cluster=settings.cluster,
+        notice_annotations=settings.notice_annotations,
     )
     try:
         with executor.lease(wait=settings.lease_wait.total_seconds()):
             try:
+                on_demand = any(r.when == "demand" for r in policy.rules)
                 snapshot = read_snapshot(
-                    cluster, settings.namespace, policy.gpu_node_selector, settings.namespaces
+                    cluster,
+                    settings.namespace,
+                    policy.gpu_node_selector,
+                    settings.namespaces,
+                    demand_resources=policy.demand.resources if on_demand else None,
                 )
             except KubeError as e:
                 log.error("cannot read the cluster, nothing will be done: %s", e)
                 report.exit_code, report.error = EXIT_DATA_UNAVAILABLE, str(e)
                 report.failure = "cluster_unavailable"
                 return
+            report.demand = snapshot.demand
+            if snapshot.demand is not None:
+                log.info("GPU demand: %s", snapshot.demand.describe())
             for ns, value, why in refused_channels(snapshot.namespaces.values(), policy):
                 log.warning(
                     "namespace %s: %r in %s is not posted to (%s); its owners hear on the policy's "
@@ -270,7 +294,9 @@ def _run(
                 # Dry-run writes no state: the streaks come from the runs apply would have made.
                 own = _own_findings(findings, settings.cluster)
                 report.replay = replay(own, snapshot, policy, now, settings.run_interval)
-                snapshot = replace(snapshot, state=report.replay.state)
+                # The notices standing are the ones given for real: a replayed run gave none.
+                standing = {"notices": snapshot.state.notices}
+                snapshot = replace(snapshot, state=report.replay.state.model_copy(update=standing))
                 log.info(
                     "confirmations from %d replayed runs every %s",
                     len(report.replay.times),
@@ -285,8 +311,9 @@ def _run(
                 return
             _log_plan(the_plan)
             report.results = executor.execute(the_plan)
+            next_state = executor.give_notices(the_plan, snapshot.state.notices)
             try:
-                executor.save_state(the_plan.next_state)
+                executor.save_state(next_state)
             except KubeError as e:
                 # Streaks restart next run: actions are delayed, never hastened. A warning, not a failure.
                 log.warning("could not save confirmation state: %s", e)
@@ -330,7 +357,8 @@ def _log_plan(p: Plan) -> None:
     for a in p.actions:
         flags = f" [{'; '.join(a.flags)}]" if a.flags else ""
         via = f" (GPUs held by {a.target.key()})" if a.root else ""
-        log.info("plan: %s %s%s: %s%s", a.action.value, a.written.key(), via, a.reason, flags)
+        serves = f" [pending_gpus={a.pending_gpus}: {a.demand}]" if a.pending_gpus is not None else ""
+        log.info("plan: %s %s%s: %s%s%s", a.action.value, a.written.key(), via, a.reason, flags, serves)
     for s in p.skips:
         via = f" (GPUs held by {s.target.key()})" if s.root else ""
         log.info("skip: %s%s (%s): %s", (s.root or s.target).key(), via, s.reason.value, s.detail)

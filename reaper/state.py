@@ -1,9 +1,9 @@
-"""The reaper's state: confirmation streaks, and the record of what it stopped.
+"""The reaper's state: confirmation streaks, notices, and the record of what it stopped.
 
 Both live in a ConfigMap the reaper owns (the CronJob pod is ephemeral, so never in local files),
-under two keys: how many consecutive runs saw each candidate for a destructive action
-(``confirmations.json``), and every object a run stopped and no restore has brought back yet
-(``stopped.json``).
+under two keys: how many consecutive runs saw each candidate for a destructive action, and the
+notices given to owners before acting (``confirmations.json``), and every object a run stopped and
+no restore has brought back yet (``stopped.json``).
 Pure data and arithmetic; the executor is what reads and writes the ConfigMap.
 """
 
@@ -43,12 +43,42 @@ class Confirmation(BaseModel):
         return timedelta(seconds=self.observed_seconds or 0.0)
 
 
+class Notice(BaseModel):
+    """A notice given to a workload's owners before a rule with ``notice:`` acts (reaper.notice).
+
+    Kept with the streaks, so a restarted reaper, or another replica that takes the Lease, reads
+    the same notice: it never gives a second one for the same period, nor acts before ``act_after``.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    rule: str
+    action: str
+    # The object the action writes (the root controller, or the node): where the Event and the
+    # annotations go, and what ``gpu-reaper status`` names.
+    kind: str
+    namespace: str
+    name: str
+    uid: str = ""  # a new object of the same name is not the one noticed
+    spec: str = ""  # digest of its spec, replicas aside, when noticed: another one is a redeploy
+    noticed_at: AwareDatetime
+    act_after: AwareDatetime
+    channel: str | None = None
+
+    @property
+    def ref(self) -> str:
+        return f"{self.namespace}/{self.name}" if self.namespace else self.name
+
+
 class ReaperState(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     version: int = STATE_VERSION
     updated_at: AwareDatetime | None = None
     entries: Mapping[str, Confirmation] = Field(default_factory=dict)
+    # The notices standing, by the finding's key (as the streaks): dropped by the first run that
+    # does not find the workload still waiting on its notice (busy again, redeployed, snoozed).
+    notices: Mapping[str, Notice] = Field(default_factory=dict)
 
     def streak(self, key: str, action: str, now: datetime, max_gap: timedelta) -> Confirmation | None:
         """The live streak for ``key``: same action, last confirmed no longer than ``max_gap`` ago."""
@@ -78,7 +108,16 @@ class ReaperState(BaseModel):
                 for key, e in sorted(self.entries.items())
             },
         }
+        if self.notices:  # absent when none stand: state without notices reads as before
+            doc["notices"] = {key: _notice_json(n) for key, n in sorted(self.notices.items())}
         return json.dumps(doc, indent=None, separators=(",", ":"))
+
+    def without_notices(self, keys: Iterable[str]) -> ReaperState:
+        gone = set(keys)
+        if not gone & set(self.notices):
+            return self
+        kept = {k: n for k, n in self.notices.items() if k not in gone}
+        return self.model_copy(update={"notices": kept})
 
     @classmethod
     def from_json(cls, text: str | None) -> ReaperState:
@@ -91,8 +130,26 @@ class ReaperState(BaseModel):
                 return cls()
             return cls.model_validate(doc)
         except (ValueError, ValidationError):
-            # Losing streaks only delays actions (safe direction); a corrupt ConfigMap must not block runs.
+            # Losing streaks and notices only delays actions (a lost notice is given again, and its
+            # period starts again): the safe direction. A corrupt ConfigMap must not block runs.
             return cls()
+
+
+def _notice_json(n: Notice) -> dict[str, object]:
+    doc: dict[str, object] = {
+        "rule": n.rule,
+        "action": n.action,
+        "kind": n.kind,
+        "namespace": n.namespace,
+        "name": n.name,
+        "uid": n.uid,
+        "spec": n.spec,
+        "noticed_at": rfc3339(n.noticed_at),
+        "act_after": rfc3339(n.act_after),
+    }
+    if n.channel is not None:
+        doc["channel"] = n.channel
+    return doc
 
 
 STOP_RECORD_VERSION = 2

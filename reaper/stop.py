@@ -15,6 +15,7 @@ from common.timeutil import rfc3339
 from reaper import names
 from reaper.actuators import (
     CORDON,
+    KUEUE_DEACTIVATE,
     Actuator,
     Change,
     KueueDeactivate,
@@ -99,7 +100,8 @@ class Stopper:
                 f"{ref.kind} {ref.namespace}/{ref.name} is not in the namespace of "
                 f"{action.target.kind} {action.target.namespace}/{action.target.name}; nothing changed"
             )
-        actuator = actuator_of(ref.kind)
+        # A JobSet or RayCluster that Kueue manages (as the plan saw it) is stopped through its Workload.
+        actuator = KUEUE_DEACTIVATE if action.kueue else actuator_of(ref.kind)
         if actuator is None:
             raise Changed(f"{ref.kind} has no native stop gpu-reaper can use")  # pragma: no cover
         if isinstance(actuator, KueueDeactivate):
@@ -231,23 +233,23 @@ class Stopper:
         return ActionResult(action, Outcome.APPLIED, change.description, write=written)
 
     def _stop_through_kueue(self, action: PlannedAction, actuator: KueueDeactivate) -> ActionResult:
-        """A Kueue-managed Job: marked, then its Workload deactivated; Kueue then evicts it and
-        suspends the Job. Suspending the Job directly would be undone: Kueue unsuspends a Job whose
-        Workload is still admitted. Both writes are conditional on the versions read; the marks go
-        first, so a run that dies in between leaves a Job that ``restore`` understands.
+        """A Kueue-managed Job, JobSet or RayCluster: marked, then its Workload deactivated; Kueue
+        then evicts it and suspends the object. Suspending it directly would be undone: Kueue
+        unsuspends what its still admitted Workload runs. Both writes are conditional on the versions
+        read; the marks go first, so a run that dies in between leaves an object ``restore`` understands.
         """
         ref = action.written
         now = rfc3339(self.clock())
         where = f"{ref.kind} {ref.namespace}/{ref.name}"
 
         def attempt(job: dict[str, Any]) -> tuple[dict[str, Any] | None, Change, str]:
-            self._still_wanted(job, "job")
+            self._still_wanted(job, ref.kind.lower())
             self._still_a_gpu_workload(job, action)
             live = workload_from_object(ref.kind, job)
             done = actuator.stopped(live)
             if done:
                 raise Changed(done)
-            workload = kueue_workload(self.kube, ref.namespace, ref.name, job)
+            workload = kueue_workload(self.kube, ref.namespace, ref.name, job, ref.kind)
             wl_name = meta(workload, "name")
             if (workload.get("spec") or {}).get("active") is False:
                 raise Changed(f"its Kueue Workload {wl_name} is already inactive")

@@ -10,22 +10,25 @@ from collections.abc import Sequence
 from datetime import timedelta
 from importlib import resources
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from common.errors import BadInputError
 from common.model import FindingsReport, LowUtilizationEvidence, WorkloadRef
 from common.timeutil import rfc3339
 from reaper import names
 from reaper.analysis import metrics_source, write_html_report
+from reaper.demand import PRODUCT_LABEL
 from reaper.messages import preview
 from reaper.plan_report import run_section
 from reaper.policy import Policy, RunMode, load_policy, parse_policy
 from reaper.runner import RunReport, RunSettings, run
 from reaper.wording import outcome_verb
-from simulation.fleet import load_scenario, simulate
-from simulation.fleet.scenario import ScenarioError
+from simulation import controllers
+from simulation.fleet import Fleet, load_scenario, simulate
+from simulation.fleet.scenario import ScenarioError, WorkloadKind
 from simulation.in_memory_cluster import InMemoryCluster, fleet_objects
 from simulation.in_memory_source import SimulatedSource
+from simulation.manifests import manifest
 
 DEMO_NAMESPACE_ANNOTATIONS = {"team-b": {names.SLACK_CHANNEL: "#team-b"}}
 HOURLY = timedelta(hours=1)
@@ -88,6 +91,10 @@ def _print_plan(report: RunReport, out: TextIO) -> None:
         via = f"  [GPUs held by {_object(a.target)}]" if a.root else ""
         # The write --apply would send, formed by the same code that sends it; a notice writes nothing.
         rows.append((outcome_verb(a, r.outcome), r.write or _object(a.written), a.reason + via + flags))
+        if a.pending_gpus is not None:  # when: demand: the pending work it makes room for
+            rows.append(("", "", f"for pending GPU work (pending_gpus={a.pending_gpus}): {a.demand}"))
+        if r.wake is not None:  # wake: keda-http: what is handed over, and what a request does
+            rows.append(("", "", f"wake on request: {r.wake.sentence()}"))
     _table(rows, out)
     print("\nSkipped, with reasons", file=out)
     _table([(s.reason.value, _object(s.root or s.target), s.detail) for s in p.skips], out)
@@ -96,6 +103,46 @@ def _print_plan(report: RunReport, out: TextIO) -> None:
 def _object(ref: WorkloadRef) -> str:
     """``Deployment serving/x``, ``Node gpu-a``: as the plan's writes name them."""
     return f"{ref.kind} {ref.namespace}/{ref.name}" if ref.namespace else f"{ref.kind} {ref.name}"
+
+
+# The KEDA HTTP add-on (0.14 onwards) and KEDA are installed in the demo's cluster: wake: keda-http
+# rules hand their workloads over rather than being refused for want of the add-on.
+DEMO_SERVED = ("InterceptorRoute", "ScaledObject")
+
+
+def _demo_objects(fleet: Fleet) -> list[dict[str, Any]]:
+    """What the fleet's metrics cannot show and the demo policy's rules read: a Service in front of
+    each ``tier: inference`` Deployment (a wake rule routes requests through it), and a pod the
+    scheduler left Pending for want of a GPU on the idle StatefulSets' node (a ``when: demand``
+    rule's demand)."""
+    sc = fleet.scenario
+    objects: list[dict[str, Any]] = []
+    for w in sc.workloads:
+        if w.kind is WorkloadKind.DEPLOYMENT and w.labels.get("tier") == "inference":
+            selector = {"app.kubernetes.io/name": w.labels.get("app", w.name)}
+            spec = {"selector": selector, "ports": [{"name": "http", "port": 8000, "targetPort": 8000}]}
+            objects.append(manifest("Service", w.name, w.namespace, created=sc.start, spec=spec))
+    held = next(
+        (w for w in sc.workloads if w.kind is WorkloadKind.STATEFULSET and w.namespace == "serving"), None
+    )
+    node = next((n for n in sc.nodes if held is not None and n.name == held.node), None)
+    if node is not None:
+        container = {
+            "name": "train",
+            "image": "registry.example/finetune:1",
+            "resources": {"limits": {controllers.GPU: "1"}},
+        }
+        spec = {"containers": [container], "nodeSelector": {PRODUCT_LABEL: node.model.replace(" ", "-")}}
+        unschedulable = {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": f"0/{len(sc.nodes)} nodes are available: insufficient {controllers.GPU}",
+        }
+        status = {"phase": "Pending", "conditions": [unschedulable]}
+        created = sc.end - timedelta(minutes=20)
+        objects.append(manifest("Pod", "finetune-0", "research", created=created, spec=spec, status=status))
+    return objects
 
 
 def run_demo(scenario: str, policy_path: Path | None, output: Path, out: TextIO) -> int:
@@ -108,9 +155,10 @@ def run_demo(scenario: str, policy_path: Path | None, output: Path, out: TextIO)
     sc = fleet.scenario
     end = sc.end
     namespace = policy.reaper_namespace
-    cluster = InMemoryCluster(
-        fleet_objects(fleet, namespace_annotations=DEMO_NAMESPACE_ANNOTATIONS, reaper_namespace=namespace)
+    objects = fleet_objects(
+        fleet, namespace_annotations=DEMO_NAMESPACE_ANNOTATIONS, reaper_namespace=namespace
     )
+    cluster = InMemoryCluster([*objects, *_demo_objects(fleet)], served=DEMO_SERVED)
     source = metrics_source(SimulatedSource(fleet))
     print(
         f'gpu-reaper demo: scenario "{sc.name}", {len(sc.nodes)} nodes, '

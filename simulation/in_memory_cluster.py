@@ -162,9 +162,16 @@ class InMemoryCluster:
     creates).
     """
 
-    def __init__(self, objects: Iterable[Mapping[str, Any]] = ()) -> None:
+    def __init__(self, objects: Iterable[Mapping[str, Any]] = (), *, served: Iterable[str] = ()) -> None:
+        """``served``: custom kinds (the reaper's names, e.g. ``InterceptorRoute``) whose API discovery
+        answers, as it does on a cluster with their CRDs installed; others answer none (404)."""
         self._objects: dict[tuple[str, str, str], dict[str, Any]] = {}
         self._version = 1
+        self._served: dict[str, list[dict[str, Any]]] = {}
+        for kind in served:
+            info = KINDS[kind]
+            resource = {"name": info.plural, "kind": info.api_kind, "namespaced": info.namespaced}
+            self._served.setdefault(f"{info.group}/{info.version}", []).append(resource)
         for obj in objects:
             self._put(copy.deepcopy(dict(obj)))
 
@@ -226,6 +233,15 @@ class InMemoryCluster:
             raise ConflictError(f"{kind} {meta['name']} already exists", status=409)
         return self._put(obj)
 
+    def delete(self, kind: str, namespace: str | None, name: str, *, uid: str = "") -> None:
+        key = self._key(kind, namespace, name)
+        current = self._objects.get(key)
+        if current is None:
+            raise NotFoundError(f"{kind} {namespace or ''}/{name} not found")
+        if uid and (current.get("metadata") or {}).get("uid") != uid:
+            raise ConflictError(f"{kind} {name}: the uid precondition failed", status=409)
+        del self._objects[key]
+
     def list_optional(
         self, kind: str, namespace: str | None = None, *, selector: str = "", cached: bool = False
     ) -> list[dict[str, Any]]:
@@ -233,7 +249,9 @@ class InMemoryCluster:
         return self.list_objects(kind, namespace, selector=selector, cached=cached)
 
     def api_resources(self, group_version: str) -> list[dict[str, Any]] | None:
-        return None  # the demo declares no custom kind with a scale subresource
+        # The kinds declared served, none with a scale subresource.
+        resources = self._served.get(group_version)
+        return copy.deepcopy(resources) if resources is not None else None
 
     def get_scale(self, kind: str, namespace: str | None, name: str) -> dict[str, Any]:
         """``/scale`` of the built-in kinds that serve it, as the API server does (none of custom kinds)."""

@@ -24,6 +24,7 @@ from analyzer.sources.aggregates import (
     DeviceKey,
     DeviceSamples,
     FleetSnapshot,
+    GpuReadings,
     KsmRow,
     MemoryPeak,
     PodId,
@@ -32,6 +33,7 @@ from analyzer.sources.aggregates import (
     histogram_shares,
     pod_records,
     quantile_levels,
+    readings_of,
     with_sharers,
 )
 from analyzer.sources.dcgm import Capabilities
@@ -43,6 +45,7 @@ from analyzer.sources.sample_math import (
     util_stats,
 )
 from analyzer.sources.source_errors import NoDataError
+from analyzer.sources.waits import WaitCounts, WaitRule, counted_waits
 from common.model import TimeWindow
 from common.thresholds import Thresholds
 from simulation.fleet import Fleet, Series
@@ -454,6 +457,41 @@ class InMemorySource:
             dev = snapshot.devices.get(key)
             held = [_one_history(own[key], dev.interval_s if dev else 0.0)[1]] if key in own else []
             out[key] = np.concatenate([*held, *pods.get(key, [])])
+        return out
+
+    def gpu_readings(
+        self, snapshot: FleetSnapshot, keys: Sequence[DeviceKey]
+    ) -> dict[DeviceKey, GpuReadings]:
+        window, caps = snapshot.window, snapshot.capabilities
+        wanted = [k for k in dict.fromkeys(keys) if k in snapshot.devices]
+        uuids = {k.uuid for k in wanted}
+        board: dict[str, dict[str, list[tuple[Sequence[float], Sequence[float]]]]] = defaultdict(
+            lambda: defaultdict(list)
+        )
+        for name in (*vocabulary.POWER, *vocabulary.POWER_LIMIT, *vocabulary.CLOCK_EVENTS):
+            for s, t, v in self._in_window(name, window):
+                if (uuid := s.label(dcgm.UUID)) in uuids:
+                    board[uuid][name].append((t.tolist(), v.tolist()))
+        out = {}
+        for key in wanted:
+            held = self._held(window, caps, snapshot.devices[key].info.metrics).get(key, {})
+            t, v = (
+                _one_history(held, snapshot.devices[key].interval_s) if held else (np.empty(0), np.empty(0))
+            )
+            util = tuple(zip(t.tolist(), v.tolist(), strict=True))
+            out[key] = readings_of(tuple(sorted(util)), board.get(key.uuid, {}))
+        return out
+
+    def waiting_counts(
+        self, snapshot: FleetSnapshot, wanted: Sequence[tuple[DeviceKey, TimeWindow]], rule: WaitRule
+    ) -> dict[tuple[DeviceKey, TimeWindow], WaitCounts]:
+        readings = self.gpu_readings(snapshot, [key for key, _ in wanted])
+        out = {}
+        for key, span in wanted:
+            if (r := readings.get(key)) is not None:
+                counts = counted_waits(r, span.start.timestamp(), span.end.timestamp(), rule, key.uuid)
+                if counts.samples:
+                    out[(key, span)] = counts
         return out
 
     def memory_used(self, snapshot: FleetSnapshot, keys: Sequence[DeviceKey]) -> dict[DeviceKey, float]:

@@ -5,7 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from analyzer.sources.aggregates import CpuUsage, DeviceInfo, DeviceKey, Phases, Shares, UtilStats
+from analyzer.sources.aggregates import (
+    CpuUsage,
+    DeviceInfo,
+    DeviceKey,
+    GpuReadings,
+    Phases,
+    Shares,
+    UtilStats,
+)
 from common.model import TimeWindow, WorkloadRef
 
 
@@ -22,6 +30,8 @@ class DeviceView:
     memory_used_mib: float | None = None
     phases: Phases | None = None  # how long stalls and busy stretches last, from raw samples
     interval_s: float | None = None  # the utilization series' sample interval (the scrape's), seconds
+    # Raw utilization, power, limit and clock-event reasons: read for stalled-job candidates only.
+    readings: GpuReadings | None = None
 
 
 @dataclass(frozen=True)

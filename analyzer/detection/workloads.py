@@ -18,8 +18,8 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from analyzer.detection.controllers import owner_above
-from analyzer.detection.detectors import LONG_RUNNING_KINDS, stayed_idle
 from analyzer.detection.ownership import resolve_all
+from analyzer.detection.verdict import LONG_RUNNING_KINDS, stayed_idle
 from analyzer.detection.views import DeviceView, NodeView, PodView, RequestRate, WorkloadView
 from analyzer.sources.aggregates import (
     CloserLook,

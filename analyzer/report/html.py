@@ -109,6 +109,11 @@ def _caption(o: OffenderSeries, t: Thresholds) -> str:
         )
         step = format_duration(f.window.duration / len(o.shares[0].timestamps))
         return f"Stalled and busy shares of {where}, per {step}, one panel per GPU."
+    if f.kind is FindingKind.STALLED_JOB:
+        return (
+            "GPU utilization and board power (a share of its limit) of the job's GPUs side by side, "
+            f"against {t.stalled_power_ratio:.0%} of the limit; the odd one out is framed."
+        )
     line = {
         FindingKind.IDLE_ENDPOINT: f"the {t.idle_percent:g} % idle line",
         FindingKind.LOW_UTILIZATION: f"the {t.low_utilization_percent:g} % low-utilization line",

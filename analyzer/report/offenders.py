@@ -1,6 +1,7 @@
 """The top offenders' raw signals for the report's plots: one more batch of raw pulls, after judging.
 
-Detection reads no raw samples; only these plots do, for the few findings with the most waste.
+Detection reads raw samples only for the few jobs the stalled-job rule reads; these plots read them
+for the few findings with the most waste (a stalled job's power too).
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ import numpy as np
 from analyzer.analysis import Analysis
 from analyzer.detection.views import DeviceView
 from analyzer.report.share_series import ShareLine, bin_middles, from_histogram, from_samples
+from analyzer.sources.aggregates import GpuReadings
 from analyzer.sources.metrics_source import MetricsSource
-from common.model import DataloaderStarvationEvidence, Finding
+from common.model import DataloaderStarvationEvidence, Finding, FindingKind
 from common.thresholds import Thresholds
 
-__all__ = ["OffenderSeries", "ShareLine", "UtilizationLine", "offender_series", "top_offenders"]
+__all__ = ["OffenderSeries", "PowerLine", "ShareLine", "UtilizationLine", "offender_series", "top_offenders"]
 
 
 @dataclass(frozen=True)
@@ -29,13 +31,24 @@ class UtilizationLine:
 
 
 @dataclass(frozen=True)
+class PowerLine:
+    """A GPU's board power as a percentage of its limit (the one its verdict used)."""
+
+    device_id: str
+    node: str
+    timestamps: np.ndarray
+    percent: np.ndarray
+
+
+@dataclass(frozen=True)
 class OffenderSeries:
-    """One finding and its GPUs' signals over the window, for plots: utilization, and for a bimodal
-    starvation the stalled / busy shares its verdict rests on."""
+    """One finding and its GPUs' signals over the window, for plots: utilization, for a bimodal
+    starvation the stalled / busy shares its verdict rests on, for a stalled job each GPU's power."""
 
     finding: Finding
     lines: tuple[UtilizationLine, ...]
     shares: tuple[ShareLine, ...] = ()
+    power: tuple[PowerLine, ...] = ()
 
 
 def top_offenders(findings: Sequence[Finding], top: int) -> list[Finding]:
@@ -88,6 +101,10 @@ def _offender_series(
         }
     )
     samples = source.device_samples(analysis.snapshot, keys, bucket_keys) if keys else {}
+    stalled = sorted(
+        {d.key for f in chosen if f.kind is FindingKind.STALLED_JOB for d in wanted[f.workload.key()]}
+    )
+    readings = source.gpu_readings(analysis.snapshot, stalled) if stalled else {}
     bounds = analysis.snapshot.capabilities.histogram_le
     out = []
     for f in chosen:
@@ -110,5 +127,21 @@ def _offender_series(
                 source_name = evidence.shares_from or "samples"
                 middles = bin_middles(f.window)
                 shares.append(ShareLine(d.key.device_id, d.info.node, middles, *binned, source=source_name))
-        out.append(OffenderSeries(f, tuple(lines), tuple(shares)))
+        power = [
+            line
+            for d in wanted[f.workload.key()]
+            if (r := readings.get(d.key)) is not None and (line := _power_line(d, r, f)) is not None
+        ]
+        out.append(OffenderSeries(f, tuple(lines), tuple(shares), tuple(power)))
     return out
+
+
+def _power_line(d: DeviceView, r: GpuReadings, f: Finding) -> PowerLine | None:
+    """The GPU's power against its limit: the one it serves (median), else the verdict's."""
+    served = sorted(v for _, v in r.limit if v > 0)
+    limit = served[len(served) // 2] if served else getattr(f.evidence, "power_limit_watts", None)
+    if not r.power or not limit:
+        return None
+    times = np.array([t for t, _ in r.power])
+    watts = np.array([v for _, v in r.power])
+    return PowerLine(d.key.device_id, d.info.node, times, watts / limit * 100.0)

@@ -19,13 +19,14 @@ from matplotlib.lines import Line2D
 
 from analyzer.report.offenders import OffenderSeries
 from analyzer.report.summaries import cluster_name, spans_clusters
-from common.model import DataloaderStarvationEvidence, Finding, FindingKind
+from common.model import DataloaderStarvationEvidence, Finding, FindingKind, StalledJobEvidence
 from common.thresholds import Thresholds
 
 KIND_COLOURS = {
     FindingKind.IDLE_ENDPOINT: "#d1495b",
     FindingKind.LOW_UTILIZATION: "#edae49",
     FindingKind.DATALOADER_STARVATION: "#00798c",
+    FindingKind.STALLED_JOB: "#8d5a97",
     FindingKind.UNKNOWN: "#8d99ae",
 }
 LINE_COLOURS = ("#30638e", "#d1495b", "#00798c", "#edae49", "#66a182", "#8d5a97", "#e07a5f", "#3d405b")
@@ -75,7 +76,12 @@ def waste_by_namespace(findings: Sequence[Finding]) -> bytes | None:
     fig = Figure(figsize=(8.0, 0.55 * len(order) + 1.4))
     ax = fig.subplots()
     left = [0.0] * len(order)
-    for kind in (FindingKind.IDLE_ENDPOINT, FindingKind.DATALOADER_STARVATION, FindingKind.LOW_UTILIZATION):
+    for kind in (
+        FindingKind.IDLE_ENDPOINT,
+        FindingKind.STALLED_JOB,
+        FindingKind.DATALOADER_STARVATION,
+        FindingKind.LOW_UTILIZATION,
+    ):
         widths = [waste[ns].get(kind, 0.0) for ns in order]
         if any(widths):
             ax.barh(labels, widths, left=left, color=KIND_COLOURS[kind], label=kind.value.replace("_", " "))
@@ -217,6 +223,63 @@ def shares(series: OffenderSeries, thresholds: Thresholds) -> bytes:
     return _finish(fig, axes, "share of samples %", max(0, len(series.shares) - MAX_PANELS))
 
 
+POWER_COLOUR = "#e07a5f"
+ODD_COLOUR = KIND_COLOURS[FindingKind.STALLED_JOB]
+
+
+def stalled(series: OffenderSeries, thresholds: Thresholds) -> bytes:
+    """A stalled job's GPUs side by side on one time axis, one row each: utilization and board power
+    (share of its limit), the power line the rule compared with, the odd one out framed."""
+    f = series.finding
+    e = f.evidence
+    odd = e.odd_one_out if isinstance(e, StalledJobEvidence) else None
+    power = {line.device_id: line for line in series.power}
+    order = sorted(series.lines, key=lambda line: line.device_id != odd)  # the odd one always drawn
+    drawn = sorted(order[:MAX_PANELS], key=lambda line: line.device_id)
+    rows = max(1, len(drawn))
+    fig = Figure(figsize=(6.4, 0.9 + 1.05 * rows))
+    grid = fig.subplots(rows, 1, sharex=True, sharey=True, squeeze=False)
+    axes = [row[0] for row in grid]
+    locator = AutoDateLocator(maxticks=6)
+    ratio = thresholds.stalled_power_ratio * 100
+    for ax, line in zip(axes, drawn, strict=False):
+        ax.set_xlim(float(date2num(f.window.start)), float(date2num(f.window.end)))
+        ax.xaxis.set_major_locator(locator)
+        ax.xaxis.set_major_formatter(ConciseDateFormatter(locator))
+        ax.tick_params(labelsize=7)
+        ax.axhline(ratio, color="#666666", lw=0.8, ls=":", label=f"{ratio:g} % of the power limit")
+        ax.plot(
+            _dates(line.timestamps),
+            line.percent,
+            lw=1.0,
+            color=LINE_COLOURS[0],
+            label="GPU utilization",
+            zorder=3,
+        )
+        if (watts := power.get(line.device_id)) is not None:
+            ax.plot(
+                _dates(watts.timestamps), watts.percent, lw=1.0, color=POWER_COLOUR, label="power, % of limit"
+            )
+        title = f"{line.node} · GPU {_short_id(line.device_id)}"
+        if line.device_id == odd:
+            # The GPU the others waited on: framed in the finding's colour, named in its title.
+            ax.spines[:].set_color(ODD_COLOUR)
+            ax.spines[:].set_linewidth(2.5)
+            ax.set_title(
+                f"{title} · odd one out (the others wait on it)", fontsize=8, loc="left", color=ODD_COLOUR
+            )
+        else:
+            ax.spines[["top", "right"]].set_visible(False)
+            ax.set_title(title, fontsize=8, loc="left")
+    if not drawn:
+        axes[0].text(0.5, 0.5, "no samples", transform=axes[0].transAxes, ha="center", color="#666666")
+    return _finish(
+        fig, axes, "% (utilization, power of limit)", max(0, len(series.lines) - MAX_PANELS), 105.0
+    )
+
+
 def offender(series: OffenderSeries, thresholds: Thresholds) -> bytes:
     """The chart of the signal the finding's verdict used."""
+    if series.finding.kind is FindingKind.STALLED_JOB:
+        return stalled(series, thresholds)
     return shares(series, thresholds) if series.shares else utilization(series, thresholds)

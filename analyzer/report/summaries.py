@@ -14,6 +14,7 @@ from common.model import (
     FindingsReport,
     IdleEndpointEvidence,
     LowUtilizationEvidence,
+    StalledJobEvidence,
     UnknownEvidence,
     UtilizationEvidence,
 )
@@ -44,6 +45,8 @@ def detail(f: Finding) -> str:
         if e.cpu_throttled_ratio is not None:
             parts.append(f"throttled {share(e.cpu_throttled_ratio)}")
         return "cpu-bound: " + ", ".join(parts)
+    if isinstance(e, StalledJobEvidence):
+        return stalled_detail(e)
     if isinstance(e, LowUtilizationEvidence) and e.near_miss:
         return f"near miss: mean {percent(e.mean_util_percent or 0)}" + _right_size(e)
     if isinstance(e, UnknownEvidence):
@@ -67,12 +70,35 @@ def _right_size(e: LowUtilizationEvidence) -> str:
     return f", fits {what} (saves {sized.gpu_equivalents_saved:.2g} GPU)"
 
 
+def stalled_detail(e: StalledJobEvidence) -> str:
+    """``hung 45m, waits on GPU-… at 150 W of 700 W`` / ``one rank: 32 % waiting, 12 waits…``."""
+    watts = (
+        f" at {e.power_waiting_watts:.0f} W of {e.power_limit_watts or 0:.0f} W"
+        if e.power_waiting_watts
+        else ""
+    )
+    if e.hung:
+        return f"hung {e.last_episode_minutes or 0:.0f} min{watts}"
+    what = (e.pattern or "").replace("_", " ")
+    odd = f", odd one out {e.odd_one_out_pod or e.odd_one_out}" if e.odd_one_out else ""
+    return f"{what}: {share(e.waiting_share or 0)} waiting, {e.episodes or 0} waits{watts}{odd}"
+
+
+# Kinds added after the summary line's wording was set: counted only where some finding has them,
+# so a report without one reads as it always did.
+_COUNTED_WHEN_PRESENT = frozenset({FindingKind.STALLED_JOB})
+
+
 def findings_line(findings: Sequence[Finding], currency: str = "USD") -> str:
     """Counts per kind, wasted GPU-hours and (where priced) their cost, in one line."""
     counts = Counter(f.kind for f in findings)
     wasted = sum(f.wasted_gpu_hours for f in findings)
     costs = [f.estimated_cost for f in findings if f.estimated_cost is not None]
-    parts = [f"{counts.get(kind, 0)} {kind.value}" for kind in FindingKind]
+    parts = [
+        f"{counts.get(kind, 0)} {kind.value}"
+        for kind in FindingKind
+        if kind not in _COUNTED_WHEN_PRESENT or counts.get(kind)
+    ]
     text = f"{len(findings)} findings ({', '.join(parts)}); {wasted:,.1f} GPU-hours wasted"
     if costs:
         text += f", {sum(costs):,.2f} {currency} at the configured price"

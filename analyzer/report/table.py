@@ -26,6 +26,7 @@ KIND_STYLE = {
     FindingKind.IDLE_ENDPOINT: "bold red",
     FindingKind.LOW_UTILIZATION: "yellow",
     FindingKind.DATALOADER_STARVATION: "cyan",
+    FindingKind.STALLED_JOB: "bold magenta",
     FindingKind.UNKNOWN: "dim",
 }
 

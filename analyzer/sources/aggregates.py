@@ -9,12 +9,13 @@ needs it. Utilization is always in percent (0-100) by the time it is stored here
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from itertools import pairwise
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
+from analyzer.sources import vocabulary
 from analyzer.sources.dcgm import JOB_GROUP_LABEL, POD_LABELS_READ, Capabilities
 from common.model import TimeWindow
 from common.timeutil import format_duration
@@ -107,6 +108,55 @@ class MemoryPeak:
 
     peak_mib: float
     capacity_mib: float | None = None
+
+
+Points = tuple[tuple[float, float], ...]  # (unix seconds, value), oldest first
+
+
+@dataclass(frozen=True)
+class GpuReadings:
+    """Raw samples over the window of one holder (its utilization, percent) and of its GPU (board
+    power and limit, watts; clock-event reasons, NVML's bitmask): what the stalled-job rule reads.
+    Plain tuples, no numpy: a few candidates' GPUs, and an analysis of a TSDB never loads numpy."""
+
+    util: Points = ()
+    power: Points = ()
+    limit: Points = ()
+    clock_events: Points = ()
+    power_metric: str = ""  # the name(s) power was read under, comma-separated
+    limit_metric: str = ""
+
+
+def merged_points(pieces: Iterable[tuple[Iterable[float], Iterable[float]]], scale: float = 1.0) -> Points:
+    """Samples of one reading from several series (a holder split by owner, two scrape jobs, both
+    namings), one per timestamp, oldest first."""
+    by_time: dict[float, float] = {}
+    for times, values in pieces:
+        for t, v in zip(times, values, strict=True):
+            by_time.setdefault(float(t), float(v) * scale)
+    return tuple(sorted(by_time.items()))
+
+
+def readings_of(
+    util: tuple[tuple[float, float], ...],
+    by_name: Mapping[str, Sequence[tuple[Sequence[float], Sequence[float]]]],
+) -> GpuReadings:
+    """Power, limit and clock-event reasons from a GPU's series by name, each in its unit (both
+    namings of a field one reading; a scrape served under both once). Shared by both sources."""
+
+    def one(names: Sequence[str]) -> tuple[tuple[tuple[float, float], ...], str]:
+        found = [n for n in names if by_name.get(n)]
+        if not found:
+            return (), ""
+        # The limit's names are two fields (enforced, then set): the first found is read.
+        first = [n for n in found if vocabulary.field_of(n) == vocabulary.field_of(found[0])]
+        pieces = [(t, [x * (vocabulary.to_unit(n) or 1.0) for x in v]) for n in first for t, v in by_name[n]]
+        return merged_points(pieces), ",".join(first)
+
+    power, power_metric = one(vocabulary.POWER)
+    limit, limit_metric = one(vocabulary.POWER_LIMIT)
+    events, _ = one(vocabulary.CLOCK_EVENTS)
+    return GpuReadings(util, power, limit, events, power_metric, limit_metric)
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,11 @@ from analyzer.sources.aggregates import (
     DeviceKey,
     DeviceSamples,
     FleetSnapshot,
+    GpuReadings,
     MemoryPeak,
     SpanNumbers,
 )
+from analyzer.sources.waits import WaitCounts, WaitRule
 from common.model import TimeWindow
 from common.thresholds import Thresholds
 
@@ -76,6 +78,21 @@ class MetricsSource(Protocol):
     ) -> dict[DeviceKey, MemoryPeak]:
         """The ``quantile`` of framebuffer memory used (MiB) over the window and the GPU's memory,
         for devices that report it (right-sizing)."""
+        ...
+
+    def gpu_readings(
+        self, snapshot: FleetSnapshot, keys: Sequence[DeviceKey]
+    ) -> dict[DeviceKey, GpuReadings]:
+        """Raw utilization of each holder and raw power, power limit and clock-event reasons of its
+        GPU over the window, under either DCGM naming (a GPU that serves none of them has empty ones)."""
+        ...
+
+    def waiting_counts(
+        self, snapshot: FleetSnapshot, wanted: Sequence[tuple[DeviceKey, TimeWindow]], rule: WaitRule
+    ) -> dict[tuple[DeviceKey, TimeWindow], WaitCounts]:
+        """Per holder and span (``(start, end]``), its utilization samples and those that wait under
+        ``rule`` (busy at near-idle power, no cap named): the stalled-job rule's first look,
+        computed where the samples are. A holder with no sample in its span is left out."""
         ...
 
     def instant_value(self, promql: str, at: datetime) -> float | None:

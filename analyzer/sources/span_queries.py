@@ -255,6 +255,21 @@ class SpanTerm:
 
         return self._over_pieces("sum", runs)
 
+    def _busy(self, percent: float, piece: TimeWindow) -> str:
+        """The piece's fresh samples at or above ``percent`` (a filter: the samples themselves)."""
+        return self._fresh(f"{self.selector} >= {promql.number(percent / self.scale)}", piece)
+
+    def waiting(self, percent: float, board: str) -> str:
+        """Samples at or above ``percent`` whose GPU ``board`` (one row per ``UUID``: the boards
+        waiting at the evaluation time, ``waits.board_waits``) holds at their step: the stalled-job
+        rule's waits, counted as ``samples`` counts the span's samples."""
+
+        def counted(piece: TimeWindow) -> str:
+            joined_board = f"({self._busy(percent, piece)}) and on ({dcgm.UUID}) ({board})"
+            return f"count_over_time({self._sub(joined_board, piece)})"
+
+        return self._over_pieces("sum", counted)
+
     def histogram(self) -> str:
         labels = (*self.caps.device_labels(), dcgm.LE)
         buckets = promql.selector(
@@ -292,8 +307,9 @@ class RenamedTerm(SpanTerm):
         span: TimeWindow,
         step_s: float,
         scale: float,
+        holders: Sequence[Matcher] = (),
     ) -> None:
-        super().__init__(caps, metric, keys, span, step_s, scale)
+        super().__init__(caps, metric, keys, span, step_s, scale, holders)
         scoped = [*caps.scope, *self.holders]
         # Each name's selector and the factor of its values into the first name's unit.
         self.names = ((metric, self.selector, 1.0), *((n, promql.selector(n, scoped), f) for n, f in others))
@@ -354,6 +370,9 @@ class RenamedTerm(SpanTerm):
         return self._over_pieces(
             "sum", lambda piece: f"sum_over_time({self._sub(self._state(op, percent, piece), piece)})"
         )
+
+    def _busy(self, percent: float, piece: TimeWindow) -> str:
+        return f"({self._union(piece)}) >= {promql.number(percent / self.scale)}"
 
     def first_busy(self, percent: float) -> str:
         def first(piece: TimeWindow) -> str:

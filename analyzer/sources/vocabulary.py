@@ -37,6 +37,9 @@ class Use(StrEnum):
     MEMORY_FREE = "memory free"  # MiB: with used, the GPU's size (right-sizing)
     POD_MEMORY = "pod memory used"  # MiB
     SAMPLES = "sample histogram"  # counts (our exporter's sub-second samples)
+    POWER = "board power"  # watts
+    POWER_LIMIT = "power limit"  # watts: the limit the board enforces (or the one set, failing that)
+    CLOCK_EVENTS = "clock-event reasons"  # NVML's bitmask, as served
     KUBERNETES = "kubernetes"  # as kube-state-metrics and cAdvisor serve them
 
 
@@ -46,6 +49,7 @@ RATIO_TO_PERCENT: Final = 100.0  # a 0-1 ratio times this is percent
 MIB_TO_MIB: Final = 1.0
 BYTES_TO_MIB: Final = 1.0 / (1024.0 * 1024.0)
 AS_SERVED: Final = 1.0  # counts, seconds, Kubernetes objects: read as they are
+WATTS_TO_WATTS: Final = 1.0  # both namings serve power in watts
 
 
 @dataclass(frozen=True)
@@ -92,6 +96,17 @@ READ: Final[tuple[Read, ...]] = (
     Read(m.FB_FREE_BYTES, Use.MEMORY_FREE, _D, BYTES_TO_MIB),
     Read(m.POD_MEMORY_USED, Use.POD_MEMORY, _G, BYTES_TO_MIB),
     Read(m.UTILIZATION_SAMPLES_BUCKET, Use.SAMPLES, _G),
+    # Read for a few GPUs only (the stalled-job candidates'), never discovered: see ``ON_DEMAND``.
+    Read(m.POWER_USAGE, Use.POWER, _D, WATTS_TO_WATTS),
+    Read(m.BOARD_POWER_WATTS, Use.POWER, _D, WATTS_TO_WATTS),
+    # The enforced limit first (what caps the board now, our exporter serves it), the set one after.
+    Read(m.ENFORCED_POWER_LIMIT, Use.POWER_LIMIT, _D, WATTS_TO_WATTS),
+    Read(m.BOARD_POWER_LIMIT_ENFORCED_WATTS, Use.POWER_LIMIT, _D, WATTS_TO_WATTS),
+    Read(m.POWER_MGMT_LIMIT, Use.POWER_LIMIT, _D, WATTS_TO_WATTS),
+    Read(m.BOARD_POWER_LIMIT_REQUESTED_WATTS, Use.POWER_LIMIT, _D, WATTS_TO_WATTS),
+    # DCGM field 112 under its older and newer name (not one of DCGM 4.7's renames: both are served).
+    Read(m.CLOCK_THROTTLE_REASONS, Use.CLOCK_EVENTS, _D),
+    Read(m.CLOCKS_EVENT_REASONS, Use.CLOCK_EVENTS, _D),
     Read(KUBE_POD_OWNER, Use.KUBERNETES, _KSM),
     Read(KUBE_REPLICASET_OWNER, Use.KUBERNETES, _KSM),
     Read(KUBE_POD_START_TIME, Use.KUBERNETES, _KSM),
@@ -113,8 +128,14 @@ def names(use: Use) -> tuple[str, ...]:
     return tuple(r.name for r in READ if r.use is use)
 
 
+#: Uses read only for the few GPUs a detector asks about, by name: discovery does not look for them
+#: (a fleet without them is judged as before), and a GPU that serves none of them is said so.
+ON_DEMAND: Final = frozenset({Use.POWER, Use.POWER_LIMIT, Use.CLOCK_EVENTS})
 #: Every name discovery asks about.
-ALL_NAMES: Final = tuple(r.name for r in READ)
+ALL_NAMES: Final = tuple(r.name for r in READ if r.use not in ON_DEMAND)
+POWER: Final = names(Use.POWER)
+POWER_LIMIT: Final = names(Use.POWER_LIMIT)
+CLOCK_EVENTS: Final = names(Use.CLOCK_EVENTS)
 UTILIZATION: Final = names(Use.UTILIZATION)
 MEMORY_USED: Final = names(Use.MEMORY_USED)
 #: The free framebuffer served beside each used one, in the same naming (a GPU's size is their sum).

@@ -44,6 +44,30 @@ def explain(policy: Policy) -> str:
             f"  {i}. {rule.name}: {' or '.join(m.findings)} on {kinds}{where}{cond} "
             f"→ {rule.action.value}{confirm}"
         )
+        if rule.notice is not None:
+            lines.append(
+                f"     notice: {format_setting(rule.notice)} first: the first run that would "
+                f"{rule.action.value} tells the owners instead (Slack, an Event), and the first run "
+                f"after {format_setting(rule.notice)} acts if the finding still holds; busy again, "
+                f"redeployed or snoozed ({names.EXCLUDE_UNTIL}) drops the notice"
+            )
+        if rule.when is not None:
+            extra = policy.demand.resources
+            lines.append(
+                "     when: demand: acts only while pods wait unschedulable (or Kueue Workloads wait "
+                "for admission) for GPUs it would free (nvidia.com/gpu, nvidia.com/mig-*, amd.com/gpu"
+                + (f", {', '.join(extra)}" if extra else "")
+                + "), on one node whose nvidia.com/gpu.product they accept; the most wasteful first, "
+                "until the demand is covered and no more; without demand it is reported, not acted on"
+            )
+        if rule.wake is not None:
+            lines.append(
+                f"     wake: {rule.wake}: scaled to 0 and handed to the KEDA HTTP add-on (an "
+                "InterceptorRoute and a ScaledObject, min 0, max the replicas it had; a "
+                "HTTPScaledObject where only the older API is served): the first request through "
+                "its interceptor wakes it; a KEDA ScaledObject already there is paused instead, an "
+                "HPA refuses it; the run refuses (exit 2) where the add-on is not installed"
+            )
     lines.append("never touched: namespaces " + ", ".join(policy.protected_namespaces) + " (always)")
     ex = policy.exclude
     for label, values in (("namespaces", ex.namespaces), ("workloads", ex.workloads), ("nodes", ex.nodes)):
@@ -77,6 +101,13 @@ def explain(policy: Policy) -> str:
     )
     if policy.price is not None:
         lines.append(f"price: {policy.price:g} {policy.currency} per GPU-hour")
+    if policy.prices:
+        listed = "; ".join(f"{model} {price:g}" for model, price in sorted(policy.prices.items()))
+        default = f"{policy.price:g}" if policy.price is not None else "no price"
+        lines.append(
+            f"prices per GPU model ({policy.currency} per GPU-hour, chargeback): {listed}; "
+            f"every other model {default}"
+        )
     sl = policy.slack
     if sl.channel or sl.routes:
         routes = "; ".join(f"{', '.join(r.namespaces)} → {r.channel}" for r in sl.routes)

@@ -6,18 +6,19 @@ Kubernetes objects the policy sits next to.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from datetime import timedelta
 from enum import StrEnum
 from functools import cached_property
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from common.durations import MIN_ANALYSIS_WINDOW, Duration, PositiveDuration, format_setting
 from common.model import Finding, FindingKind, LowUtilizationEvidence
-from common.thresholds import Pricing, Thresholds
+from common.thresholds import ModelPrices, Pricing, Thresholds
 from reaper import names
 from reaper.policy.fields import (
     Channel,
@@ -119,7 +120,7 @@ class Action(StrEnum):
         return self is not Action.NOTIFY
 
 
-ActionableFinding = Literal["idle_endpoint", "low_utilization", "dataloader_starvation"]
+ActionableFinding = Literal["idle_endpoint", "low_utilization", "dataloader_starvation", "stalled_job"]
 WorkloadKindName = Literal[
     "Deployment",
     "StatefulSet",
@@ -179,11 +180,45 @@ class Match(_Model):
         return sized is not None and sized.share is not None
 
 
+# The kinds ``wake: keda-http`` can hand to the KEDA HTTP add-on: workloads whose replicas a
+# ScaledObject scales and that serve through a Service (docs/policy.md).
+WAKEABLE_KINDS: tuple[str, ...] = ("Deployment", "StatefulSet")
+
+
 class Rule(_Model):
     name: str = Field(pattern=r"^[a-z0-9]([a-z0-9\-]{0,61}[a-z0-9])?$")
     match: Match
     action: Action
     channel: Channel | None = None  # Slack channel for this rule's items, unless the namespace names one
+    # Post a notice first and act only once it has stood this long (None: act on the first run).
+    notice: PositiveDuration | None = None
+    # ``demand``: act only while pending GPU work would use what the action frees (None: always).
+    when: Literal["demand"] | None = None
+    # ``keda-http``: stop by handing the workload to the KEDA HTTP add-on, so a request wakes it.
+    wake: Literal["keda-http"] | None = None
+
+    @model_validator(mode="after")
+    def _reclaim_keys_fit_action(self) -> Rule:
+        if self.notice is not None and self.action is Action.NOTIFY:
+            raise ValueError(
+                "notice applies to rules that act (scale_to_zero, cordon); a notify rule only tells"
+            )
+        if self.when is not None and self.action is not Action.SCALE_TO_ZERO:
+            raise ValueError(
+                f"when: demand applies to action scale_to_zero only, not {self.action.value}: "
+                "cordoning a node frees no GPU for a pending pod"
+            )
+        if self.wake is not None:
+            if self.action is not Action.SCALE_TO_ZERO:
+                raise ValueError(f"wake applies to action scale_to_zero only, not {self.action.value}")
+            kinds = set(self.kinds or ())
+            if not kinds or not kinds <= set(WAKEABLE_KINDS):
+                other = ", ".join(sorted(kinds - set(WAKEABLE_KINDS))) or "any kind"
+                raise ValueError(
+                    f"wake: {self.wake} wakes {' and '.join(WAKEABLE_KINDS)} only (served through a "
+                    f"Service), not {other}; give match.kinds"
+                )
+        return self
 
     @model_validator(mode="after")
     def _action_fits_kinds(self) -> Rule:
@@ -238,6 +273,20 @@ class Safety(_Model):
     gitops: Literal["flag", "skip"] = "flag"
 
 
+# An extended resource's name, as a pod's resources spell it: a DNS domain, a slash, a name.
+_RESOURCE_NAME = re.compile(
+    r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+)
+
+
+def _check_resource_name(value: str) -> str:
+    if not _RESOURCE_NAME.fullmatch(value):
+        raise ValueError(
+            f"{value!r} is not an extended resource name (a domain, '/', a name: example.com/gpu)"
+        )
+    return value
+
+
 class SlackRoute(_Model):
     namespaces: tuple[Glob, ...] = Field(min_length=1)
     channel: Channel
@@ -263,6 +312,14 @@ class Slack(_Model):
         return (None, problem) if problem else (value, None)
 
 
+class Demand(_Model):
+    """What counts as unmet GPU demand for ``when: demand`` rules (reaper.demand)."""
+
+    # Extended resources counted as GPU demand besides nvidia.com/gpu, nvidia.com/mig-* and
+    # amd.com/gpu: a pending pod asking for one is met only by stopping a workload holding the same.
+    resources: tuple[Annotated[str, AfterValidator(_check_resource_name)], ...] = ()
+
+
 # NVIDIA's GPU feature discovery (and the GPU operator, which runs it) labels every node with a GPU so.
 DEFAULT_GPU_NODE_SELECTOR = LabelSelector(match_labels={"nvidia.com/gpu.present": "true"})
 
@@ -279,10 +336,12 @@ class Policy(_Model):
     reaper_namespace: NamespaceName = names.DEFAULT_REAPER_NAMESPACE
     price_per_gpu_hour: float | None = Field(default=None, ge=0.0)
     currency: str = Field(default="USD", pattern=r"^[A-Z]{3}$")
+    prices: ModelPrices = Field(default_factory=dict)  # per GPU model (common.thresholds.Pricing)
     exclude: Exclusions = Exclusions()
     grace: Grace = Grace()
     safety: Safety = Safety()
     slack: Slack = Slack()
+    demand: Demand = Demand()
     rules: tuple[Rule, ...] = Field(min_length=1)
     detection: Thresholds = Thresholds()
 
@@ -308,7 +367,7 @@ class Policy(_Model):
 
     @property
     def _pricing(self) -> Pricing:
-        return Pricing(price_per_gpu_hour=self.price_per_gpu_hour, currency=self.currency)
+        return Pricing(price_per_gpu_hour=self.price_per_gpu_hour, currency=self.currency, prices=self.prices)
 
     @model_validator(mode="after")
     def _one_price(self) -> Policy:

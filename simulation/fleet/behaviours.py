@@ -14,7 +14,7 @@ bimodal in the samples.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -35,6 +35,10 @@ class Trace:
     cpu_frac: np.ndarray  # CPU use as a share of the pod's limit
     throttle_frac: np.ndarray  # share of CFS periods throttled
     loaded: np.ndarray  # 0..1: how much of the model is in GPU memory (ramps during warm-up)
+    # Board power as a share of the board's limit; None: it follows utilization (0.1 + 0.85 × util).
+    power_frac: np.ndarray | None = None
+    # NVML's clock-event reasons bitmask; None: the exporter serves none for this GPU.
+    clock_events: np.ndarray | None = None
 
 
 def _flat(values: np.ndarray, sd: float, cpu: float, throttle: float) -> Trace:
@@ -62,6 +66,73 @@ def _square_wave(rng: np.random.Generator, t0: float, t_end: float) -> tuple[np.
     return bounds, busy_cum
 
 
+# Board power while a rank spins in an NCCL collective: an idle GPU holding a context and one
+# resident kernel (about 150 W of an H100 SXM's 700 W), against 0.1 + 0.85 × utilization working.
+WAIT_POWER = 0.21
+IDLE_POWER = 0.1
+# A synchronous checkpoint: rank 0 writes (its GPU near idle) while the others wait in the next
+# all-reduce. Often: every 5 minutes for 2 (a few steps apart); rarely: every 2 hours for 3 minutes.
+CHECKPOINT_OFTEN = (300.0, 120.0)
+CHECKPOINT_RARE = (7200.0, 180.0)
+SW_POWER_CAP = 0x4
+POWER_CAP = 0.28  # an operator's 200 W cap on a 700 W board
+
+
+@dataclass(frozen=True)
+class Rank:
+    """Where a pod sits in its job: its rank, the job's size, the job's shared random stream (every
+    rank sees the same episodes) and, for a hung job, when its last rank dies."""
+
+    rank: int = 0
+    world: int = 1
+    seed: int = 0
+    stall_at: float | None = None
+
+
+def _ddp(behaviour: Behaviour, rng: np.random.Generator, times: np.ndarray, r: Rank) -> Trace:
+    """One rank of a data-parallel job: working at training power, or waiting in a collective."""
+    n = times.size
+    noise = rng.normal(0.0, 1.0, size=n)
+    working = np.clip(93.0 + 3.0 * noise, 75.0, 100.0)
+    spinning = np.clip(99.5 + 0.5 * noise, 98.0, 100.0)
+    waits = np.zeros(n, dtype=bool)  # this rank spins, waiting on another
+    lags = np.zeros(n, dtype=bool)  # this rank is the one the others wait on, off the GPU
+    last = r.world - 1
+    match behaviour:
+        case Behaviour.DDP_CHECKPOINT_OFTEN | Behaviour.DDP_CHECKPOINT_RARE:
+            period, length = (
+                CHECKPOINT_OFTEN if behaviour is Behaviour.DDP_CHECKPOINT_OFTEN else CHECKPOINT_RARE
+            )
+            saving = np.mod(times, period) < length
+            if r.rank == 0:
+                lags = saving
+            else:
+                waits = saving
+        case Behaviour.DDP_STRAGGLER:
+            shared = np.random.default_rng(r.seed)
+            block = 600.0
+            first = float(times[0]) - float(times[0]) % block
+            blocks = int((float(times[-1]) - first) // block) + 1
+            late = shared.random(blocks) < 0.7
+            who = shared.integers(0, r.world, size=blocks)
+            lasts = shared.uniform(180.0, 360.0, size=blocks)
+            idx = ((times - first) // block).astype(int)
+            inside = (times - first - idx * block) < lasts[idx]
+            episode = late[idx] & inside
+            # The straggler computes its late step (busy, at power); the others wait for it.
+            waits = episode & (who[idx] != r.rank)
+        case Behaviour.DDP_HUNG:
+            dead = times > (r.stall_at if r.stall_at is not None else np.inf)
+            if r.rank == last:
+                lags = dead
+            else:
+                waits = dead
+    gauge = np.where(waits, spinning, np.where(lags, np.clip(2.0 + noise, 0.0, 5.0), working))
+    power = np.where(waits, WAIT_POWER, np.where(lags, IDLE_POWER + 0.02, IDLE_POWER + 0.85 * gauge / 100.0))
+    out = _flat(gauge, 3.0, cpu=0.55, throttle=0.02)
+    return replace(out, power_frac=np.clip(power + rng.normal(0.0, 0.005, n), 0.05, 1.0))
+
+
 def trace(
     behaviour: Behaviour,
     rng: np.random.Generator,
@@ -69,9 +140,12 @@ def trace(
     step_s: float,
     pod_start: float,
     warmup_s: float,
+    rank: Rank | None = None,
 ) -> Trace:
     """The trace of one pod over ``times`` (unix seconds), warm-up included."""
     n = times.size
+    if behaviour in _DDP:
+        return _with_warmup(_ddp(behaviour, rng, times, rank or Rank()), times, pod_start, warmup_s)
     noise = rng.normal(0.0, 1.0, size=n)
     match behaviour:
         case Behaviour.TRAINING:
@@ -108,6 +182,20 @@ def trace(
                 throttle_frac=np.full(n, 0.1),
                 loaded=np.ones(n),
             )
+        case Behaviour.POWER_CAPPED_TRAINING:
+            # Busy, but the board may draw no more than its cap: clocks drop, utilization stays.
+            gauge = np.clip(95.0 + 2.0 * noise, 85.0, 100.0)
+            out = replace(
+                _flat(gauge, 3.0, cpu=0.55, throttle=0.02),
+                power_frac=np.clip(POWER_CAP + rng.normal(0.0, 0.005, n), 0.05, 1.0),
+                clock_events=np.full(n, float(SW_POWER_CAP)),
+            )
+        case Behaviour.SPIN_POLL:
+            # A resident polling kernel: NVML reads 100 % while the board idles with its context.
+            out = replace(
+                _flat(np.clip(99.5 + 0.5 * noise, 98.0, 100.0), 0.5, cpu=0.2, throttle=0.0),
+                power_frac=np.clip(WAIT_POWER - 0.02 + rng.normal(0.0, 0.005, n), 0.05, 1.0),
+            )
         case Behaviour.STARVATION_SUBSECOND:
             frac = np.clip(0.5 + 0.04 * noise, 0.35, 0.65)
             gauge = frac * 95.0 + (1.0 - frac) * 3.0 + rng.normal(0.0, 1.5, size=n)
@@ -124,6 +212,16 @@ def trace(
     return _with_warmup(out, times, pod_start, warmup_s)
 
 
+_DDP = frozenset(
+    {
+        Behaviour.DDP_CHECKPOINT_OFTEN,
+        Behaviour.DDP_CHECKPOINT_RARE,
+        Behaviour.DDP_STRAGGLER,
+        Behaviour.DDP_HUNG,
+    }
+)
+
+
 def _with_warmup(t: Trace, times: np.ndarray, pod_start: float, warmup_s: float) -> Trace:
     """Model loading: GPU at 0 %, memory filling up linearly, CPU busy reading weights."""
     if warmup_s <= 0:
@@ -132,7 +230,8 @@ def _with_warmup(t: Trace, times: np.ndarray, pod_start: float, warmup_s: float)
     if not warming.any():
         return t
     loaded = np.clip((times - pod_start) / warmup_s, 0.05, 1.0)
-    return Trace(
+    return replace(
+        t,
         gauge=np.where(warming, 0.0, t.gauge),
         frac_hi=np.where(warming, 1.0, t.frac_hi),
         mean_hi=np.where(warming, 0.0, t.mean_hi),
@@ -141,6 +240,7 @@ def _with_warmup(t: Trace, times: np.ndarray, pod_start: float, warmup_s: float)
         cpu_frac=np.where(warming, 0.5, t.cpu_frac),
         throttle_frac=np.where(warming, 0.0, t.throttle_frac),
         loaded=np.where(warming, loaded, 1.0),
+        power_frac=None if t.power_frac is None else np.where(warming, IDLE_POWER, t.power_frac),
     )
 
 

@@ -30,6 +30,14 @@ class Behaviour(StrEnum):
     STARVATION_SAWTOOTH = "starvation_sawtooth"  # busy / stalled phases of 1-3 min
     STARVATION_SUBSECOND = "starvation_subsecond"  # sub-second stalls: gauge flat ~50 %, samples bimodal
     STARVATION_CPU = "starvation_cpu"  # flat ~45 % while the pod's CPU is pinned at its limit
+    # Data-parallel training, one rank per pod (the pods of one Job): every step ends in an NCCL
+    # all-reduce, and ranks that arrive first spin in its kernel (NVML reads 100 %) at near-idle power.
+    DDP_CHECKPOINT_OFTEN = "ddp_checkpoint_often"  # rank 0 saves synchronously every few steps
+    DDP_CHECKPOINT_RARE = "ddp_checkpoint_rare"  # ... every few hundred steps: short waits, rarely
+    DDP_STRAGGLER = "ddp_straggler"  # irregular waits on varying ranks (a slow node, uneven input)
+    DDP_HUNG = "ddp_hung"  # the last rank dies at `stall_at`; the others spin until the window's end
+    POWER_CAPPED_TRAINING = "power_capped_training"  # busy, held at a low power cap (clock-event reasons)
+    SPIN_POLL = "spin_poll"  # a server busy-waiting with nothing to do: 100 % at idle power
 
 
 def _offset(value: Any) -> Any:
@@ -91,6 +99,8 @@ class NodeSpec(_Spec):
     model: str = "NVIDIA H100 80GB HBM3"
     memory_mib: int = Field(default=81559, gt=0)
     tdp_watts: float = Field(default=700.0, gt=0)
+    # The exporter serves the board's enforced power limit (ours does; dcgm-exporter when configured).
+    serves_power_limit: bool = False
     exporter: Literal["dcgm-exporter", "gpu-exporter"] = "dcgm-exporter"
     profiling: bool = False  # emits DCGM_FI_PROF_* ratios (dcgm-exporter with profiling, or ours on Hopper)
     mig_profile: str | None = None  # e.g. "3g.40gb": every GPU is split into instances of this profile
@@ -103,6 +113,12 @@ class NodeSpec(_Spec):
     metric_names: MetricNames = "legacy"
     # Legacy names until then, ``metric_names`` after (which must then be dcgm-4.7).
     upgrade: NamingUpgrade | None = None
+    # Prometheus scrapes each target at its own offset within the interval, its timestamps
+    # jittering by milliseconds: the GPU exporter's samples of step k lie this far into
+    # (start + (k-1) × step, start + k × step] (0: at its end, as every other series), each
+    # scrape up to scrape_jitter_ms earlier.
+    scrape_offset_s: float = Field(default=0.0, ge=0)
+    scrape_jitter_ms: float = Field(default=0.0, ge=0, le=100)
 
     @model_validator(mode="after")
     def _checks(self) -> NodeSpec:
@@ -175,6 +191,7 @@ class WorkloadSpec(_Spec):
     annotations: dict[str, str] = Field(default_factory=dict)
     controller: Controller | None = None
     controller_name: str | None = None  # default: the workload's name (InferenceService: without -predictor)
+    stall_at: Offset | None = None  # ddp_hung: when the last rank dies
 
     @property
     def controller_root(self) -> str | None:
@@ -299,6 +316,9 @@ class Scenario(_Spec):
         keys = [(w.namespace, w.name) for w in self.workloads]
         if len(set(keys)) != len(keys):
             raise ValueError("workload namespace/name pairs must be unique")
+        for n in self.nodes:
+            if n.scrape_offset_s >= self.step.total_seconds():
+                raise ValueError(f"node {n.name}: scrape_offset_s must be shorter than the step")
         for w in self.workloads:
             if w.node is not None and w.node not in names:
                 raise ValueError(f"workload {w.namespace}/{w.name} is pinned to unknown node {w.node!r}")

@@ -250,11 +250,17 @@ def simulate(scenario: Scenario) -> Fleet:
     pods = place(scenario)
     fleet = Fleet(scenario=scenario, times=times, pods=pods)
     rng = np.random.default_rng(scenario.seed)
-    traces = {p.uid: _pod_trace(scenario, p, times, rng) for p in pods}
+    ranks = _ranks(scenario, pods)
+    traces = {p.uid: _pod_trace(scenario, p, times, rng, ranks.get(p.uid)) for p in pods}
     for node in scenario.nodes:
         series = naming.node_series(scenario, node, _gpu_series(scenario, node, times, pods, traces, rng))
         moves = sorted(scenario.at(m).timestamp() for m in node.exporter_moves)
-        fleet.series.extend(_relocated(series, moves) if moves else series)
+        series = _relocated(series, moves) if moves else series
+        fleet.series.extend(
+            _scraped(scenario, node, times, series)
+            if node.scrape_offset_s or node.scrape_jitter_ms
+            else series
+        )
     fleet.series.extend(_kube_state_series(scenario, times, pods))
     fleet.series.extend(_cadvisor_series(scenario, times, pods, traces))
     fleet.series = deliver(scenario, fleet.series)
@@ -265,7 +271,25 @@ def _alive(times: np.ndarray, pod: Pod) -> np.ndarray:
     return (times > pod.start) & (times <= pod.end)
 
 
-def _pod_trace(scenario: Scenario, pod: Pod, times: np.ndarray, rng: np.random.Generator) -> behaviours.Trace:
+def _ranks(scenario: Scenario, pods: list[Pod]) -> dict[str, behaviours.Rank]:
+    """Each scheduled pod's rank in its workload (its replicas in order), for data-parallel jobs."""
+    out: dict[str, behaviours.Rank] = {}
+    for w in scenario.workloads:
+        mine = [p for p in pods if p.spec is w and not p.pending]
+        seed = int.from_bytes(hashlib.sha256(f"{scenario.seed}/{w.namespace}/{w.name}".encode()).digest()[:4])
+        stall = scenario.at(w.stall_at).timestamp() if w.stall_at is not None else None
+        for i, p in enumerate(mine):
+            out[p.uid] = behaviours.Rank(rank=i, world=len(mine), seed=seed, stall_at=stall)
+    return out
+
+
+def _pod_trace(
+    scenario: Scenario,
+    pod: Pod,
+    times: np.ndarray,
+    rng: np.random.Generator,
+    rank: behaviours.Rank | None = None,
+) -> behaviours.Trace:
     pod_rng = np.random.default_rng([scenario.seed, *pod.uid.encode()])
     del rng  # each pod has its own stream so adding a workload does not reshuffle the others
     return behaviours.trace(
@@ -275,6 +299,7 @@ def _pod_trace(scenario: Scenario, pod: Pod, times: np.ndarray, rng: np.random.G
         scenario.step.total_seconds(),
         pod.start,
         pod.spec.warmup.total_seconds(),
+        rank,
     )
 
 
@@ -334,6 +359,9 @@ def _gpu_series(
             "job": node.exporter,
         }
         gpu_util = np.zeros(n)
+        # Board power (share of the limit) and clock-event reasons where a holder's trace sets them.
+        power_frac = np.full(n, np.nan)
+        events = np.full(n, np.nan)
         for inst in range(instances):
             # Per device (GPU or MIG instance): who holds it when, and what it does.
             owner = np.full(n, -1)
@@ -353,6 +381,10 @@ def _gpu_series(
                 frac[alive], hi[alive], lo[alive] = tr.frac_hi[alive], tr.mean_hi[alive], tr.mean_lo[alive]
                 sd = max(sd, tr.sd)
                 fb[alive] = slot_mem * pod.spec.memory_fraction * tr.loaded[alive]
+                if tr.power_frac is not None:
+                    power_frac[alive] = tr.power_frac[alive]
+                if tr.clock_events is not None:
+                    events[alive] = tr.clock_events[alive]
             gpu_util += util / instances
             labels = dict(base)
             if node.mig_profile:
@@ -416,6 +448,9 @@ def _gpu_series(
         if standard:
             # Whole-GPU physics, reported once per GPU without pod labels.
             power = node.tdp_watts * (0.1 + 0.85 * gpu_util / 100.0) + rng.normal(0.0, 3.0, n)
+            set_by_trace = ~np.isnan(power_frac)
+            if set_by_trace.any():
+                power = np.where(set_by_trace, node.tdp_watts * np.nan_to_num(power_frac), power)
             whole = {
                 "DCGM_FI_DEV_POWER_USAGE": np.round(power, 3),
                 "DCGM_FI_DEV_GPU_TEMP": np.round(32.0 + 40.0 * gpu_util / 100.0 + rng.normal(0.0, 0.7, n)),
@@ -424,8 +459,27 @@ def _gpu_series(
                 "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": np.round(np.cumsum(power * step * 1000.0)),
                 "DCGM_FI_DEV_XID_ERRORS": np.zeros(n),
             }
+            if node.serves_power_limit:
+                whole["DCGM_FI_DEV_ENFORCED_POWER_LIMIT"] = np.full(n, node.tdp_watts)
+            if not np.isnan(events).all():
+                # Served where the node's exporter reads them: 0 while nothing lowers the clocks.
+                whole["DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"] = np.nan_to_num(events)
             for name, values in whole.items():
                 yield Series(name, _sorted(base), times[present], values[present])
+
+
+def _scraped(
+    scenario: Scenario, node: NodeSpec, times: np.ndarray, series: Iterable[Series]
+) -> Iterator[Series]:
+    """The node's exporter series at its own scrape times: ``scrape_offset_s`` into each step (the
+    sample of step k ends it otherwise), each scrape up to ``scrape_jitter_ms`` earlier, the same
+    for every series of one scrape (inside its step: none leaves the scenario's time)."""
+    step = scenario.step.total_seconds()
+    rng = np.random.default_rng([scenario.seed, *node.name.encode()])
+    late = rng.uniform(0.0, node.scrape_jitter_ms / 1000.0, times.size)
+    at = times - (step - node.scrape_offset_s if node.scrape_offset_s else 0.0) - late
+    for s in series:
+        yield Series(s.name, s.labels, at[np.searchsorted(times, s.timestamps)], s.values)
 
 
 def _relocated(series: Iterable[Series], moves: list[float]) -> Iterator[Series]:

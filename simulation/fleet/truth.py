@@ -15,7 +15,9 @@ The rules mirror the detectors' contract (docs/detectors.md), stated from what t
   StatefulSet) that hold at least ``min_memory_mib`` of framebuffer per GPU once loaded, and
   ``low_utilization`` for the rest (Jobs, bare Pods, and endpoints with nothing loaded);
   ``low_utilization`` → ``low_utilization``; every starvation behaviour →
-  ``dataloader_starvation``; training and serving → ``None``.
+  ``dataloader_starvation``; a data-parallel job that checkpoints synchronously every few steps,
+  has a straggler or hangs, and a server spin-polling at idle power → ``stalled_job``; training,
+  a job checkpointing every few hundred steps, power-capped training and serving → ``None``.
 * A node whose every GPU was unallocated for the whole window is ``low_utilization`` with the
   workload ``Node/<name>`` (namespace empty): the reaper may cordon it.
 """
@@ -34,6 +36,12 @@ from simulation.fleet.simulator import Fleet, Pod, present_mask
 LONG_RUNNING = frozenset({WorkloadKind.DEPLOYMENT.value, WorkloadKind.STATEFULSET.value})
 _STARVATION = frozenset(
     {Behaviour.STARVATION_CPU, Behaviour.STARVATION_SAWTOOTH, Behaviour.STARVATION_SUBSECOND}
+)
+
+
+# Busy-looking GPUs that wait (at idle power) a large share of the time (docs/detectors.md).
+_STALLED = frozenset(
+    {Behaviour.DDP_CHECKPOINT_OFTEN, Behaviour.DDP_STRAGGLER, Behaviour.DDP_HUNG, Behaviour.SPIN_POLL}
 )
 
 
@@ -122,6 +130,8 @@ def _by_behaviour(ref: WorkloadRef, behaviour: Behaviour) -> FindingKind | None:
         return FindingKind.LOW_UTILIZATION
     if behaviour in _STARVATION:
         return FindingKind.DATALOADER_STARVATION
+    if behaviour in _STALLED:
+        return FindingKind.STALLED_JOB
     return None
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from analyzer.detection.views import DeviceView
 from analyzer.pipeline import Analysis, MetricsSource, analyze_in_detail
-from analyzer.sources import dcgm, vocabulary
+from analyzer.sources import dcgm, rollups, vocabulary
 from analyzer.sources.aggregates import FleetSnapshot
 from analyzer.sources.prometheus.source import PrometheusSource
 from analyzer.sources.prometheus_api import PrometheusConfig
@@ -212,12 +212,17 @@ def test_prometheus_reads_every_naming_and_an_upgrade_as_one_fleet(
         rolled = _analysis(server.url, fleets)
     _check(rolled)
     read = {naming: set(a.snapshot.capabilities.rollups) for naming, a in _by_cluster(rolled).items()}
-    legacy = {dcgm.PROF_GR_ENGINE_ACTIVE, dcgm.DEV_GPU_UTIL}
-    current = {metric_names.PROF_GR_ENGINE_UTIL_RATIO, metric_names.GPU_UTIL_RATIO}
+    # Every rolled-up name a fleet serves (the mixed one: no legacy-named node profiles), as the
+    # vocabulary lists them, so a name added there is expected here without an edit.
+    served = {
+        naming: {s.name for s in fleet.series} & set(rollups.ROLLED_UP) for naming, fleet in fleets.items()
+    }
+    assert served[LEGACY] >= {dcgm.PROF_GR_ENGINE_ACTIVE, dcgm.DEV_GPU_UTIL}
+    assert served[CURRENT] >= {metric_names.PROF_GR_ENGINE_UTIL_RATIO, metric_names.GPU_UTIL_RATIO}
     assert read == {
-        LEGACY: legacy,
-        CURRENT: current,
-        MIXED: {dcgm.DEV_GPU_UTIL, *current},  # no legacy-named node profiles
+        LEGACY: served[LEGACY],
+        CURRENT: served[CURRENT],
+        MIXED: served[MIXED],
         # Each name's series stop (start) inside the window, so its rules record nothing over part
         # of it, which reads as evaluations missed: raw samples, as without rules.
         UPGRADE: set(),

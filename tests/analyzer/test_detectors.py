@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
-from analyzer.detection import detectors
+from analyzer.detection import detectors, idle_endpoint, idle_node, low_utilization, starvation
 from analyzer.detection.views import DeviceView, NodeView, PodView, RequestRate, WorkloadView
 from analyzer.detection.workloads import pod_span
 from analyzer.sources.aggregates import (
@@ -413,13 +413,13 @@ def test_classify(case: Case) -> None:
     ("detector", "case"),
     [
         pytest.param(
-            detectors.idle_endpoint, Case((Gpu(series(0.0, missing=[(5, 2)])),), None), id="idle-endpoint"
+            idle_endpoint.idle_endpoint, Case((Gpu(series(0.0, missing=[(5, 2)])),), None), id="idle-endpoint"
         ),
         pytest.param(
-            detectors.low_utilization, Case((Gpu(series(10.0, missing=[(5, 2)])),), None), id="low-util"
+            low_utilization.low_utilization, Case((Gpu(series(10.0, missing=[(5, 2)])),), None), id="low-util"
         ),
         pytest.param(
-            detectors.dataloader_starvation,
+            starvation.dataloader_starvation,
             Case((Gpu(series(sawtooth, missing=[(5, 2)])),), None, kind="Job"),
             id="starvation",
         ),
@@ -513,7 +513,7 @@ def test_a_near_miss_is_never_as_confident_as_a_clear_verdict() -> None:
     near = detectors.classify(view(Case((Gpu(noisy(31, 3)),), None)), T, END)
     clear = detectors.classify(view(Case((Gpu(noisy(14, 3, low=6)),), None)), T, END)
     assert near is not None and clear is not None
-    assert near.confidence <= detectors.NEAR_MISS_CONFIDENCE < clear.confidence
+    assert near.confidence <= low_utilization.NEAR_MISS_CONFIDENCE < clear.confidence
 
 
 @pytest.mark.parametrize(
@@ -535,7 +535,7 @@ def test_unallocated_node(coverage_value: float, expected: FindingKind) -> None:
         )
         for i in range(4)
     )
-    finding = detectors.idle_node(NodeView("gpu-spare", devices, WINDOW), T, END)
+    finding = idle_node.idle_node(NodeView("gpu-spare", devices, WINDOW), T, END)
     assert finding is not None
     assert finding.kind is expected
     assert finding.workload == WorkloadRef(kind="Node", name="gpu-spare", namespace="")
@@ -561,7 +561,7 @@ def test_detect_orders_by_actionability_then_waste() -> None:
 
 
 def test_every_detector_states_its_rule_and_evidence() -> None:
-    for detector in (*detectors.DETECTORS, detectors.idle_node):
+    for detector in (*detectors.DETECTORS, idle_node.idle_node):
         doc = detector.__doc__ or ""
         assert "Rule" in doc, detector.__name__
         assert "Evidence" in doc, detector.__name__

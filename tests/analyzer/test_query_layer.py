@@ -23,7 +23,7 @@ from prometheus_api_client import PrometheusApiClientException, PrometheusConnec
 from requests.adapters import HTTPAdapter
 
 from analyzer.pipeline import analyze
-from analyzer.sources import prometheus_api
+from analyzer.sources import prometheus_api, vocabulary
 from analyzer.sources.prometheus.source import PrometheusSource
 from analyzer.sources.prometheus_api import PrometheusClient, PrometheusConfig
 from analyzer.sources.source_errors import BadResponseError, NoDataError, QueryError, SourceUnreachableError
@@ -87,7 +87,13 @@ def test_recorded_discovery_reads_dcgm_exporter_and_ours(
     source = PrometheusSource(PrometheusConfig(URL, retries=0))
     with explained(mock, "standard_fleet_analysis"):
         caps = source.discover(window_of(standard_fleet), Thresholds())
-    assert caps.util_metrics == ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_DEV_GPU_UTIL")
+    # Every utilization name the fleet serves, in the vocabulary's order of preference: profiling first.
+    served = {s.name for s in standard_fleet.series}
+    assert caps.util_metrics == vocabulary.present(vocabulary.Use.UTILIZATION, served)
+    assert (
+        caps.util_metrics[0] == "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
+        and "DCGM_FI_DEV_GPU_UTIL" in caps.util_metrics
+    )
     assert caps.host_label == "Hostname"
     assert caps.gpu_pod.pod == "pod"
     assert caps.mig
@@ -625,6 +631,7 @@ def test_finding_kinds_are_the_documented_ones() -> None:
         "idle_endpoint",
         "low_utilization",
         "dataloader_starvation",
+        "stalled_job",
         "unknown",
     }
 

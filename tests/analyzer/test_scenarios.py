@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from analyzer.detection import detectors
+from analyzer.detection import idle_endpoint
 from analyzer.pipeline import Analysis, analyze_in_detail
 from analyzer.sources import dcgm, vocabulary
 from analyzer.sources.source_errors import NoDataError, SourceUnreachableError
@@ -66,7 +66,9 @@ def test_mig_node_has_only_profiling_utilization() -> None:
         ],
     )
     analysis = analyze_series(fleet.series, fleet)
-    assert analysis.snapshot.capabilities.util_metrics == (dcgm.PROF_GR_ENGINE_ACTIVE,)
+    # Profiling series only (a MIG instance has no device gauge), the engine activity first.
+    util = analysis.snapshot.capabilities.util_metrics
+    assert util[0] == dcgm.PROF_GR_ENGINE_ACTIVE and all(name.startswith("DCGM_FI_PROF_") for name in util)
     assert analysis.snapshot.capabilities.mig
     assert kinds(analysis.report) == {"a/Deployment/idle-api": FindingKind.IDLE_ENDPOINT}
     (finding,) = analysis.report.findings
@@ -497,9 +499,11 @@ def test_an_idle_endpoint_candidate_is_what_the_detector_finds_before_the_reques
     t = Thresholds()
     window = window_of(standard_fleet)
     analysis = analyze_in_detail(SimulatedSource(standard_fleet), window, t, now=window.end)
-    verdicts = {v.ref.key(): detectors.idle_endpoint_candidate(v, t, window.end) for v in analysis.workloads}
+    verdicts = {
+        v.ref.key(): idle_endpoint.idle_endpoint_candidate(v, t, window.end) for v in analysis.workloads
+    }
     assert verdicts == {
-        v.ref.key(): detectors.idle_endpoint(replace(v, request_rate=None), t, window.end) is not None
+        v.ref.key(): idle_endpoint.idle_endpoint(replace(v, request_rate=None), t, window.end) is not None
         for v in analysis.workloads
     }
     assert any(verdicts.values()) and not all(verdicts.values())

@@ -37,7 +37,15 @@ def test_both_names_of_a_field_are_read_for_the_same_use_in_agreeing_units() -> 
     factor, in the new unit, reads as the same percent or MiB."""
     read = vocabulary.BY_NAME
     renamed = [r for r in m.DCGM_4_7 if r.legacy in read or r.current in read]
-    assert {r.legacy for r in renamed} == {m.GPU_UTIL, m.PROF_GR_ENGINE_ACTIVE, m.FB_USED, m.FB_FREE}
+    assert {r.legacy for r in renamed} == {
+        m.GPU_UTIL,
+        m.PROF_GR_ENGINE_ACTIVE,
+        m.FB_USED,
+        m.FB_FREE,
+        m.POWER_USAGE,
+        m.ENFORCED_POWER_LIMIT,
+        m.POWER_MGMT_LIMIT,
+    }
     for r in renamed:
         assert r.legacy in read and r.current in read, r
         assert read[r.legacy].use is read[r.current].use
@@ -45,6 +53,16 @@ def test_both_names_of_a_field_are_read_for_the_same_use_in_agreeing_units() -> 
         legacy_unit = read[r.legacy].to_unit or PERCENT_TO_PERCENT  # the legacy gauge is percent as served
         assert legacy_unit == pytest.approx(r.to_current * (read[r.current].to_unit or 0.0)), r
         assert vocabulary.field_of(r.current) == vocabulary.field_of(r.legacy) == r.legacy
+
+
+def test_power_limits_and_reasons_are_read_on_demand_never_discovered() -> None:
+    """Power, its limit and the clock-event reasons are read for stalled-job candidates only, by
+    name: discovery (and so every query of a fleet without stalled jobs) is as before."""
+    on_demand = {*vocabulary.POWER, *vocabulary.POWER_LIMIT, *vocabulary.CLOCK_EVENTS}
+    assert on_demand.isdisjoint(vocabulary.ALL_NAMES)
+    assert vocabulary.POWER == (m.POWER_USAGE, m.BOARD_POWER_WATTS)
+    assert vocabulary.POWER_LIMIT[:2] == (m.ENFORCED_POWER_LIMIT, m.BOARD_POWER_LIMIT_ENFORCED_WATTS)
+    assert vocabulary.CLOCK_EVENTS == (m.CLOCK_THROTTLE_REASONS, m.CLOCKS_EVENT_REASONS)
 
 
 def test_preference_is_by_field_and_a_field_is_one_signal() -> None:

@@ -407,7 +407,7 @@ def test_malformed_findings_file_is_bad_input(
             1,
             {"kind": "bogus"},
             "findings[1].kind: 'bogus' is not one of 'idle_endpoint', 'low_utilization', "
-            "'dataloader_starvation' or 'unknown'",
+            "'dataloader_starvation', 'stalled_job' or 'unknown'",
             id="unknown-kind",
         ),
         pytest.param(

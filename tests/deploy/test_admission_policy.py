@@ -7,8 +7,10 @@ operation and resource, then the match conditions, then the variables in order, 
 validation, an evaluation error counting as a denial (failurePolicy Fail).
 
 What the policy must allow is not written down here: ``gpu-reaper`` runs for real against the
-emulated API server, stopping one workload under every root kind it knows (and one custom kind
-scaled through ``/scale``), cordoning a node, then restoring everything, and each update it sends
+emulated API server, giving a notice on every one of them first (its annotations on the objects), then
+stopping one workload under every root kind it knows (and one custom kind scaled through ``/scale``),
+handing two to the KEDA HTTP add-on (``wake: keda-http``: one through the add-on's objects, one by
+pausing the ScaledObject already on it), cordoning a node, then restoring everything, and each update it sends
 becomes the admission request the API server would evaluate (the stored object before, the object
 after its merge patch). Every one must be admitted; the fields they change, by resource, must be
 exactly the fields the policy names; every kind the chart lets the reaper patch must be matched; and
@@ -40,9 +42,8 @@ from harness.controllers import CONTROLLERS, _replicas_from
 from harness.findings import NOW, finding, report
 from harness.kube_emulator import ApiServer, EmulatedCluster
 from harness.kube_fixtures import _emulator_loop, emulated_cluster
-from harness.rbac import STOP_AND_CORDON_POLICY as POLICY
-from harness.rbac import grants
-from reaper import names
+from harness.rbac import STOP_AND_CORDON_POLICY, grants
+from reaper import names, wake
 from reaper.kinds import WORKLOAD_KINDS
 from simulation import controllers
 from simulation.in_memory_cluster import manifest
@@ -51,6 +52,16 @@ __all__ = ["_emulator_loop"]
 
 LONG_AGO = NOW - timedelta(days=30)
 NS = "research"
+WOKEN = "woken"  # wake: keda-http: a Deployment behind a Service, and one a KEDA ScaledObject scales
+# The stop-and-cordon policy, with a wake rule for WOKEN first; NOTICE gives a notice on each first.
+POLICY = STOP_AND_CORDON_POLICY.replace(
+    "rules:\n",
+    "rules:\n  - name: wake-idle\n    match: {findings: [idle_endpoint], namespaces: [woken]}\n"
+    "    action: scale_to_zero\n    wake: keda-http\n",
+)
+NOTICE = POLICY.replace("    action: cordon\n", "    action: cordon\n    notice: 1h\n").replace(
+    "    action: scale_to_zero\n", "    action: scale_to_zero\n    notice: 1h\n"
+)
 CUSTOM_API = "serving.example.com/v1"
 # Every optional part on, and a custom kind stopped through its scale subresource.
 VALUES = values_file("all-enabled-values.yaml") | {
@@ -268,15 +279,36 @@ def sent(_emulator_loop: asyncio.AbstractEventLoop, tmp_path_factory: pytest.Tem
     return recorded
 
 
+def _woken() -> list[dict[str, Any]]:
+    """Two Deployments to wake: one behind a Service, one whose KEDA ScaledObject is paused instead."""
+    chat = controllers.deployment(WOKEN, "chat", LONG_AGO, replicas=2)
+    service = manifest(
+        "Service",
+        "chat",
+        WOKEN,
+        spec={"selector": {"app": "chat"}, "ports": [{"name": "http", "port": 8000}]},
+    )
+    fed = controllers.deployment(WOKEN, "fed", LONG_AGO, replicas=2)
+    scaled = manifest(
+        "ScaledObject",
+        "fed",
+        WOKEN,
+        spec={"scaleTargetRef": {"name": "fed"}, "triggers": [{"type": "cpu", "metadata": {"value": "50"}}]},
+    )
+    return [chat, service, fed, scaled]
+
+
 def _run_everything(cluster: EmulatedCluster, tmp_path: Path) -> None:
-    cluster.declare(*(k.name for k in WORKLOAD_KINDS), "ScaledObject", "KueueWorkload")
+    cluster.declare(*(k.name for k in WORKLOAD_KINDS), "ScaledObject", "KueueWorkload", "Service")
+    cluster.install_crd("http.keda.sh/v1beta1", "InterceptorRoute", "interceptorroutes", scale=False)
     cluster.install_crd(CUSTOM_API, "ModelServer", "modelservers", scale=True)
     follow = _replicas_from("ModelServer", "Deployment", lambda root: int(root["spec"]["replicas"]))
     cluster.call(lambda: cluster.server.controllers.extend([*CONTROLLERS, follow]))
     cluster.seed(
         [
-            *(manifest("Namespace", n) for n in (NS, NAMESPACE)),
+            *(manifest("Namespace", n) for n in (NS, NAMESPACE, WOKEN)),
             *(obj for build in HOLDERS.values() for obj in build()),
+            *_woken(),
             manifest(
                 "Node", "gpu-spare", created=LONG_AGO, spec={}, status={"capacity": {"nvidia.com/gpu": "8"}}
             ),
@@ -286,17 +318,26 @@ def _run_everything(cluster: EmulatedCluster, tmp_path: Path) -> None:
         ]
     )
     idle = [finding(FindingKind.IDLE_ENDPOINT, name=n, namespace=NS, workload_kind=k) for k, n in HOLDERS]
+    idle += [finding(FindingKind.IDLE_ENDPOINT, name=n, namespace=WOKEN) for n in ("chat", "fed")]
     spare = finding(FindingKind.LOW_UTILIZATION, name="gpu-spare", workload_kind="Node")
     findings = tmp_path / "findings.json"
     findings.write_text(report(*idle, spare).to_json(), encoding="utf-8")
-    policy = tmp_path / "policy.yaml"
+    policy, noticing = tmp_path / "policy.yaml", tmp_path / "notice.yaml"
     policy.write_text(POLICY, encoding="utf-8")
+    noticing.write_text(NOTICE, encoding="utf-8")
     kube = ["--kubeconfig", str(cluster.kubeconfig), "--reaper-namespace", NAMESPACE]
-    run = ["run", "--findings", str(findings), "--policy", str(policy), "--end", rfc3339(NOW), "--apply"]
-    for argv in (run, ["restore", "--all"]):
+    run = ["run", "--findings", str(findings), "--end", rfc3339(NOW), "--apply", "--notice-annotations"]
+    # Notices first (their annotations), then the actions, which use them up (and take them off).
+    for argv in ([*run, "--policy", str(noticing)], [*run, "--policy", str(policy)], ["restore", "--all"]):
         out = io.StringIO()
         assert main([*argv, *kube], stdout=out) == 0, out.getvalue()
         assert " failed=0" in out.getvalue().strip().splitlines()[-1], out.getvalue()
+    assert not [o for o in cluster.objects("Deployment") if names.NOTICED_AT in _annotations(o)]
+    assert wake.PAUSED_BY_REAPER not in _annotations(cluster.obj("ScaledObject", WOKEN, "fed"))
+
+
+def _annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return obj["metadata"].get("annotations") or {}
 
 
 def _own(s: Sent) -> bool:
@@ -328,6 +369,10 @@ def test_every_update_the_reaper_sends_is_admitted(sent: list[Sent]) -> None:
         "kubeflow.org/notebooks",
         "/nodes",
         "serving.example.com/modelservers",
+        "apps/deployments",
+        "apps/statefulsets",
+        "apps/replicasets",
+        "keda.sh/scaledobjects",
     }
     refused = {
         f"{u.key} {u.new['metadata']['name']}: {d}"
@@ -346,29 +391,37 @@ def test_every_write_outside_its_own_objects_goes_through_scale_or_the_policy(se
     assert unchecked == set()
     scaled = {s.resource for s in sent if s.subresource == "scale"}
     assert scaled == {"deployments", "statefulsets", "replicasets", "modelservers"}
+    # The only patches of the kinds scaled through /scale: a notice's two annotations, on and off.
+    for u in _updates(sent):
+        if u.group == "apps":
+            assert _changed(u.old.get("spec") or {}, u.new.get("spec") or {}) == set(), u.key
+            assert _changed(_annotations(u.old), _annotations(u.new)) == {names.NOTICED_AT, names.ACT_AFTER}
 
 
 def test_the_policy_names_exactly_the_fields_the_reaper_writes(sent: list[Sent]) -> None:
     policy = _policy(RENDERED)
     updates = _updates(sent)
     by_resource: dict[str, dict[str, set[str]]] = {}
-    marks: set[str] = set()
+    # The reaper's marks written, by the marks the policy allows the kind (most kinds share them all;
+    # the kinds scaled through /scale and a paused ScaledObject have their own few).
+    marks: dict[frozenset[str], set[str]] = {}
     for u in updates:
         spec = _changed(u.old.get("spec") or {}, u.new.get("spec") or {})
-        annotations = _changed(
-            u.old["metadata"].get("annotations") or {}, u.new["metadata"].get("annotations") or {}
-        )
-        marks |= {a for a in annotations if a.startswith(names.PREFIX)}
+        annotations = _changed(_annotations(u.old), _annotations(u.new))
+        allowed = frozenset(policy.variable(u, "marks"))
+        marks.setdefault(allowed, set()).update(a for a in annotations if a.startswith(names.PREFIX))
         seen = by_resource.setdefault(u.key, {"spec": set(), "annotations": set()})
         seen["spec"] |= spec
         seen["annotations"] |= {a for a in annotations if not a.startswith(names.PREFIX)}
     example = {u.key: u for u in updates}
     named = {
-        key: {part: set(values) for part, values in policy.variable(u, "fields").items()}
+        key: {part: set(values) for part, values in policy.variable(u, "fields").items() if part != "marks"}
         for key, u in example.items()
     }
     assert named == by_resource
-    assert set(policy.variable(updates[0], "marks")) == marks
+    assert {allowed: set(allowed) for allowed in marks} == marks
+    assert frozenset({names.NOTICED_AT, names.ACT_AFTER}) in marks
+    assert frozenset({wake.PAUSED_BY_REAPER}) in marks
 
 
 def test_the_policy_matches_every_kind_the_chart_lets_the_reaper_patch() -> None:
@@ -435,6 +488,24 @@ def test_a_spec_field_another_kind_may_change_is_denied_here(sent: list[Sent]) -
         assert policy.denials(Update(u.user, u.group, u.resource, u.old, changed)), key
 
 
+def test_a_kind_with_marks_of_its_own_may_carry_no_other(sent: list[Sent]) -> None:
+    """A Deployment takes a notice's two annotations from the reaper, never its stop marks (those
+    live in its ConfigMap); a ScaledObject it pauses takes KEDA's paused-replicas, never KEDA's
+    other pause, which would hold the workload at whatever count it has."""
+    policy = _policy(RENDERED)
+    updates = {u.key: u for u in _updates(sent)}
+    for key, extra in (
+        ("apps/deployments", names.ORIGINAL_REPLICAS),
+        ("apps/statefulsets", names.REAPED_AT),
+        ("keda.sh/scaledobjects", wake.KEDA_PAUSED),
+        ("keda.sh/scaledobjects", names.NOTICED_AT),
+    ):
+        u = updates[key]
+        assert not policy.denials(u), key
+        meta = {**u.new["metadata"], "annotations": {**_annotations(u.new), extra: "0"}}
+        assert policy.denials(Update(u.user, u.group, u.resource, u.old, {**u.new, "metadata": meta})), key
+
+
 def test_the_policy_binds_only_the_reapers_own_requests(sent: list[Sent]) -> None:
     policy = _policy(RENDERED)
     update = next(u for u in _updates(sent) if u.key == "kubeflow.org/notebooks")
@@ -451,6 +522,7 @@ def test_kinds_switched_off_are_neither_patchable_nor_matched() -> None:
     defaults = yaml.safe_load((CHART_DIR / "values.yaml").read_text(encoding="utf-8"))
     values["rbac"]["controllers"] = dict.fromkeys(defaults["rbac"]["controllers"], False)
     values["rbac"]["cordonNodes"] = False
+    values["rbac"]["noticeAnnotations"] = values["rbac"]["wakeKedaHttp"] = False
     manifests = render(values)
     rules = only(manifests, "ValidatingAdmissionPolicy")["spec"]["matchConstraints"]["resourceRules"]
     assert [(r["apiGroups"], r["resources"]) for r in rules] == [(["serving.example.com"], ["modelservers"])]

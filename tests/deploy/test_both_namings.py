@@ -41,7 +41,15 @@ from common import metric_names as m
 from dashboards import promql
 from harness.binaries import require_binary
 from harness.extra_fleet import END, END_S
-from harness.grafana import PanelQuery, dashboard_files, interpolate, load, panel_queries, resolve
+from harness.grafana import (
+    PanelQuery,
+    dashboard_files,
+    interpolate,
+    load,
+    panel_queries,
+    raw_series_dashboard_files,
+    resolve,
+)
 from harness.naming_fleets import FORMS, OVERLAP, form_series, naming_fleets
 from harness.promql import instant
 from harness.rules import ALERTS_DIR, AlertRule, load_rules
@@ -50,7 +58,7 @@ from simulation.fleet import Naming, Series
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.victoriametrics, pytest.mark.slow]
 
-QUERIES = [q for path in dashboard_files() for q in panel_queries(path)]
+QUERIES = [q for path in raw_series_dashboard_files() for q in panel_queries(path)]
 RULES = load_rules()
 RULES_FILE = ALERTS_DIR / "gpu-analyzer.recording.yaml"
 TSDBS = ("prometheus", "victoriametrics")

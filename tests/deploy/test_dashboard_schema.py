@@ -30,7 +30,7 @@ from harness.promql import metric_names, selectors
 
 DASHBOARDS = dashboard_files()
 QUERIES = [q for path in DASHBOARDS for q in panel_queries(path)]
-EXPECTED = {"fleet", "waste", "workload", "node", "starvation"}
+EXPECTED = {"fleet", "waste", "workload", "node", "starvation", "chargeback"}
 
 
 def _datasource_refs(node: Any, path: str = "") -> list[tuple[str, Any]]:
@@ -47,7 +47,7 @@ def _datasource_refs(node: Any, path: str = "") -> list[tuple[str, Any]]:
     return found
 
 
-def test_the_five_dashboards_exist_with_unique_uids_and_titles() -> None:
+def test_the_six_dashboards_exist_with_unique_uids_and_titles() -> None:
     loaded = [load(p) for p in DASHBOARDS]
     assert {p.stem for p in DASHBOARDS} == EXPECTED
     assert len({d["uid"] for d in loaded}) == len(loaded)
@@ -120,10 +120,17 @@ def test_query_parses_and_every_selector_is_scoped_to_the_cluster(query: PanelQu
 SCOPES = {"namespace": {"namespace"}, "pod": {"pod"}, "node": {"Hostname", "hostname"}}
 
 
+#: The chargeback rollups' parts about the fleet's GPUs, not about any namespace's pods.
+FLEET_PARTS = frozenset({"reported", "unallocated", "instances", "evaluations"})
+
+
 def _cluster_wide(expr: str) -> bool:
     return all(
         n == "up" or n.startswith(("gpu_reaper_", "gpu_exporter_"))
         for n in metric_names(with_placeholders(expr))
+    ) or all(
+        any(m.name == "chargeback_part" and m.value in FLEET_PARTS for m in s.matchers.matchers)
+        for s in selectors(with_placeholders(expr))
     )
 
 

@@ -36,6 +36,7 @@ from harness.grafana import (
     interpolate,
     load,
     panel_queries,
+    raw_series_dashboard_files,
     resolve,
     with_placeholders,
 )
@@ -55,7 +56,7 @@ def dcgm_exporter_4_9() -> list[Series]:
 FLEETS = {**DATASETS, "dcgm-exporter-4.9": dcgm_exporter_4_9}
 #: The fleets served by dcgm-exporter alone, in either naming.
 DCGM_EXPORTER = ("dcgm-exporter", "dcgm-exporter-4.9")
-QUERIES = [q for path in dashboard_files() for q in panel_queries(path)]
+QUERIES = [q for path in raw_series_dashboard_files() for q in panel_queries(path)]
 #: One value per variable where "All" is not wanted: a Job's pod on an exclusive GPU has every series
 #: of both exporters (a pod on a shared GPU has, from gpu-exporter, only its share); cluster b and its
 #: gpu-exporter node run both exporters. A choice that is not offered falls back to the first option.

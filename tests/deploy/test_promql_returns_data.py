@@ -33,6 +33,7 @@ from harness.grafana import (
     load,
     options,
     panel_queries,
+    raw_series_dashboard_files,
     resolve,
     variable_query,
     variables,
@@ -46,7 +47,7 @@ from simulation.fleet import Fleet, load_scenario, simulate
 pytestmark = [pytest.mark.prometheus, pytest.mark.slow]
 
 STANDARD_METRICS = frozenset(s.name for s in simulate(load_scenario("standard")).series)
-QUERIES = [q for path in dashboard_files() for q in panel_queries(path)]
+QUERIES = [q for path in raw_series_dashboard_files() for q in panel_queries(path)]
 RULES = load_rules()
 
 # Single-value variables of the workload drill-down: a Job in the standard fleet, a Deployment
@@ -100,7 +101,7 @@ def _ids(item: PanelQuery | AlertRule) -> str:
 
 VARIABLES = [
     pytest.param(path.stem, v, id=f"{path.stem}/{v['name']}")
-    for path in dashboard_files()
+    for path in raw_series_dashboard_files()
     for v in variables(load(path))
     if v["type"] == "query" and v["name"] != "cluster"  # a single-cluster fleet has no cluster label
 ]

@@ -7,7 +7,7 @@ reaper writes only roots), and they honour the native stop the reaper sets on th
 - KServe InferenceService: the predictor Deployment at 0 while ``serving.kserve.io/stop`` is "true";
 - LeaderWorkerSet, Argo Rollout: the leader StatefulSet / ReplicaSet follow ``spec.replicas``;
 - JobSet: its Jobs follow ``spec.suspend``;
-- Kueue: a Job follows its Workload's admission, whoever wrote the Job's ``spec.suspend``.
+- Kueue: a Job, JobSet or RayCluster follows its Workload's admission, whoever wrote its ``spec.suspend``.
 """
 
 from __future__ import annotations
@@ -103,7 +103,8 @@ def _kueue(server: ApiServer) -> None:
     admitted is unsuspended again (the job reconciler's "job admitted, unsuspending"), and a Workload
     set ``spec.active: false`` is evicted and its Job suspended until it is set active again."""
     for workload, job in _children(server, "KueueWorkload"):
-        if job["kind"] != "Job":
+        kind = kind_of(job["apiVersion"], job["kind"])
+        if kind not in ("Job", "JobSet", "RayCluster"):
             continue
         active = (workload.get("spec") or {}).get("active") is not False
         before = {c["type"]: c for c in (workload.get("status") or {}).get("conditions") or ()}
@@ -115,7 +116,7 @@ def _kueue(server: ApiServer) -> None:
             server.controller_patch("KueueWorkload", meta["namespace"], meta["name"], {"status": status})
         if bool((job.get("spec") or {}).get("suspend")) == active:
             server.controller_patch(
-                "Job", meta["namespace"], job["metadata"]["name"], {"spec": {"suspend": not active}}
+                kind, meta["namespace"], job["metadata"]["name"], {"spec": {"suspend": not active}}
             )
 
 

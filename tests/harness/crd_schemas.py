@@ -155,3 +155,197 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         },
     ),
 }
+
+
+# --- the KEDA HTTP add-on's and KEDA's CRDs, for the objects ``wake: keda-http`` writes -----------------
+# From the published CRDs: http-add-on config/crd/bases (v0.14, v0.15) and keda config/crd/bases
+# keda.sh_scaledobjects.yaml. Fields the reaper does not write are left out, and so refused: a name
+# the CRD does not declare is pruned by the API server, silently, which is the failure to catch.
+
+_INT32 = {"type": "integer", "minimum": -(2**31), "maximum": 2**31 - 1}
+_PORT = {"type": "integer", "minimum": 1, "maximum": 65535}
+_HOSTS = {"type": "array", "items": {"type": "string"}, "uniqueItems": True}
+_TARGET_VALUE = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["targetValue"],
+    "properties": {"targetValue": {**_INT32, "minimum": 1}},
+}
+_SCALING_METRIC = {
+    "type": "object",
+    "additionalProperties": False,
+    "minProperties": 1,  # x-kubernetes-validations: one of concurrency, requestRate
+    "properties": {
+        "concurrency": _TARGET_VALUE,
+        "requestRate": {
+            **_TARGET_VALUE,
+            "properties": {
+                "targetValue": {**_INT32, "minimum": 1},
+                "granularity": {"type": "string"},
+                "window": {"type": "string"},
+            },
+        },
+    },
+}
+_WAKE_METADATA = {
+    "type": "object",
+    "required": ["name", "namespace"],
+    "properties": {
+        "name": {"type": "string", "minLength": 1},
+        "namespace": {"type": "string", "minLength": 1},
+        "labels": _LABELS,
+        "annotations": _LABELS,
+    },
+}
+
+
+def _custom(api_version: str, kind: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["apiVersion", "kind", "metadata", "spec"],
+        "properties": {
+            "apiVersion": {"const": api_version},
+            "kind": {"const": kind},
+            "metadata": _WAKE_METADATA,
+            "spec": spec,
+        },
+    }
+
+
+# One of port, portName (the CRDs' x-kubernetes-validations).
+_ONE_PORT = {"oneOf": [{"required": ["port"]}, {"required": ["portName"]}]}
+
+ADDON_SCHEMAS: dict[str, dict[str, Any]] = {
+    "InterceptorRoute": _custom(
+        "http.keda.sh/v1beta1",
+        "InterceptorRoute",
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["scalingMetric", "target"],
+            "properties": {
+                "target": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["service"],
+                    **_ONE_PORT,
+                    "properties": {
+                        "service": {"type": "string", "minLength": 1},
+                        "port": _PORT,
+                        "portName": {"type": "string", "minLength": 1},
+                    },
+                },
+                "rules": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "properties": {
+                            "hosts": _HOSTS,
+                            "paths": {
+                                "type": "array",
+                                "items": {
+                                    "type": "object",
+                                    "additionalProperties": False,
+                                    "required": ["value"],
+                                    "properties": {"value": {"type": "string", "minLength": 1}},
+                                },
+                            },
+                        },
+                    },
+                },
+                "scalingMetric": _SCALING_METRIC,
+                "timeouts": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {
+                        "readiness": {"type": "string"},
+                        "request": {"type": "string"},
+                        "responseHeader": {"type": "string"},
+                    },
+                },
+            },
+        },
+    ),
+    "HTTPScaledObject": _custom(
+        "http.keda.sh/v1alpha1",
+        "HTTPScaledObject",
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["scaleTargetRef"],
+            "properties": {
+                "hosts": {"type": "array", "items": {"type": "string"}},
+                "pathPrefixes": {"type": "array", "items": {"type": "string"}},
+                "scaleTargetRef": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["service"],
+                    **_ONE_PORT,
+                    "properties": {
+                        "apiVersion": {"type": "string"},
+                        "kind": {"type": "string"},
+                        "name": {"type": "string"},
+                        "service": {"type": "string"},
+                        "port": _INT32,
+                        "portName": {"type": "string"},
+                    },
+                },
+                "replicas": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {"min": _INT32, "max": _INT32},
+                },
+                "scalingMetric": _SCALING_METRIC,
+                "scaledownPeriod": _INT32,
+                "timeouts": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {"conditionWait": {"type": "string"}, "responseHeader": {"type": "string"}},
+                },
+            },
+        },
+    ),
+    "ScaledObject": _custom(
+        "keda.sh/v1alpha1",
+        "ScaledObject",
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["scaleTargetRef", "triggers"],
+            "properties": {
+                "scaleTargetRef": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["name"],
+                    "properties": {
+                        "apiVersion": {"type": "string"},
+                        "kind": {"type": "string"},
+                        "name": {"type": "string", "minLength": 1},
+                        "envSourceContainerName": {"type": "string"},
+                    },
+                },
+                "minReplicaCount": {**_INT32, "minimum": 0},
+                "maxReplicaCount": {**_INT32, "minimum": 1},
+                "idleReplicaCount": {**_INT32, "minimum": 0},
+                "cooldownPeriod": {**_INT32, "minimum": 0},
+                "pollingInterval": {**_INT32, "minimum": 1},
+                "triggers": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "required": ["metadata", "type"],
+                        "properties": {
+                            "type": {"type": "string", "minLength": 1},
+                            "name": {"type": "string"},
+                            # map[string]string in KEDA's types: a number here is refused.
+                            "metadata": _LABELS,
+                        },
+                    },
+                },
+            },
+        },
+    ),
+}

@@ -81,6 +81,12 @@ def access_of(method: str, url: str) -> Access:
     return Access(verb, group, resource, namespace, name)
 
 
+def is_discovery(url: str) -> bool:
+    """GET /apis/GROUP/VERSION and the like: every authenticated user's (system:discovery), not RBAC's."""
+    parts = [p for p in urlsplit(url).path.split("/") if p]
+    return (parts[:1] == ["apis"] and len(parts) <= 3) or (parts[:1] == ["api"] and len(parts) <= 2)
+
+
 @dataclass(frozen=True, order=True)
 class Grant:
     """One (group, resource, verb, resourceName) of a rule, with where its binding applies it."""

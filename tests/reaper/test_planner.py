@@ -870,6 +870,22 @@ VARIANTS: tuple[Mapping[str, Any], ...] = (
             },
         ]
     },
+    {
+        "rules": [
+            {
+                "name": "noticed",
+                "match": {"findings": ["idle_endpoint", "low_utilization"]},
+                "action": "scale_to_zero",
+                "notice": "2h",
+            },
+            {
+                "name": "nodes",
+                "match": {"findings": ["low_utilization"], "kinds": ["Node"]},
+                "action": "cordon",
+                "notice": "1h",
+            },
+        ]
+    },
 )
 
 # Findings several rows hold back at once, so that the precedence of their reasons is exercised.

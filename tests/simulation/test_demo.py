@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import re
+from html import unescape
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,8 @@ def test_demo_prints_findings_dry_run_plan_slack_preview_and_writes_the_report(
     assert re.search(r"idle_endpoint +serving/Deployment/legacy-ranker +2 +12\.0 +1\.00", text)
     # The dry-run plan: the real planner's decisions, with reasons.
     assert re.search(
-        r"would scale to zero +Deployment serving/legacy-ranker: replicas 2 → 0 +idle endpoint on 2 GPUs",
+        r"would scale to zero +Deployment serving/legacy-ranker: replicas 2 → 0; handed to the KEDA HTTP "
+        r"add-on: .* +idle endpoint on 2 GPUs",
         text,
     )
     assert re.search(r"would cordon +Node gpu-spare: cordon", text)
@@ -35,7 +37,7 @@ def test_demo_prints_findings_dry_run_plan_slack_preview_and_writes_the_report(
     assert "Reclaimable 72 GPU-hours/day (≈ 180 USD/day)" in text
     assert "gpu-reaper/exclude=true" in text
     assert text.rstrip().endswith(
-        "gpu-reaper: mode=dry-run gpus=36 findings=15 planned=10 applied=0 skipped=5 failed=0"
+        "gpu-reaper: mode=dry-run gpus=36 findings=15 planned=10 applied=0 skipped=5 failed=0 pending_gpus=1"
     )
 
     report = tmp_path / "gpu-reaper-report.html"
@@ -48,11 +50,9 @@ def test_the_default_demo_reclaims_through_notebook_inferenceservice_and_rayclus
     assert main(["demo", "--output", str(tmp_path / "r.html")], stdout=out) == 0
     text = out.getvalue()
     assert 'scenario "demo"' in text
-    # The plan names the root it would stop and the child holding the GPUs.
+    # The plan names the root it would stop (after a notice, for the notebook) and the child holding the GPUs.
     assert re.search(
-        r"would stop +Notebook research/alice: annotation kubeflow-resource-stopped=2026-01-05T00:00:00Z +"
-        r"idle endpoint .*\[GPUs held by StatefulSet research/alice\]",
-        text,
+        r"noticed +Notebook research/alice +notice given now; may act after 2026-01-05T02:00:00Z", text
     )
     assert re.search(
         r"would stop +InferenceService serving/summarizer: annotation serving.kserve.io/stop=true +"
@@ -61,12 +61,39 @@ def test_the_default_demo_reclaims_through_notebook_inferenceservice_and_rayclus
     )
     assert re.search(r"heads-up +RayCluster research/ray-tune +low utilization on 4 GPUs", text)
     # Slack says what it would do to each root, in its own terms.
-    assert "*Would stop* `research/alice` (Notebook; GPUs held by StatefulSet research/alice)" in text
+    assert "*Would give notice* `research/alice` (Notebook; GPUs held by StatefulSet research/alice)" in text
     assert "*Would stop* `serving/summarizer` (InferenceService; GPUs held by Deployment" in text
     assert "*Heads-up* `research/ray-tune` (RayCluster)" in text
     assert text.rstrip().endswith(
-        "gpu-reaper: mode=dry-run gpus=44 findings=19 planned=14 applied=0 skipped=5 failed=0"
+        "gpu-reaper: mode=dry-run gpus=44 findings=19 planned=13 applied=0 skipped=6 failed=0 pending_gpus=1"
     )
+
+
+def test_the_demo_shows_a_notice_an_action_for_pending_work_and_a_wake_on_every_surface(
+    tmp_path: Path,
+) -> None:
+    """The demo cluster has a Pod pending for an A100 and a Service in front of legacy-ranker, and
+    serves the KEDA HTTP add-on's API: the demo policy's notice, demand and wake rules all decide."""
+    out = io.StringIO()
+    page = tmp_path / "r.html"
+    assert main(["demo", "--output", str(page)], stdout=out) == 0
+    text = out.getvalue()
+    terminal = text[text.index("Plan (dry-run") : text.index("Slack messages (preview)")]
+    slack = text[text.index("Slack messages (preview)") :]
+    plan = unescape(page.read_text(encoding="utf-8"))
+    plan = plan[plan.index('<section class="plan"') :]
+    demand = "Pod research/finetune-0 (1 × nvidia.com/gpu on nvidia.com/gpu.product=NVIDIA-A100-SXM4-80GB)"
+    handed = "InterceptorRoute legacy-ranker + ScaledObject legacy-ranker → Service legacy-ranker:8000"
+    until = "gpu-reaper/exclude-until=2026-01-12T00:00:00Z"
+    snooze = f"kubectl annotate --overwrite notebook alice -n research {until}"
+    assert f"for pending GPU work (pending_gpus=1): {demand}" in terminal
+    assert f"For pending GPU work (`pending_gpus=1`): {demand}" in slack
+    assert f"for pending GPU work (pending_gpus=1: {demand})" in plan
+    for surface in (terminal, slack, plan):
+        assert handed in surface and "the first request through the add-on's interceptor wakes it" in surface
+    assert "*Wake on request*" in slack and 'class="sub wake"' in plan
+    assert "*Would give notice* `research/alice`" in slack and snooze in slack
+    assert "research/alice" in plan and "2026-01-05T02:00:00Z" in plan
 
 
 def test_each_action_has_one_name_and_its_exact_write_in_terminal_html_and_slack(tmp_path: Path) -> None:
@@ -82,8 +109,12 @@ def test_each_action_has_one_name_and_its_exact_write_in_terminal_html_and_slack
     plan = plan[: plan.index("</section>")]
     for verb, write in (
         ("would stop", "InferenceService serving/summarizer: annotation serving.kserve.io/stop=true"),
-        ("would stop", "Notebook research/alice: annotation kubeflow-resource-stopped=2026-01-05T00:00:00Z"),
-        ("would scale to zero", "Deployment serving/legacy-ranker: replicas 2 → 0"),
+        (
+            "would scale to zero",
+            "Deployment serving/legacy-ranker: replicas 2 → 0; handed to the KEDA HTTP add-on: "
+            "InterceptorRoute legacy-ranker and ScaledObject legacy-ranker (Service legacy-ranker port "
+            "8000); a request wakes it",
+        ),
         ("would scale to zero", "StatefulSet serving/embeddings: replicas 1 → 0"),
         ("would cordon", "Node gpu-spare: cordon (unschedulable false → true)"),
     ):

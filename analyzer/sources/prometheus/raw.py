@@ -9,14 +9,23 @@ a query, side by side. The text is ``FleetQueries``' (``device_raw``, ``bucket_r
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from functools import partial
 from math import ceil, isfinite
 from typing import TYPE_CHECKING
 
-from analyzer.sources import dcgm, promql
-from analyzer.sources.aggregates import DeviceAggregate, DeviceKey, DeviceSamples, FleetSnapshot, MemoryPeak
+from analyzer.sources import dcgm, promql, vocabulary
+from analyzer.sources.aggregates import (
+    DeviceAggregate,
+    DeviceKey,
+    DeviceSamples,
+    FleetSnapshot,
+    GpuReadings,
+    MemoryPeak,
+    merged_points,
+    readings_of,
+)
 from analyzer.sources.fleet_queries import FleetQueries
 from analyzer.sources.prometheus.batch import Batch, device_key
 from analyzer.sources.prometheus_api import RangeSeries
@@ -111,6 +120,40 @@ class RawReads:
             for c in range(time_chunks):
                 yield from self.client.matrix(text, window.start + chunk * (c + 1))
 
+    def gpu_readings(
+        self, snapshot: FleetSnapshot, keys: Sequence[DeviceKey]
+    ) -> dict[DeviceKey, GpuReadings]:
+        """Raw utilization of each holder, and raw power, limit and clock-event reasons of its GPU,
+        read by name in both namings (not discovered: a GPU serving none reads empty)."""
+        caps = snapshot.capabilities
+        q = FleetQueries(caps, snapshot.window.duration)
+        devs = [snapshot.devices[k] for k in dict.fromkeys(keys) if k in snapshot.devices]
+        if not devs:
+            return {}
+        util: dict[DeviceKey, list[tuple[list[float], list[float]]]] = defaultdict(list)
+        for metric in dict.fromkeys(m for d in devs for m in d.info.metrics):
+            mine = [d for d in devs if metric in d.info.metrics]
+            for series in self._pull(snapshot, mine, partial(q.device_raw, metric)):
+                key = device_key(series.labels, caps)
+                if key is not None and key in snapshot.devices:
+                    factor = caps.to_percent(metric, series.labels.get(dcgm.JOB, ""))
+                    util[key].append((series.timestamps, [v * factor for v in series.values]))
+        names = (*vocabulary.POWER, *vocabulary.POWER_LIMIT, *vocabulary.CLOCK_EVENTS)
+
+        def board(uuids: Sequence[str], window: timedelta) -> str:
+            matchers = [*caps.scope, promql.one_of("__name__", names), promql.one_of(dcgm.UUID, uuids)]
+            return promql.ranged(promql.selector("", matchers), window)
+
+        gpu: dict[str, dict[str, list[tuple[list[float], list[float]]]]] = defaultdict(
+            lambda: defaultdict(list)
+        )
+        for series in self._pull(snapshot, devs, board, per_series=3):
+            name = series.labels.get("__name__", "")
+            uuid = series.labels.get(dcgm.UUID, "")
+            if name in vocabulary.BY_NAME:
+                gpu[uuid][name].append((series.timestamps, series.values))
+        return {d.key: _readings(util.get(d.key, []), gpu.get(d.key.uuid, {})) for d in devs}
+
     def memory_used(self, snapshot: FleetSnapshot, keys: Sequence[DeviceKey]) -> dict[DeviceKey, float]:
         """Mean framebuffer memory used (MiB) over the window, for devices that report it."""
         if not keys or not snapshot.capabilities.memory:
@@ -199,3 +242,11 @@ def _merge(parts: Sequence[tuple[RangeSeries, float]]) -> tuple[np.ndarray, np.n
     v = np.concatenate([np.asarray(p.values, dtype=float) * scale for p, scale in parts])
     t, first = np.unique(t, return_index=True)
     return t, v[first]
+
+
+def _readings(
+    util: Sequence[tuple[Sequence[float], Sequence[float]]],
+    by_name: Mapping[str, Sequence[tuple[Sequence[float], Sequence[float]]]],
+) -> GpuReadings:
+    """One holder's readings from its raw series (utilization already in percent)."""
+    return readings_of(merged_points(util), by_name)

@@ -18,6 +18,7 @@ from analyzer.sources.aggregates import (
     DeviceKey,
     DeviceSamples,
     FleetSnapshot,
+    GpuReadings,
     MemoryPeak,
     SpanNumbers,
 )
@@ -28,6 +29,7 @@ from analyzer.sources.prometheus.batch import Batch
 from analyzer.sources.prometheus.raw import MAX_POINTS_PER_SERIES, MAX_SAMPLES_PER_QUERY, RawReads
 from analyzer.sources.prometheus.spans import Window
 from analyzer.sources.prometheus_api import PrometheusClient, PrometheusConfig, VectorSample
+from analyzer.sources.waits import WaitCounts, WaitRule
 from common.model import TimeWindow
 from common.thresholds import Thresholds
 
@@ -142,6 +144,16 @@ class PrometheusSource:
         self, snapshot: FleetSnapshot, keys: Sequence[DeviceKey], bucket_keys: Sequence[DeviceKey] = ()
     ) -> dict[DeviceKey, DeviceSamples]:
         return self._raw.device_samples(snapshot, keys, bucket_keys)
+
+    def gpu_readings(
+        self, snapshot: FleetSnapshot, keys: Sequence[DeviceKey]
+    ) -> dict[DeviceKey, GpuReadings]:
+        return self._raw.gpu_readings(snapshot, keys)
+
+    def waiting_counts(
+        self, snapshot: FleetSnapshot, wanted: Sequence[Window], rule: WaitRule
+    ) -> dict[Window, WaitCounts]:
+        return spans.waiting_counts(self.client, snapshot, wanted, rule)
 
     def memory_used(self, snapshot: FleetSnapshot, keys: Sequence[DeviceKey]) -> dict[DeviceKey, float]:
         return self._raw.memory_used(snapshot, keys)

@@ -48,6 +48,7 @@ from analyzer.sources.span_queries import (
     joined,
     tagged,
 )
+from analyzer.sources.waits import WaitCounts, WaitRule, board_waits
 from common.model import TimeWindow
 from common.thresholds import Thresholds
 
@@ -132,6 +133,66 @@ def first_busy(
         answers = _ask_terms(client, snapshot, _terms(snapshot, again), families)
         out |= {w: min(got["first"]) for w, got in answers.items() if got.get("first")}
     return out
+
+
+def waiting_counts(
+    client: PrometheusClient, snapshot: FleetSnapshot, wanted: Sequence[Window], rule: WaitRule
+) -> dict[Window, WaitCounts]:
+    """Per holder and span, its samples and those that wait (``waits``), counted by the TSDB: a
+    subquery at the step of the data joins each busy sample with its board's power, limit and
+    clock-event reasons at that step. Terms name GPUs (their boards' series are selected by
+    ``UUID``), at most 15 each, fewer where a long span's pieces would pass the length limit."""
+    caps = snapshot.capabilities
+    counted = _waiting_text(caps, rule)
+    groups: dict[tuple[tuple[str, ...], str, TimeWindow], dict[DeviceKey, None]] = defaultdict(dict)
+    for key, span in wanted:
+        if (dev := snapshot.devices.get(key)) is not None:
+            groups[(dev.info.metrics, dev.info.job, span)][key] = None
+    terms: list[SpanTerm] = []
+    for (metrics, job, span), held in sorted(groups.items(), key=_by_span):
+        step = snapshot.devices[next(iter(held))].interval_s or 15.0
+        metric, *others = metrics
+        scale = caps.to_percent(metric, job)
+        renamed = tuple((name, caps.to_percent(name, job) / scale) for name in others)
+        by_gpu: dict[str, list[DeviceKey]] = defaultdict(list)
+        for key in held:
+            by_gpu[key.uuid].append(key)
+        term_of = partial(_gpu_term, caps, metric, renamed, by_gpu, span, step, scale)
+
+        def text(uuids: Sequence[str], of: Callable[[Sequence[str]], SpanTerm] = term_of) -> str:
+            return counted(of(uuids))
+
+        terms += [term_of(run) for run in promql.fitting(sorted(by_gpu), text, HOLDERS_PER_TERM)]
+    families: list[Family] = [{"n": lambda term: term.samples(), "waiting": counted}]
+    answers = _ask_terms(client, snapshot, _batched(terms), families)
+    return {
+        w: WaitCounts(_first(got, "n") or 0.0, _first(got, "waiting") or 0.0)
+        for w, got in answers.items()
+        if _first(got, "n")
+    }
+
+
+def _gpu_term(
+    caps: Capabilities,
+    metric: str,
+    renamed: Sequence[tuple[str, float]],
+    by_gpu: Mapping[str, Sequence[DeviceKey]],
+    span: TimeWindow,
+    step: float,
+    scale: float,
+    uuids: Sequence[str],
+) -> SpanTerm:
+    """A term naming GPUs (not pods): the holders of ``uuids`` over ``span``."""
+    keys = [k for u in uuids for k in by_gpu[u]]
+    holders = [promql.one_of(dcgm.UUID, sorted(uuids))]
+    if renamed:
+        return RenamedTerm(caps, metric, renamed, keys, span, step, scale, holders=holders)
+    return SpanTerm(caps, metric, keys, span, step, scale, holders=holders)
+
+
+def _waiting_text(caps: Capabilities, rule: WaitRule) -> Callable[[SpanTerm], str]:
+    """A term's count of waiting samples."""
+    return lambda term: term.waiting(rule.busy_percent, board_waits(caps.scope, sorted(term.uuids), rule))
 
 
 def _needs(caps: Capabilities, looks: Sequence[CloserLook]) -> dict[Window, Need]:
@@ -261,8 +322,6 @@ def _terms(snapshot: FleetSnapshot, wanted: Sequence[Window]) -> list[list[SpanT
         dev = snapshot.devices.get(key)
         if dev is not None:
             groups[(dev.info.metrics, dev.info.job, span)][key] = None
-    batches: list[list[SpanTerm]] = []
-    batch_names: list[set[str]] = []
     terms: list[SpanTerm] = []
     for (metrics, job, span), held in sorted(groups.items(), key=_by_span):
         step = snapshot.devices[next(iter(held))].interval_s or 15.0
@@ -271,6 +330,13 @@ def _terms(snapshot: FleetSnapshot, wanted: Sequence[Window]) -> list[list[SpanT
         renamed = tuple((name, caps.to_percent(name, job) / scale) for name in others)
         for keys in _term_keys(list(held)):
             terms += _fitting(caps, metric, keys, span, step, scale, renamed)
+    return _batched(terms)
+
+
+def _batched(terms: Sequence[SpanTerm]) -> list[list[SpanTerm]]:
+    """Terms into queries none of whose terms clash."""
+    batches: list[list[SpanTerm]] = []
+    batch_names: list[set[str]] = []
     for term in terms:
         names = term.uuids | term.pods
         for batch, seen in zip(batches, batch_names, strict=True):

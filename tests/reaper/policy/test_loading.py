@@ -19,7 +19,19 @@ def one_rule(match: str, action: str, name: str = "idle") -> str:
 
 def test_documented_example_validates_and_is_the_demo_policy() -> None:
     p = load_policy(DOCS / "policy.example.yaml")
-    assert [r.name for r in p.rules] == ["idle-endpoints", "idle-nodes", "tell-owners"]
+    assert [r.name for r in p.rules] == [
+        "research-notice-first",
+        "wake-inference-on-request",
+        "embeddings-when-wanted",
+        "idle-endpoints",
+        "idle-nodes",
+        "tell-owners",
+    ]
+    assert [(r.notice is not None, r.wake, r.when) for r in p.rules[:3]] == [
+        (True, None, None),
+        (False, "keda-http", None),
+        (False, None, "demand"),
+    ]
     demo = Path(__file__).resolve().parents[3] / "simulation" / "demo-policy.yaml"
     assert demo.read_text(encoding="utf-8") == (DOCS / "policy.example.yaml").read_text(encoding="utf-8")
 
@@ -127,8 +139,8 @@ BROKEN = [
     ),
     pytest.param(
         one_rule("{findings: [unknown]}", "scale_to_zero"),
-        "line 3: rules[0].match.findings[0]: Input should be 'idle_endpoint', 'low_utilization' or "
-        "'dataloader_starvation'",
+        "line 3: rules[0].match.findings[0]: Input should be 'idle_endpoint', 'low_utilization', "
+        "'dataloader_starvation' or 'stalled_job' (got 'unknown')",
         id="acting-on-unknown",
     ),
     pytest.param(

@@ -20,6 +20,13 @@ controller_managed), never scaled behind its back.
 - apiGroups: ["apps"]
   resources: ["deployments/scale", "statefulsets/scale", "replicasets/scale"]
   verbs: ["patch"]
+{{- if .Values.rbac.noticeAnnotations }}
+# A rule's notice annotates the object (gpu-reaper/noticed-at, gpu-reaper/act-after): the only patch
+# of these kinds, which rbac.admissionPolicy narrows to exactly those two annotations.
+- apiGroups: ["apps"]
+  resources: ["deployments", "statefulsets", "replicasets"]
+  verbs: ["patch"]
+{{- end }}
 - apiGroups: ["batch"]
   resources: ["jobs"]
   verbs: {{ if .Values.rbac.controllers.kueueJobs }}["list", "get", "patch"]{{ else }}["list"]{{ end }}
@@ -83,9 +90,37 @@ controller_managed), never scaled behind its back.
 - apiGroups: ["autoscaling"]
   resources: ["horizontalpodautoscalers"]
   verbs: ["list"]
+{{- if .Values.rbac.wakeKedaHttp }}
+# wake: keda-http (docs/wake.md): the Services in front of a workload are read; the KEDA HTTP
+# add-on's objects are created, and deleted on restore (only those labelled as gpu-reaper's); a
+# ScaledObject already there is paused (autoscaling.keda.sh/paused-replicas) and unpaused.
+- apiGroups: [""]
+  resources: ["services"]
+  verbs: ["list"]
+- apiGroups: ["http.keda.sh"]
+  resources: ["interceptorroutes", "httpscaledobjects"]
+  verbs: ["list", "create", "delete"]
+- apiGroups: ["keda.sh"]
+  resources: ["scaledobjects"]
+  verbs: ["list", "get", "create", "patch", "delete"]
+{{- else }}
 - apiGroups: ["keda.sh"]
   resources: ["scaledobjects"]
   verbs: ["list"]
+{{- end }}
+{{- if .Values.rbac.readPendingPods }}
+# when: demand (docs/reaper.md): the pods Pending as unschedulable that ask for GPUs, and the Kueue
+# Workloads waiting for admission, are the demand a rule acts against. Listed only, never read one
+# by one: a pod's spec is what the scheduler reads, its logs and Secrets stay out of reach.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list"]
+{{- if not .Values.rbac.controllers.kueueJobs }}
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads"]
+  verbs: ["list"]
+{{- end }}
+{{- end }}
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
