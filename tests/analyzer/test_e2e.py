@@ -38,9 +38,10 @@ MIN_PRECISION = 1.0  # a false verdict can stop someone's work
 MIN_RECALL = 0.95
 # A run's query count does not follow the number of GPUs: discovery, one interval probe per scrape
 # job, the per-metric aggregates, a histogram, Kubernetes and cAdvisor queries, then the closer
-# looks, which grow with the number of distinct judged spans (young pods), a few per query. The
-# fleets here hold a few dozen such spans.
-MAX_QUERIES = 50
+# looks, which grow with the number of distinct judged spans (young pods), a few per query, and the
+# stalled-job round's waiting counts, which grow with the busy multi-GPU candidates (15 GPUs a query).
+# The fleets here hold a few dozen such spans and candidates.
+MAX_QUERIES = 60
 
 
 def assert_meets_targets(result: Score) -> None:
@@ -277,8 +278,11 @@ def test_randomized_fleet_in_victoriametrics_matches_ground_truth(
     result = scoreboard(f"victoriametrics / synthetic-296 seed {seed}", analysis, fleet)
     assert_meets_targets(result)
     assert source.client.stats.requests <= MAX_QUERIES
-    # Enough of each kind for the figures to mean something, unloaded endpoints among them.
-    assert all(tp >= 5 for _p, _r, tp, _fp, _fn in result.values()), result
+    # Enough of each kind for the figures to mean something, unloaded endpoints among them. These
+    # fleets hold no multi-GPU job that waits on a rank (stalled.yaml does): none found, none missed.
+    assert result[FindingKind.STALLED_JOB][2:] == (0, 0, 0), result
+    judged = {kind: score for kind, score in result.items() if kind is not FindingKind.STALLED_JOB}
+    assert all(tp >= 5 for _p, _r, tp, _fp, _fn in judged.values()), result
     unloaded = [
         f
         for f in analysis.report.findings

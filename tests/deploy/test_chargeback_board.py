@@ -126,7 +126,18 @@ def _close(got: float, want: float, where: str) -> None:
     assert got == pytest.approx(want, rel=REL, abs=ABS), where
 
 
-@pytest.mark.parametrize("tsdb", ["prometheus", "victoriametrics"])
+# Known bug (issue 40, open): a Prometheus ruler stamps its hourly evaluations off the hour (here
+# :42:52), and the command line's split of the window into rollup hours and a raw trail then counts
+# the last spans differently from the board (team-a idle 0.50 against 0.17 GPU-hours). Strict: the
+# case fails the run once the split is fixed, so that this mark goes with it.
+KNOWN_UNALIGNED_STAMPS = pytest.mark.xfail(
+    reason="command line's rollup/raw split with a ruler's unaligned evaluation stamps", strict=True
+)
+
+
+@pytest.mark.parametrize(
+    "tsdb", [pytest.param("prometheus", marks=KNOWN_UNALIGNED_STAMPS), "victoriametrics"]
+)
 def test_per_namespace_and_per_team_figures_are_the_command_lines(
     servers: dict[str, str], tsdb: str, fleet_end: float, tmp_path: Path
 ) -> None:
