@@ -126,12 +126,12 @@ def _close(got: float, want: float, where: str) -> None:
     assert got == pytest.approx(want, rel=REL, abs=ABS), where
 
 
-# Known bug (issue 40, open): a Prometheus ruler stamps its hourly evaluations off the hour (here
-# :42:52), and the command line's split of the window into rollup hours and a raw trail then counts
-# the last spans differently from the board (team-a idle 0.50 against 0.17 GPU-hours). Strict: the
-# case fails the run once the split is fixed, so that this mark goes with it.
+# Known bug (issue 40, open): a Prometheus ruler stamps its hourly evaluations off the hour (promtool's
+# backfill at a phase that varies from run to run, e.g. :42:52), and at some phases the command line's
+# split of the window into rollup hours and a raw trail counts the last spans differently from the
+# board (team-a idle 0.50 against 0.17 GPU-hours); at others they agree. Not strict for that reason.
 KNOWN_UNALIGNED_STAMPS = pytest.mark.xfail(
-    reason="command line's rollup/raw split with a ruler's unaligned evaluation stamps", strict=True
+    reason="command line's rollup/raw split with a ruler's unaligned evaluation stamps", strict=False
 )
 
 
