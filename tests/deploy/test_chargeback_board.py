@@ -126,10 +126,12 @@ def _close(got: float, want: float, where: str) -> None:
     assert got == pytest.approx(want, rel=REL, abs=ABS), where
 
 
-# Known bug (issue 40, open): a Prometheus ruler stamps its hourly evaluations off the hour (promtool's
-# backfill at a phase that varies from run to run, e.g. :42:52), and at some phases the command line's
-# split of the window into rollup hours and a raw trail counts the last spans differently from the
-# board (team-a idle 0.50 against 0.17 GPU-hours); at others they agree. Not strict for that reason.
+# Known disagreement (issue 40, open): a Prometheus ruler stamps its hourly evaluations off the hour
+# (promtool's backfill at a phase that varies from run to run, e.g. :42:52). The command line reads the
+# spans after the last rollup from raw samples, the board reads rollups only, so at such a phase the
+# board misses up to an hour of the newest spans (team-a idle 0.17 against the command line's 0.50
+# GPU-hours, all of it in the last 20 minutes); the seam between rollups and raw trail may also leave a
+# span uncounted. At other phases they agree, so the mark is not strict.
 KNOWN_UNALIGNED_STAMPS = pytest.mark.xfail(
     reason="command line's rollup/raw split with a ruler's unaligned evaluation stamps", strict=False
 )
