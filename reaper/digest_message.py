@@ -21,7 +21,7 @@ from typing import Any
 from common.model import FindingKind, TimeWindow, WorkloadRef
 from common.timeutil import rfc3339
 from reaper.cluster import Namespace
-from reaper.messages import Message, _mrkdwn, _sections, escape
+from reaper.messages import Message, escape, mrkdwn_text, text_sections
 from reaper.planner import refused_channels, route_channel
 from reaper.policy import Policy
 
@@ -183,23 +183,26 @@ def digest_message(route: Route, week: Week, cluster: str | None = None) -> Mess
         summary += f" · *no data* {_hours(unknown)} (held without samples: neither idle nor used)"
     blocks: list[dict[str, Any]] = [
         {"type": "header", "text": {"type": "plain_text", "text": title[:150]}},
-        {"type": "section", "text": _mrkdwn(summary)},
+        {"type": "section", "text": mrkdwn_text(summary)},
     ]
     if week.partial_reason:
         blocks.append(
-            {"type": "context", "elements": [_mrkdwn(f":warning: Partial: {escape(week.partial_reason)}")]}
+            {
+                "type": "context",
+                "elements": [mrkdwn_text(f":warning: Partial: {escape(week.partial_reason)}")],
+            }
         )
     if len(ws) > 1:
         blocks.append({"type": "divider"})
-        blocks.extend(_sections([_namespace_line(w, currency) for w in ws]))
+        blocks.extend(text_sections([_namespace_line(w, currency) for w in ws]))
     top = _top_idle(ws)
     if top:
         blocks.append({"type": "divider"})
-        blocks.extend(_sections(["*Idlest workloads*", *(_idle_line(i, currency) for i in top)]))
+        blocks.extend(text_sections(["*Idlest workloads*", *(_idle_line(i, currency) for i in top)]))
     fleet = (
         f"Fleet: {_hours(week.fleet_gpu_hours)} GPU-hours, {_hours(week.unallocated_gpu_hours)} of them "
         f"requested by nobody{_cost(week.unallocated_cost, currency)}. Idle: held while the GPU stayed at "
         "or below the idle threshold; used: held time weighted by the GPU's activity."
     )
-    blocks.append({"type": "context", "elements": [_mrkdwn(fleet)]})
+    blocks.append({"type": "context", "elements": [mrkdwn_text(fleet)]})
     return Message(channel=route.channel, text=escape(title), blocks=tuple(blocks[:50]))

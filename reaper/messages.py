@@ -103,22 +103,22 @@ def _skip_line(skip: Skip) -> str:
     return line
 
 
-def _sections(lines: Sequence[str]) -> list[dict[str, Any]]:
+def text_sections(lines: Sequence[str]) -> list[dict[str, Any]]:
     """Pack lines into as few section blocks as Slack's text limit allows."""
     blocks: list[dict[str, Any]] = []
     chunk = ""
     for line in lines:
         line = line[:_MAX_TEXT]
         if chunk and len(chunk) + 1 + len(line) > _MAX_TEXT:
-            blocks.append({"type": "section", "text": _mrkdwn(chunk)})
+            blocks.append({"type": "section", "text": mrkdwn_text(chunk)})
             chunk = ""
         chunk = f"{chunk}\n{line}" if chunk else line
     if chunk:
-        blocks.append({"type": "section", "text": _mrkdwn(chunk)})
+        blocks.append({"type": "section", "text": mrkdwn_text(chunk)})
     return blocks
 
 
-def _mrkdwn(text: str) -> dict[str, Any]:
+def mrkdwn_text(text: str) -> dict[str, Any]:
     """A mrkdwn text object Slack takes as written: no channel name, mention or URL linked of its
     own accord (workload names and reasons come from tenants' objects; ``escape`` covers the rest)."""
     return {"type": "mrkdwn", "text": text, "verbatim": True}
@@ -342,7 +342,7 @@ def _message(
         summary += f"\n*Fleet-wide* ({fleet.targets} targets): {fleet.describe(dry_run, currency)}"
     blocks: list[dict[str, Any]] = [
         {"type": "header", "text": {"type": "plain_text", "text": title[:150]}},
-        {"type": "section", "text": _mrkdwn(summary)},
+        {"type": "section", "text": mrkdwn_text(summary)},
     ]
     shown_results = [*changed, *notices][:limit]
     lines = [_action_line(r, currency) for r in shown_results]
@@ -350,7 +350,7 @@ def _message(
     shown_skips: list[Skip] = []
     if lines:
         blocks.append({"type": "divider"})
-        blocks.extend(_sections(lines))
+        blocks.extend(text_sections(lines))
     total = len(results) + len(skips)
     given = [s for s in skips if s.reason is SkipReason.NOTICED and s.target.key() in plan.next_state.notices]
     skips = [s for s in skips if s not in given]
@@ -362,19 +362,19 @@ def _message(
         standing = plan.next_state.notices
         notice_lines = [_notice_line(s, standing[s.target.key()], dry_run) for s in shown_notices]
         blocks.append({"type": "divider"})
-        blocks.extend(_sections([heading, *notice_lines]))
+        blocks.extend(text_sections([heading, *notice_lines]))
         skips = [*skips, *given[len(shown_notices) :]]
     if skips and shown < limit:
         shown_skips = skips[: limit - shown]
         shown += len(shown_skips)
         blocks.append({"type": "divider"})
-        blocks.extend(_sections(["*Held back*", *(_skip_line(s) for s in shown_skips)]))
+        blocks.extend(text_sections(["*Held back*", *(_skip_line(s) for s in shown_skips)]))
     hidden = total - shown
     if hidden > 0:
         blocks.append(
             {
                 "type": "context",
-                "elements": [_mrkdwn(f"…and {hidden} more in the run's log")],
+                "elements": [mrkdwn_text(f"…and {hidden} more in the run's log")],
             }
         )
     refs = [r.action.written for r in shown_results] + [s.root or s.target for s in shown_skips]
@@ -384,7 +384,7 @@ def _message(
         if r.outcome is Outcome.APPLIED and r.action.action.destructive
     ]
     if refs:
-        for chunk in _sections(_how_to(refs, restorable, cluster).splitlines()):
+        for chunk in text_sections(_how_to(refs, restorable, cluster).splitlines()):
             blocks.append({"type": "context", "elements": [chunk["text"]]})
     # The header is plain text; the notification's fallback text is read as mrkdwn.
     return Message(channel=channel, text=f"{escape(title)}. {reclaimed}.", blocks=tuple(blocks[:50]))

@@ -102,6 +102,18 @@ class _Acc:
         self.unknown += other.unknown
         self.unallocated += other.unallocated
 
+    def daily(self, span: Span, unallocated: float) -> DailyHours:
+        """This day's hours as the report writes them."""
+        return DailyHours(
+            start=span.start,
+            end=span.end,
+            held_gpu_hours=self.held,
+            used_gpu_hours=self.used,
+            idle_gpu_hours=self.idle,
+            unknown_gpu_hours=self.unknown,
+            unallocated_gpu_hours=unallocated,
+        )
+
 
 @dataclass
 class _PodDay:
@@ -297,18 +309,7 @@ def compute(
                     for model, (h, i) in sorted(per_model.items())
                 ],
                 top_idle_workloads=_top_idle(group, grouping, pod_idle, owners or {}, findings or {}),
-                daily=[
-                    DailyHours(
-                        start=span.start,
-                        end=span.end,
-                        held_gpu_hours=acc.held,
-                        used_gpu_hours=acc.used,
-                        idle_gpu_hours=acc.idle,
-                        unknown_gpu_hours=acc.unknown,
-                        unallocated_gpu_hours=0.0,
-                    )
-                    for span, acc in days
-                ],
+                daily=[acc.daily(span, unallocated=0.0) for span, acc in days],
             )
         )
     groups.sort(key=lambda g: (-(g.idle_cost or 0.0), -g.held_gpu_hours, g.group))
@@ -351,18 +352,7 @@ def compute(
             ],
             cost=None if any(c is None for c in costs) else sum(c or 0.0 for c in costs),
             idle_cost=None if any(c is None for c in idle_costs) else sum(c or 0.0 for c in idle_costs),
-            daily=[
-                DailyHours(
-                    start=span.start,
-                    end=span.end,
-                    held_gpu_hours=acc.held,
-                    used_gpu_hours=acc.used,
-                    idle_gpu_hours=acc.idle,
-                    unknown_gpu_hours=acc.unknown,
-                    unallocated_gpu_hours=acc.unallocated,
-                )
-                for span, acc, _, _ in fleet_days
-            ],
+            daily=[acc.daily(span, unallocated=acc.unallocated) for span, acc, _, _ in fleet_days],
         ),
         totals=TotalsCheck(
             held_gpu_hours=held_total,
